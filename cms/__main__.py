@@ -1,0 +1,3 @@
+from cms.cli import main
+
+main()
