@@ -1,0 +1,5 @@
+"""arq jobs: email now, webhook deliveries later. `arq workers.WorkerSettings` runs them."""
+
+from workers.settings import WorkerSettings
+
+__all__ = ["WorkerSettings"]

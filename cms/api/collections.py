@@ -1,0 +1,41 @@
+"""Handlers of `/api/v1/collections` (spec: Collections). Writes need an admin token."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.api.context import parse_body, services
+from cms.api.guards import require_admin
+from cms.api.schemas import CollectionCreateSchema, CollectionSchema, CollectionUpdateSchema
+
+
+async def list_collections(request: web.Request) -> web.Response:
+    collections = await services(request).collections.list()
+    return web.json_response(CollectionSchema(many=True).dump(collections))
+
+
+async def get_collection(request: web.Request) -> web.Response:
+    collection = await services(request).collections.get(request.match_info["collection_id"])
+    return web.json_response(CollectionSchema().dump(collection))
+
+
+async def create_collection(request: web.Request) -> web.Response:
+    await require_admin(request)
+    body = await parse_body(request, CollectionCreateSchema())
+    collection = await services(request).collections.create(
+        body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"]
+    )
+    return web.json_response(CollectionSchema().dump(collection), status=201)
+
+
+async def update_collection(request: web.Request) -> web.Response:
+    await require_admin(request)
+    body = await parse_body(request, CollectionUpdateSchema())
+    collection = await services(request).collections.update(request.match_info["collection_id"], **body)
+    return web.json_response(CollectionSchema().dump(collection))
+
+
+async def delete_collection(request: web.Request) -> web.Response:
+    await require_admin(request)
+    await services(request).collections.delete(request.match_info["collection_id"])
+    return web.Response(status=204)

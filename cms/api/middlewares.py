@@ -1,0 +1,64 @@
+"""Middlewares: request ids and the one error model (`{"detail", "code"}`) for every failure."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from cms.api.context import REQUEST_ID
+from cms.errors import CmsError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited
+
+log = logging.getLogger("cms.api")
+
+_HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+               405: "method_not_allowed", 413: "payload_too_large", 429: "rate_limited"}
+
+
+def error_response(error: CmsError, request_id: str) -> web.Response:
+    """The JSON response of a CmsError, with the request id header (and Retry-After on 429)."""
+    headers = {"X-Request-Id": request_id}
+    if isinstance(error, RateLimited):
+        headers["Retry-After"] = str(error.retry_after_s)
+    return web.json_response(error.to_body(), status=error.status, headers=headers)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give each request an id (`X-Request-Id`, taken from the client when sane) and render
+    every error in the `{detail, code}` model; unexpected exceptions are logged with the id and
+    become a 500 whose body carries no internals."""
+    incoming = request.headers.get("X-Request-Id", "")
+    request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+    request[REQUEST_ID] = request_id
+    try:
+        response = await handler(request)
+    except CmsError as exc:
+        return error_response(exc, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(_from_http(exc), request_id)
+    except Exception:
+        log.exception("unhandled error in %s %s (request id %s)", request.method, request.path, request_id)
+        return web.json_response(
+            {"detail": f"Internal server error (request id {request_id})", "code": "internal_error"},
+            status=500,
+            headers={"X-Request-Id": request_id},
+        )
+    response.headers["X-Request-Id"] = request_id
+    return response
+
+
+def _from_http(exc: web.HTTPException) -> CmsError:
+    if exc.status == 404:
+        return NotFound("No such endpoint")
+    if exc.status == 405:
+        return MethodNotAllowed(f"Method not allowed; allowed: {exc.headers.get('Allow', '')}".rstrip("; "))
+    if exc.status == 413:
+        return PayloadTooLarge("Request body too large")
+    error = CmsError(exc.reason)
+    error.status, error.code = exc.status, _HTTP_CODES.get(exc.status, "bad_request")
+    return error

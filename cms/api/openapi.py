@@ -1,0 +1,69 @@
+"""The OpenAPI 3 document, built by apispec from the route table and its marshmallow schemas."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+from aiohttp import web
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+
+from cms import __version__
+from cms.api.routes import ROUTES, Route
+from cms.api.schemas import ErrorSchema
+
+PATH_PARAM = re.compile(r"{(\w+)}")
+ERROR_STATUSES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
+                  422: "Validation error", 429: "Rate limit exceeded"}
+
+
+def _operation(route: Route) -> dict[str, Any]:
+    operation: dict[str, Any] = {"summary": route.summary, "tags": [route.tag]}
+    parameters: list[dict[str, Any]] = [
+        {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
+        for name in PATH_PARAM.findall(route.path)
+    ]
+    if route.query is not None:
+        parameters.append({"in": "query", "schema": route.query})
+    if parameters:
+        operation["parameters"] = parameters
+    if route.body is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.body}}}
+    success: dict[str, Any] = {"description": "Success"}
+    if route.response is not None:
+        schema: Any = {"type": "array", "items": route.response} if route.many else route.response
+        success["content"] = {"application/json": {"schema": schema}}
+    responses: dict[Any, Any] = {str(route.status): success}
+    for status, text in ERROR_STATUSES.items():
+        responses[str(status)] = {"description": text, "content": {"application/json": {"schema": "Error"}}}
+    operation["responses"] = responses
+    if route.auth:
+        operation["security"] = [{"bearerAuth": []}]
+    return operation
+
+
+@cache
+def openapi_document() -> dict[str, Any]:
+    """The whole document as a dict (built once per process)."""
+    spec = APISpec(
+        title="CMS API",
+        version=__version__,
+        openapi_version="3.0.3",
+        plugins=[MarshmallowPlugin()],
+        info={"description": "Headless CMS backend: collections, records, auth. Errors are `{detail, code}`."},
+    )
+    spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"})
+    spec.components.schema("Error", schema=ErrorSchema)
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        if route.in_docs:
+            paths.setdefault(route.path, {})[route.method.lower()] = _operation(route)
+    for path, operations in paths.items():
+        spec.path(path=path, operations=operations)
+    return spec.to_dict()
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())

@@ -1,0 +1,92 @@
+"""Every route in one table; `openapi.py` documents the same table."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+from marshmallow import Schema
+
+from cms.api import admin_auth, collections, records, system
+from cms.api import schemas as s
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """One endpoint: method, path, handler and what the API explorer shows of it.
+
+    `auth`: "" (public), "bearer" (any authenticated principal) or "admin" (role admin).
+    `body`/`query`/`response` are marshmallow schema classes; `status` is the success status."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    auth: str = ""
+    body: type[Schema] | None = None
+    query: type[Schema] | None = None
+    response: type[Schema] | None = None
+    many: bool = False
+    status: int = 200
+    in_docs: bool = True
+
+
+V1 = "/api/v1"
+RECORDS = V1 + "/collections/{collection_name}/records"
+
+ROUTES: tuple[Route, ...] = (
+    # admin auth
+    Route("POST", V1 + "/auth/register", admin_auth.register, "Register an admin-table user (role user)", "auth",
+          body=s.RegisterSchema, response=s.RegisterResponseSchema, status=201),
+    Route("POST", V1 + "/auth/login", admin_auth.login, "Log in with email and password", "auth",
+          body=s.LoginSchema, response=s.LoginResponseSchema),
+    Route("POST", V1 + "/auth/refresh", admin_auth.refresh, "Spend a refresh token for a new token pair", "auth",
+          body=s.RefreshSchema, response=s.TokenSchema),
+    Route("GET", V1 + "/auth/me", admin_auth.me, "The current admin-table user", "auth",
+          auth="bearer", response=s.AdminUserSchema),
+    Route("POST", V1 + "/auth/logout", admin_auth.logout, "Revoke the current session", "auth",
+          auth="bearer", response=s.MessageSchema),
+    Route("POST", V1 + "/auth/verify-email", admin_auth.verify_email, "Verify an email with the emailed token",
+          "auth", body=s.TokenBodySchema, response=s.MessageSchema),
+    Route("POST", V1 + "/auth/resend-verification", admin_auth.resend_verification,
+          "Send a new verification email", "auth", auth="bearer", response=s.MessageSchema),
+    # collections
+    Route("GET", V1 + "/collections", collections.list_collections, "List collections", "collections",
+          response=s.CollectionSchema, many=True),
+    Route("POST", V1 + "/collections", collections.create_collection, "Create a collection", "collections",
+          auth="admin", body=s.CollectionCreateSchema, response=s.CollectionSchema, status=201),
+    Route("GET", V1 + "/collections/{collection_id}", collections.get_collection, "Get a collection",
+          "collections", response=s.CollectionSchema),
+    Route("PATCH", V1 + "/collections/{collection_id}", collections.update_collection,
+          "Change a collection's name, schema or otp_enabled", "collections",
+          auth="admin", body=s.CollectionUpdateSchema, response=s.CollectionSchema),
+    Route("DELETE", V1 + "/collections/{collection_id}", collections.delete_collection,
+          "Delete a collection and its records", "collections", auth="admin", status=204),
+    # records
+    Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search)", "records",
+          query=s.RecordListQuerySchema, response=s.RecordPageSchema),
+    Route("POST", RECORDS, records.create_record, "Create a record", "records",
+          auth="bearer", body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
+    Route("GET", RECORDS + "/{record_id}", records.get_record, "Get a record", "records",
+          response=s.RecordSchema),
+    Route("PATCH", RECORDS + "/{record_id}", records.update_record, "Change some fields of a record", "records",
+          auth="bearer", body=s.RecordWriteSchema, response=s.RecordSchema),
+    Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
+          auth="bearer", status=204),
+    # system
+    Route("GET", "/health", system.health, "Health of the service and its dependencies", "system",
+          response=s.HealthSchema),
+    Route("GET", V1 + "/stats", system.stats, "Connection statistics", "system"),
+    Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False),
+    Route("GET", "/_/verify-email", system.verify_email_page, "Email verification page", "pages", in_docs=False),
+)
+
+
+def add_routes(app: web.Application) -> None:
+    """Register every route of the table on `app`."""
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, route.handler)

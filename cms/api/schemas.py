@@ -1,0 +1,176 @@
+"""marshmallow schemas: they validate requests and, through apispec, document the API (/docs).
+
+Response schemas dump `cms.models` dataclasses; timestamps are ISO 8601 UTC with `Z`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, fields, validate
+
+from cms.services.fields import to_json_value
+from cms.services.records import DEFAULT_PER_PAGE
+
+MAX_PASSWORD = 256
+
+
+class Timestamp(fields.Field):
+    """An aware datetime rendered as ISO 8601 UTC with milliseconds and `Z`."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
+        return to_json_value(value) if value is not None else None
+
+
+# --- errors and messages ---------------------------------------------------------------------
+
+
+class ErrorSchema(Schema):
+    detail = fields.String(required=True, metadata={"description": "Human-readable message"})
+    code = fields.String(required=True, metadata={"description": "Stable snake_case error code"})
+    errors = fields.Dict(metadata={"description": "422 only: field name -> list of messages"})
+
+
+class MessageSchema(Schema):
+    message = fields.String(required=True)
+
+
+# --- admin auth ------------------------------------------------------------------------------
+
+
+class RegisterSchema(Schema):
+    email = fields.Email(required=True, validate=validate.Length(max=254))
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
+    name = fields.String(load_default="", validate=validate.Length(max=200))
+
+
+class LoginSchema(Schema):
+    email = fields.String(required=True, validate=validate.Length(max=254))
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+
+
+class RefreshSchema(Schema):
+    refresh_token = fields.String(required=True, validate=validate.Length(max=4096))
+
+
+class TokenBodySchema(Schema):
+    token = fields.String(required=True, validate=validate.Length(min=1, max=512))
+
+
+class AdminUserSchema(Schema):
+    id = fields.String()
+    email = fields.String()
+    role = fields.String()
+    verified = fields.Boolean()
+    name = fields.String()
+    created = Timestamp()
+    updated = Timestamp()
+
+
+class TokenSchema(Schema):
+    access_token = fields.String()
+    refresh_token = fields.String()
+    token_type = fields.String()
+    expires_in = fields.Integer(metadata={"description": "Access-token lifetime in seconds"})
+
+
+class LoginResponseSchema(Schema):
+    user = fields.Nested(AdminUserSchema)
+    token = fields.Nested(TokenSchema, allow_none=True)
+    message = fields.String(allow_none=True)
+    requires_2fa = fields.Boolean()
+
+
+class RegisterResponseSchema(Schema):
+    user = fields.Nested(AdminUserSchema)
+    message = fields.String()
+
+
+# --- collections -----------------------------------------------------------------------------
+
+
+class FieldValidationSchema(Schema):
+    required = fields.Boolean()
+    min = fields.Float(allow_none=True)
+    max = fields.Float(allow_none=True)
+    pattern = fields.String(allow_none=True)
+    unique = fields.Boolean()
+
+
+class FieldSpecSchema(Schema):
+    name = fields.String()
+    type = fields.String(metadata={"enum": ["text", "editor", "bool", "email", "url", "number", "date",
+                                            "select", "json", "relation", "file"]})
+    validation = fields.Nested(FieldValidationSchema)
+    values = fields.List(fields.String(), allow_none=True)
+    max_select = fields.Integer(allow_none=True)
+    collection_id = fields.String(allow_none=True)
+
+
+class CollectionSchemaSchema(Schema):
+    fields_ = fields.List(fields.Nested(FieldSpecSchema), data_key="fields", attribute="fields")
+
+
+class CollectionSchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    type = fields.String()
+    schema = fields.Function(lambda c: CollectionSchemaSchema().dump(c))
+    otp_enabled = fields.Boolean()
+    created = Timestamp()
+    updated = Timestamp()
+
+
+class CollectionCreateSchema(Schema):
+    name = fields.String(required=True)
+    type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
+    schema = fields.Raw(load_default=list, metadata={"description": "List of fields, or {fields: [...]}"})
+    otp_enabled = fields.Boolean(load_default=None)
+
+
+class CollectionUpdateSchema(Schema):
+    name = fields.String()
+    schema = fields.Raw(metadata={"description": "List of fields, or {fields: [...]}"})
+    otp_enabled = fields.Boolean()
+
+
+# --- records ---------------------------------------------------------------------------------
+
+
+class RecordWriteSchema(Schema):
+    data = fields.Dict(required=True, metadata={"description": "Field values of the record"})
+
+
+class RecordSchema(Schema):
+    """A record: system fields plus the collection's own fields (flat)."""
+
+    id = fields.String()
+    created = fields.String()
+    updated = fields.String()
+
+
+class RecordPageSchema(Schema):
+    items = fields.List(fields.Nested(RecordSchema))
+    total = fields.Integer()
+    page = fields.Integer()
+    per_page = fields.Integer()
+
+
+class RecordListQuerySchema(Schema):
+    page = fields.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
+    per_page = fields.Integer(load_default=DEFAULT_PER_PAGE, validate=validate.Range(min=1),
+                              metadata={"description": "1..100; larger values are clamped to 100"})
+    sort = fields.String(load_default=None, metadata={"description": "e.g. `-created,title`"})
+    filter = fields.String(load_default=None, metadata={"description": "e.g. `status=published && views>10`"})
+    search = fields.String(load_default=None, validate=validate.Length(max=500))
+
+
+# --- system ----------------------------------------------------------------------------------
+
+
+class HealthSchema(Schema):
+    status = fields.String()
+    mongodb = fields.String()
+    redis = fields.String()
+    version = fields.String()

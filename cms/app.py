@@ -1,0 +1,73 @@
+"""create_app(config): the aiohttp application (middlewares, routes, CORS, service lifecycle)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp_cors
+import swagger_ui_bundle
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from cms.api.context import SERVICES
+from cms.api.middlewares import error_middleware
+from cms.api.openapi import openapi_json
+from cms.api.routes import add_routes
+from cms.api.system import HTTP_STATS
+from cms.config import Config
+from cms.wiring import Services, open_services
+
+
+@web.middleware
+async def stats_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count requests in flight and in total for `/api/v1/stats`."""
+    counters = request.app[HTTP_STATS]
+    counters["requests_total"] += 1
+    counters["active_connections"] += 1
+    try:
+        return await handler(request)
+    finally:
+        counters["active_connections"] -= 1
+
+
+def create_app(config: Config, *, services: Services | None = None) -> web.Application:
+    """The web application. It opens its own services (MongoDB, Redis) on start-up and closes
+    them on clean-up, unless `services` are handed in (then the caller owns them).
+
+    JSON bodies are limited to `config.max_json_bytes` (413 above)."""
+    app = web.Application(
+        middlewares=[stats_middleware, error_middleware], client_max_size=config.max_json_bytes
+    )
+    app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}
+    if services is not None:
+        app[SERVICES] = services
+    else:
+        app.cleanup_ctx.append(_services_ctx(config))
+    add_routes(app)
+    app.router.add_get("/openapi.json", openapi_json)
+    app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
+    _add_cors(app, config)
+    return app
+
+
+def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        async with open_services(config) as services:
+            app[SERVICES] = services
+            if config.admin_email and config.admin_password:
+                await services.accounts.ensure_admin(config.admin_email, config.admin_password)
+            yield
+
+    return ctx
+
+
+def _add_cors(app: web.Application, config: Config) -> None:
+    """CORS for every route (aiohttp-cors); origins from `CORS_ORIGINS` (default `*`)."""
+    options = aiohttp_cors.ResourceOptions(
+        allow_credentials=False, expose_headers=("X-Request-Id", "Retry-After"), allow_headers="*",
+        allow_methods="*", max_age=3600,
+    )
+    cors = aiohttp_cors.setup(app, defaults={origin: options for origin in config.cors_origins})
+    for route in list(app.router.routes()):
+        cors.add(route)

@@ -1,0 +1,192 @@
+"""The `cms` command: `serve`, `worker`, `admin create` (decisions.md, Running it).
+
+`cms serve` with no MONGODB_URL / REDIS_URL starts SecantusDB and redis-server as child processes
+under `--data-dir` and runs the arq worker in-process; the children stop when serve stops.
+While serving embedded, the child URLs are kept in `<data-dir>/embedded.json` so that
+`cms admin create` in another shell reaches the same servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+from dotenv import dotenv_values
+
+from cms import __version__
+from cms.api.context import SERVICES
+from cms.app import create_app
+from cms.config import Config, ConfigError
+from cms.embedded import EmbeddedServerError, embedded_servers
+from cms.errors import CmsError
+from cms.wiring import open_services
+
+log = logging.getLogger("cms")
+
+
+def _environment() -> dict[str, str]:
+    """The process environment over the values of an optional `.env` file in the working directory."""
+    file_values = {k: v for k, v in dotenv_values(".env").items() if v is not None} if Path(".env").exists() else {}
+    return {**file_values, **os.environ}
+
+
+def _config(args: argparse.Namespace) -> Config:
+    env = _environment()
+    data_dir = Path(args.data_dir) if getattr(args, "data_dir", None) else None
+    return Config.from_env(env, host=getattr(args, "host", None), port=getattr(args, "port", None),
+                           data_dir=data_dir)
+
+
+def _setup_logging(config: Config) -> None:
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@contextlib.contextmanager
+def _servers(config: Config, *, announce: bool) -> Iterator[Config]:
+    """Start what the environment does not provide; yield the config with every URL set."""
+    if not config.embedded:
+        yield config
+        return
+    state_file = config.data_dir / "embedded.json"
+    with embedded_servers(
+        config.data_dir, need_mongodb=config.mongodb_url is None, need_redis=config.redis_url is None
+    ) as urls:
+        full = config.with_urls(mongodb_url=urls.mongodb_url, redis_url=urls.redis_url)
+        if announce:
+            state_file.write_text(json.dumps({"mongodb_url": full.mongodb_url, "redis_url": full.redis_url}))
+        try:
+            yield full
+        finally:
+            if announce:
+                state_file.unlink(missing_ok=True)
+
+
+def _worker_ctx(config: Config):  # type: ignore[no-untyped-def]
+    """cleanup_ctx running the arq worker inside the web process (embedded mode)."""
+    from workers.settings import build_worker
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        worker = build_worker(config, services=app[SERVICES], handle_signals=False)
+        task = asyncio.create_task(worker.main())
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await worker.close()
+
+    return ctx
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Run the web server until SIGINT/SIGTERM."""
+    config = _config(args)
+    _setup_logging(config)
+    with _servers(config, announce=True) as config:
+        app = create_app(config)
+        if config.embedded:
+            app.cleanup_ctx.append(_worker_ctx(config))
+        mode = "embedded" if config.embedded else "external MongoDB and Redis"
+        print(f"cms {__version__} serving on http://{config.host}:{config.port} ({mode}); "
+              f"API explorer at /docs", flush=True)
+        web.run_app(app, host=config.host, port=config.port, print=None, access_log=logging.getLogger("cms.access"),
+                    handle_signals=True, shutdown_timeout=10)
+    return 0
+
+
+def worker(args: argparse.Namespace) -> int:
+    """Run the arq worker (production: MONGODB_URL and REDIS_URL set)."""
+    config = _config(args)
+    _setup_logging(config)
+    if config.embedded:
+        raise ConfigError("cms worker needs MONGODB_URL and REDIS_URL (in embedded mode cms serve runs the worker)")
+    from workers.settings import build_worker
+
+    build_worker(config).run()
+    return 0
+
+
+def admin_create(args: argparse.Namespace) -> int:
+    """Create an admin-table user with role admin; prompts for the password unless --password."""
+    config = _config(args)
+    _setup_logging(config)
+    password = args.password
+    if password is None:
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Repeat password: ") != password:
+            print("cms: error: passwords do not match", file=sys.stderr)
+            return 2
+    running = _running_embedded(config)
+    if running is not None:
+        asyncio.run(_create_admin(running, args.email, password, args.name))
+        return 0
+    with _servers(config, announce=False) as config:
+        asyncio.run(_create_admin(config, args.email, password, args.name))
+    return 0
+
+
+def _running_embedded(config: Config) -> Config | None:
+    """The config of an embedded `cms serve` already running on this data dir, if any."""
+    state_file = config.data_dir / "embedded.json"
+    if not config.embedded or not state_file.exists():
+        return None
+    urls: dict[str, Any] = json.loads(state_file.read_text())
+    return config.with_urls(mongodb_url=urls.get("mongodb_url"), redis_url=urls.get("redis_url"))
+
+
+async def _create_admin(config: Config, email: str, password: str, name: str) -> None:
+    async with open_services(config) as services:
+        user = await services.accounts.create_admin(email, password, name)
+    print(f"admin {user.email} created (id {user.id})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `cms` command."""
+    parser = argparse.ArgumentParser(prog="cms", description="Headless CMS backend")
+    parser.add_argument("--version", action="version", version=f"cms {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_parser = commands.add_parser("serve", help="run the web server (embedded MongoDB/Redis by default)")
+    serve_parser.add_argument("--host", default="127.0.0.1")
+    serve_parser.add_argument("--port", type=int, default=8090)
+    serve_parser.add_argument("--data-dir", default=None, help="default: $CMS_DATA_DIR or ./cms_data")
+    serve_parser.set_defaults(run=serve)
+
+    worker_parser = commands.add_parser("worker", help="run the job worker (needs MONGODB_URL and REDIS_URL)")
+    worker_parser.set_defaults(run=worker)
+
+    admin_parser = commands.add_parser("admin", help="manage admin users")
+    admin_commands = admin_parser.add_subparsers(dest="admin_command", required=True)
+    create_parser = admin_commands.add_parser("create", help="create an admin user")
+    create_parser.add_argument("email")
+    create_parser.add_argument("--password", default=None, help="default: prompt")
+    create_parser.add_argument("--name", default="")
+    create_parser.add_argument("--data-dir", default=None, help="default: $CMS_DATA_DIR or ./cms_data")
+    create_parser.set_defaults(run=admin_create)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of `cms` and `python -m cms`; exits with the command's status."""
+    args = build_parser().parse_args(argv)
+    try:
+        status = args.run(args)
+    except ConfigError as exc:
+        print(f"cms: configuration error: {exc}", file=sys.stderr)
+        status = 2
+    except EmbeddedServerError as exc:
+        print(f"cms: {exc}", file=sys.stderr)
+        status = 1
+    except CmsError as exc:
+        print(f"cms: error: {exc.detail}" + (f" {exc.errors}" if exc.errors else ""), file=sys.stderr)
+        status = 1
+    sys.exit(status)

@@ -1,0 +1,169 @@
+"""Configuration: one frozen `Config`, read once from the environment (decisions.md, Running it).
+
+`Config.from_env(environ)` is the only reader of environment variables; it validates every
+value and raises `ConfigError` naming the variable, which the CLI prints as one line.
+Tests build their own `Config(...)` directly.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or malformed; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting the processes need. Secrets are kept out of `repr`.
+
+    `mongodb_url` / `redis_url` are None until embedded servers fill them in (see `cms.cli`).
+    Sizes are bytes, times are seconds unless the name says otherwise.
+    """
+
+    secret_key: str = field(repr=False)
+    mongodb_url: str | None = None
+    mongodb_db: str = "cms"
+    redis_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8090
+    data_dir: Path = Path("cms_data")
+    public_url: str | None = None
+    smtp_host: str | None = None
+    smtp_port: int = 587
+    smtp_user: str | None = None
+    smtp_password: str | None = field(default=None, repr=False)
+    smtp_from_email: str = "noreply@localhost"
+    smtp_from_name: str = "CMS"
+    smtp_starttls: bool = True
+    smtp_timeout_s: float = 30.0
+    admin_email: str | None = None
+    admin_password: str | None = field(default=None, repr=False)
+    log_level: str = "INFO"
+    cors_origins: tuple[str, ...] = ("*",)
+    embedded: bool = False
+    max_json_bytes: int = 1024 * 1024
+    queue_name: str = "cms:queue"
+
+    @property
+    def base_url(self) -> str:
+        """Base of links in emails: `PUBLIC_URL`, else `http://HOST:PORT` (no trailing slash)."""
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    def with_urls(self, *, mongodb_url: str | None, redis_url: str | None) -> Config:
+        """A copy with the embedded servers' URLs filled in where the environment gave none."""
+        return replace(self, mongodb_url=self.mongodb_url or mongodb_url, redis_url=self.redis_url or redis_url)
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        host: str | None = None,
+        port: int | None = None,
+        data_dir: Path | None = None,
+    ) -> Config:
+        """Build and validate a Config from `environ` plus CLI overrides (`host`, `port`, `data_dir`).
+
+        Embedded mode is on when `MONGODB_URL` or `REDIS_URL` is missing; then `SECRET_KEY` may be
+        omitted and is generated once into `<data_dir>/secret_key`. Raises ConfigError naming the
+        first bad variable.
+        """
+        env = {k: v for k, v in environ.items() if v != ""}
+        data_dir = data_dir or Path(env.get("CMS_DATA_DIR", "cms_data"))
+        mongodb_url = env.get("MONGODB_URL")
+        redis_url = env.get("REDIS_URL")
+        if mongodb_url is not None and not mongodb_url.startswith(("mongodb://", "mongodb+srv://")):
+            raise ConfigError("MONGODB_URL must start with mongodb:// or mongodb+srv://")
+        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+        embedded = mongodb_url is None or redis_url is None
+        secret_key = env.get("SECRET_KEY")
+        if secret_key is None:
+            if not embedded:
+                raise ConfigError("SECRET_KEY is missing (required when MONGODB_URL and REDIS_URL are set)")
+            secret_key = _stored_secret_key(data_dir)
+        elif len(secret_key) < 32:
+            raise ConfigError("SECRET_KEY must be at least 32 characters")
+        log_level = env.get("LOG_LEVEL", "INFO").upper()
+        if log_level not in LOG_LEVELS:
+            raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+        admin_email, admin_password = env.get("ADMIN_EMAIL"), env.get("ADMIN_PASSWORD")
+        if (admin_email is None) != (admin_password is None):
+            raise ConfigError("ADMIN_EMAIL and ADMIN_PASSWORD must be set together")
+        public_url = env.get("PUBLIC_URL")
+        if public_url is not None and not public_url.startswith(("http://", "https://")):
+            raise ConfigError("PUBLIC_URL must start with http:// or https://")
+        origins = tuple(o.strip() for o in env.get("CORS_ORIGINS", "*").split(",") if o.strip())
+        return cls(
+            secret_key=secret_key,
+            mongodb_url=mongodb_url,
+            mongodb_db=_name(env, "MONGODB_DB", "cms"),
+            redis_url=redis_url,
+            host=host or "127.0.0.1",
+            port=port or 8090,
+            data_dir=data_dir,
+            public_url=public_url,
+            smtp_host=env.get("SMTP_HOST"),
+            smtp_port=_int(env, "SMTP_PORT", 587, 1, 65535),
+            smtp_user=env.get("SMTP_USER"),
+            smtp_password=env.get("SMTP_PASSWORD"),
+            smtp_from_email=env.get("SMTP_FROM_EMAIL", "noreply@localhost"),
+            smtp_from_name=env.get("SMTP_FROM_NAME", "CMS"),
+            smtp_starttls=_bool(env, "SMTP_STARTTLS", True),
+            admin_email=admin_email,
+            admin_password=admin_password,
+            log_level=log_level,
+            cors_origins=origins or ("*",),
+            embedded=embedded,
+        )
+
+
+def _stored_secret_key(data_dir: Path) -> str:
+    """Read `<data_dir>/secret_key`, creating it (mode 0600) with a random key on first use."""
+    path = data_dir / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48)
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+def _int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name} must be between {low} and {high}, got {value}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    lowered = raw.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _name(env: Mapping[str, str], name: str, default: str) -> str:
+    value = env.get(name, default)
+    if not value.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError(f"{name} must contain only letters, digits, '_' and '-', got {value!r}")
+    return value

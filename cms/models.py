@@ -1,0 +1,182 @@
+"""Domain values passed between store, services and api: frozen dataclasses, no I/O.
+
+Datetimes are aware UTC. Ids are UUID4 strings (`cms.clock.new_id`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
+
+T = TypeVar("T")
+
+ADMIN_AUDIENCE = "admin"
+ROLE_ADMIN = "admin"
+ROLE_USER = "user"
+
+PrincipalKind = Literal["admin_user", "collection_user", "api_key"]
+
+
+def collection_audience(collection_id: str) -> str:
+    """The JWT `aud` of an auth collection's users: `collection:<collection id>`."""
+    return f"collection:{collection_id}"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an admin-table user, an auth-collection user or an API key.
+
+    `user_id` is the acting user (for an API key, the admin-table user who made it);
+    `session_id` is the session behind a bearer token (None for API keys).
+    """
+
+    kind: PrincipalKind
+    user_id: str
+    role: str = ROLE_USER
+    session_id: str | None = None
+    collection_id: str | None = None
+    scopes: tuple[str, ...] = ()
+
+    @property
+    def is_admin(self) -> bool:
+        """True for an admin-table user with role `admin`."""
+        return self.kind == "admin_user" and self.role == ROLE_ADMIN
+
+
+@dataclass(frozen=True)
+class AdminUser:
+    """A row of the built-in users table (admin-dashboard access)."""
+
+    id: str
+    email: str
+    role: str
+    verified: bool
+    name: str
+    created: datetime
+    updated: datetime
+    password_hash: str = field(repr=False, default="")
+
+
+@dataclass(frozen=True)
+class Session:
+    """One login: tokens are valid only while `revoked_at` is None.
+
+    `refresh_jti` is the jti of the one refresh token that may still be spent (rotation).
+    """
+
+    id: str
+    user_id: str
+    audience: str
+    refresh_jti: str
+    created: datetime
+    last_used: datetime
+    user_agent: str = ""
+    ip: str = ""
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class OneTimeToken:
+    """A single-use emailed token (stored by its SHA-256 hash in `id`).
+
+    `purpose`: "verify_email" | "password_reset" | "email_change"; `data` carries extras
+    such as the new address of an email change.
+    """
+
+    id: str
+    purpose: str
+    user_id: str
+    audience: str
+    created: datetime
+    expires_at: datetime
+    used_at: datetime | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Validation keys of a field definition (decisions.md, Records).
+
+    `min`/`max` bound the length of text and the value of numbers; `pattern` is a regex for text.
+    """
+
+    required: bool = False
+    min: float | None = None
+    max: float | None = None
+    pattern: str | None = None
+    unique: bool = False
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a collection schema.
+
+    `type` is one of `cms.services.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
+    `collection_id`/`max_select` to relation, `max_select` to file.
+    """
+
+    name: str
+    type: str
+    validation: Validation = Validation()
+    values: tuple[str, ...] | None = None
+    max_select: int | None = None
+    collection_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A user-defined collection; `version` grows by one on every update (schema cache key)."""
+
+    id: str
+    name: str
+    type: str
+    fields: tuple[FieldSpec, ...]
+    created: datetime
+    updated: datetime
+    version: int = 1
+    otp_enabled: bool = False
+
+    def field(self, name: str) -> FieldSpec | None:
+        """The schema field called `name`, or None."""
+        return next((f for f in self.fields if f.name == name), None)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record: system fields plus the values of its collection's fields in `data`."""
+
+    id: str
+    created: datetime
+    updated: datetime
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: `page` is 1-based, `total` counts every match."""
+
+    items: list[T]
+    total: int
+    page: int
+    per_page: int
+
+
+@dataclass(frozen=True)
+class TokenPair:
+    """The token object of the spec; `expires_in` is the access token's lifetime in seconds."""
+
+    access_token: str
+    refresh_token: str
+    expires_in: int
+    token_type: str = "bearer"
+
+
+@dataclass(frozen=True)
+class LoginResult:
+    """A login response: the user, the nested token object, a message and the 2FA flag."""
+
+    user: Any
+    token: TokenPair | None
+    message: str | None = None
+    requires_2fa: bool = False

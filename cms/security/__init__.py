@@ -1,0 +1,1 @@
+"""Pure security helpers: passwords (argon2id), JWTs (HS256), one-time codes and keys, webhook signatures."""

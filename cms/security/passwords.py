@@ -1,0 +1,99 @@
+"""Password hashing (argon2id, argon2-cffi defaults) and the password policy.
+
+The hashing functions are CPU-bound (tens of milliseconds); async callers run them through
+`asyncio.to_thread`. Passwords are never logged.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+# One hasher for the process: argon2id with the library's default (RFC 9106 low-memory) parameters.
+_HASHER = PasswordHasher()
+
+# Used only by verify_dummy(); any fixed text works, its hash just has to exist.
+_DUMMY_PASSWORD = "cms-dummy-password-for-unknown-accounts"
+
+
+def hash_password(password: str) -> str:
+    """Hash `password` with argon2id; returns the PHC string (`$argon2id$v=19$m=...,t=...,p=...$salt$hash`).
+
+    A new random salt is drawn each call, so two hashes of one password differ."""
+    return _HASHER.hash(password)
+
+
+def verify_password(password_hash: str, password: str) -> bool:
+    """True when `password` matches `password_hash` (a string made by `hash_password`).
+
+    Returns False, never raises, for a mismatch and for a malformed or unsupported hash."""
+    try:
+        return _HASHER.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    # Hashed lazily with the same hasher, so its parameters (and cost) match real hashes.
+    return _HASHER.hash(_DUMMY_PASSWORD)
+
+
+def verify_dummy(password: str) -> None:
+    """Spend the time of one real `verify_password` against a fixed dummy hash, and discard the result.
+
+    Called for an unknown email so a login takes as long as for a known one (no timing oracle).
+    The first call also computes the dummy hash once per process."""
+    verify_password(_dummy_hash(), password)
+
+
+def needs_rehash(password_hash: str) -> bool:
+    """True when `password_hash` was made with other parameters than the current hasher's.
+
+    A malformed hash also answers True (it cannot be kept); callers rehash only after a successful verify."""
+    try:
+        return _HASHER.check_needs_rehash(password_hash)
+    except ValueError:  # InvalidHashError is a ValueError; any unparsable hash lands here
+        return True
+
+
+@dataclass(frozen=True)
+class PasswordPolicy:
+    """Rules a new password must satisfy; lengths count characters (code points).
+
+    `max_length` bounds the hashing cost of a single request. Raises ValueError at construction
+    when `min_length` is below 1 or above `max_length`."""
+
+    min_length: int = 8
+    require_upper: bool = False
+    require_number: bool = False
+    require_special: bool = False
+    max_length: int = 256
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_length <= self.max_length:
+            raise ValueError(
+                f"PasswordPolicy needs 1 <= min_length <= max_length, got {self.min_length}, {self.max_length}"
+            )
+
+    def violations(self, password: str) -> list[str]:
+        """Human-readable messages for every rule `password` breaks, in rule order; empty when it is acceptable.
+
+        Messages: "must be at least N characters", "must be at most N characters",
+        "must contain an uppercase letter", "must contain a number", "must contain a special character"
+        (a special character is anything that is neither a letter nor a digit, space included)."""
+        messages: list[str] = []
+        if len(password) < self.min_length:
+            messages.append(f"must be at least {self.min_length} characters")
+        if len(password) > self.max_length:
+            messages.append(f"must be at most {self.max_length} characters")
+        if self.require_upper and not any(char.isupper() for char in password):
+            messages.append("must contain an uppercase letter")
+        if self.require_number and not any(char.isdigit() for char in password):
+            messages.append("must contain a number")
+        if self.require_special and all(char.isalnum() for char in password):
+            messages.append("must contain a special character")
+        return messages

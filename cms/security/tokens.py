@@ -1,0 +1,165 @@
+"""JWT access and refresh tokens: HS256 only, with `typ` and `aud` checked on every decode.
+
+Claims (decisions.md, Identity and tokens): `sub` (user id), `sid` (session id), `jti` (token id),
+`typ` (`access` | `refresh`), `aud` (`admin` or `collection:<collection id>`), `iat` and `exp`
+(integer seconds since the epoch). Whether the session is still active is the caller's check;
+this module only proves that a token is authentic, current and meant for the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import jwt
+
+from cms.clock import Clock, new_id, utcnow
+from cms.errors import Unauthorized
+
+ACCESS = "access"
+REFRESH = "refresh"
+TOKEN_TYPES = frozenset({ACCESS, REFRESH})
+
+ALGORITHM = "HS256"
+_STRING_CLAIMS = ("sub", "sid", "jti", "typ", "aud")
+_TIME_CLAIMS = ("iat", "exp")
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    """The verified claims of one token. `iat` and `exp` are aware UTC datetimes in whole seconds."""
+
+    sub: str
+    sid: str
+    jti: str
+    typ: str
+    aud: str
+    iat: datetime
+    exp: datetime
+
+
+class TokenCodec:
+    """Issues and decodes HS256 JWTs signed with `secret_key`; `clock` is the time source for `iat` and expiry.
+
+    Raises ValueError when `secret_key` is empty."""
+
+    def __init__(self, secret_key: str, *, clock: Clock = utcnow) -> None:
+        if not secret_key:
+            raise ValueError("secret_key must not be empty")
+        self._secret_key = secret_key
+        self._clock = clock
+
+    def issue(
+        self, *, sub: str, sid: str, typ: str, aud: str, lifetime_s: int, jti: str | None = None
+    ) -> tuple[str, TokenClaims]:
+        """Sign a new token; returns `(token, claims)`, the claims equal to what `decode` will return.
+
+        `typ` is ACCESS or REFRESH; `lifetime_s` (seconds, > 0) sets `exp = iat + lifetime_s`;
+        `iat` is the clock's time truncated to whole seconds (JWT precision); `jti` defaults to a new id.
+        Raises ValueError for an unknown `typ` or a non-positive `lifetime_s`."""
+        if typ not in TOKEN_TYPES:
+            raise ValueError(f"typ must be one of {sorted(TOKEN_TYPES)}, got {typ!r}")
+        if lifetime_s <= 0:
+            raise ValueError(f"lifetime_s must be positive, got {lifetime_s}")
+        iat = self._clock().astimezone(UTC).replace(microsecond=0)
+        claims = TokenClaims(
+            sub=sub,
+            sid=sid,
+            jti=jti if jti is not None else new_id(),
+            typ=typ,
+            aud=aud,
+            iat=iat,
+            exp=iat + timedelta(seconds=lifetime_s),
+        )
+        payload = {
+            "sub": claims.sub,
+            "sid": claims.sid,
+            "jti": claims.jti,
+            "typ": claims.typ,
+            "aud": claims.aud,
+            "iat": int(claims.iat.timestamp()),
+            "exp": int(claims.exp.timestamp()),
+        }
+        token = jwt.encode(payload, self._secret_key, algorithm=ALGORITHM)
+        return token, claims
+
+    def decode(self, token: str, *, typ: str, audience: str) -> TokenClaims:
+        """Verify `token` and return its claims; it must be of type `typ` and for exactly `audience`.
+
+        Raises Unauthorized for a malformed token, a bad signature, any algorithm but HS256 (`none`
+        included), a missing or ill-typed claim, a wrong `typ` (a refresh token is never an access
+        token), a wrong `aud`, or expiry ("Token has expired": the clock's time is at or past `exp`)."""
+        try:
+            # pyjwt checks only the signature and the pinned algorithm; every claim is checked here,
+            # so the injected clock (not the wall clock) decides expiry and the details stay ours.
+            payload = jwt.decode(
+                token,
+                self._secret_key,
+                algorithms=[ALGORITHM],
+                options={
+                    "verify_signature": True,
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                    "verify_aud": False,
+                    "verify_iss": False,
+                    "verify_sub": False,
+                    "verify_jti": False,
+                },
+            )
+        except jwt.InvalidAlgorithmError as exc:
+            raise Unauthorized("Token algorithm is not allowed") from exc
+        except jwt.InvalidSignatureError as exc:
+            raise Unauthorized("Token signature is invalid") from exc
+        except jwt.PyJWTError as exc:
+            raise Unauthorized("Token is malformed") from exc
+        claims = _claims_from_payload(payload)
+        if claims.typ != typ:
+            raise Unauthorized(f"Wrong token type: expected '{typ}'")
+        if claims.aud != audience:
+            raise Unauthorized("Token is not valid for this audience")
+        if self._clock() >= claims.exp:
+            raise Unauthorized("Token has expired")
+        return claims
+
+
+def _claims_from_payload(payload: Any) -> TokenClaims:
+    """Build TokenClaims from a decoded payload; raises Unauthorized for a missing or ill-typed claim."""
+    if not isinstance(payload, dict):
+        raise Unauthorized("Token is malformed")
+    for name in (*_STRING_CLAIMS, *_TIME_CLAIMS):
+        if name not in payload:
+            raise Unauthorized(f"Token is missing the '{name}' claim")
+    for name in _STRING_CLAIMS:
+        if not isinstance(payload[name], str) or not payload[name]:
+            raise Unauthorized(f"Token claim '{name}' is invalid")
+    times: dict[str, datetime] = {}
+    for name in _TIME_CLAIMS:
+        value = payload[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Unauthorized(f"Token claim '{name}' is invalid")
+        try:
+            times[name] = datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise Unauthorized(f"Token claim '{name}' is invalid") from exc
+    return TokenClaims(
+        sub=payload["sub"],
+        sid=payload["sid"],
+        jti=payload["jti"],
+        typ=payload["typ"],
+        aud=payload["aud"],
+        iat=times["iat"],
+        exp=times["exp"],
+    )
+
+
+def unverified_audience(token: str) -> str | None:
+    """The `aud` claim of a token WITHOUT checking it: only to choose which user system then
+    decodes and verifies the token. None for anything that is not a JWT with a string `aud`."""
+    try:
+        payload = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return None
+    aud = payload.get("aud") if isinstance(payload, dict) else None
+    return aud if isinstance(aud, str) else None

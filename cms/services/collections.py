@@ -1,0 +1,129 @@
+"""Collections: CRUD of collection definitions and their record indexes (spec: Collections)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from cms.clock import Clock, new_id, utcnow
+from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.models import Collection
+from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
+from cms.services.settings import SettingsService
+from cms.store.collections import CollectionRepository
+from cms.store.records import RecordRepository
+
+log = logging.getLogger("cms.collections")
+
+COLLECTION_TYPES = ("base", "auth")
+
+
+def check_name(name: str) -> None:
+    """Collection names: `^[A-Za-z][A-Za-z0-9_]{0,62}$`. Raises ValidationFailed."""
+    if not NAME_PATTERN.match(name):
+        raise ValidationFailed(
+            "Invalid collection name",
+            errors={"name": ["Must start with a letter and contain only letters, digits and '_' (max 63)."]},
+        )
+
+
+class CollectionService:
+    """Collection definitions; writes are admin-only (checked by the API guard)."""
+
+    def __init__(
+        self,
+        collections: CollectionRepository,
+        records: RecordRepository,
+        settings: SettingsService,
+        *,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._collections = collections
+        self._records = records
+        self._settings = settings
+        self._clock = clock
+
+    async def list(self) -> list[Collection]:
+        """Every collection, by name."""
+        return await self._collections.list()
+
+    async def get(self, collection_id: str) -> Collection:
+        """One collection by id. Raises NotFound."""
+        collection = await self._collections.get(collection_id)
+        if collection is None:
+            raise NotFound("Collection not found")
+        return collection
+
+    async def get_by_name(self, name: str) -> Collection:
+        """One collection by name (record paths). Raises NotFound."""
+        collection = await self._collections.get_by_name(name)
+        if collection is None:
+            raise NotFound(f"Collection '{name}' not found")
+        return collection
+
+    async def create(self, name: str, type_: str, schema: Any, otp_enabled: bool | None = None) -> Collection:
+        """Create a collection of type `base` or `auth` with the schema (list or `{fields}`).
+        Auth collections copy `otp_enabled` from the global settings unless given.
+        Raises ValidationFailed (name, type, schema) or AlreadyExists (name taken)."""
+        check_name(name)
+        if type_ not in COLLECTION_TYPES:
+            raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth."]})
+        fields = parse_schema(schema, auth=type_ == "auth")
+        if otp_enabled is None:
+            otp_enabled = (await self._settings.auth()).otp_enabled if type_ == "auth" else False
+        now = self._clock()
+        collection = Collection(
+            id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled
+        )
+        await self._check_relations(collection)
+        await self._collections.insert(collection)
+        try:
+            await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection))
+        except Exception:
+            await self._collections.delete(collection.id)
+            raise
+        log.info("collection %s (%s) created", name, collection.id)
+        return collection
+
+    async def update(
+        self, collection_id: str, *, name: str | None = None, schema: Any = None, otp_enabled: bool | None = None
+    ) -> Collection:
+        """Change name, schema and/or otp_enabled. Fields dropped from the schema are removed from
+        every record; unique and text indexes follow the new schema. Raises NotFound,
+        ValidationFailed (including duplicates under a new unique rule), AlreadyExists (name),
+        BadRequest (a concurrent update won)."""
+        current = await self.get(collection_id)
+        changed = current
+        if name is not None:
+            check_name(name)
+            changed = replace(changed, name=name)
+        if schema is not None:
+            changed = replace(changed, fields=parse_schema(schema, auth=current.type == "auth"))
+        if otp_enabled is not None:
+            changed = replace(changed, otp_enabled=otp_enabled)
+        changed = replace(changed, version=current.version + 1, updated=self._clock())
+        await self._check_relations(changed)
+        await self._records.sync_indexes(collection_id, unique_field_names(changed), text_field_names(changed))
+        stored = await self._collections.replace(changed, expected_version=current.version)
+        if stored is None:
+            raise BadRequest("The collection was changed by another request; retry")
+        kept = {f.name for f in stored.fields}
+        await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
+        return stored
+
+    async def delete(self, collection_id: str) -> None:
+        """Delete the collection and all its records. Raises NotFound."""
+        collection = await self.get(collection_id)
+        await self._collections.delete(collection.id)
+        await self._records.drop(collection.id)
+        log.info("collection %s (%s) deleted", collection.name, collection.id)
+
+    async def _check_relations(self, collection: Collection) -> None:
+        for spec in collection.fields:
+            if spec.type == "relation" and spec.collection_id != collection.id:
+                if spec.collection_id is None or await self._collections.get(spec.collection_id) is None:
+                    raise ValidationFailed(
+                        f"Relation field '{spec.name}' points to an unknown collection",
+                        errors={"schema": [f"{spec.name}: unknown collection_id"]},
+                    )

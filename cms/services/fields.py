@@ -1,0 +1,299 @@
+"""Field types: parsing schema definitions and validating record values (spec: Collection;
+decisions.md: Records).
+
+`parse_schema(raw)` turns the client's `schema` (a list of field definitions or `{fields: [...]}`)
+into `FieldSpec`s. `RecordSchemas` builds one marshmallow schema per collection version and
+validates record `data` against it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import OrderedDict
+from datetime import UTC, date, datetime
+from typing import Any
+
+from marshmallow import RAISE, Schema, ValidationError, fields, validate
+
+from cms.errors import ValidationFailed
+from cms.models import Collection, FieldSpec, Validation
+
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+SYSTEM_FIELDS = frozenset({"id", "created", "updated"})
+AUTH_FIELDS = frozenset({"password", "email", "verified"})
+TEXT_TYPES = frozenset({"text", "editor", "email", "url"})
+MULTI_TYPES = frozenset({"select", "relation", "file"})
+FIELD_TYPES = ("text", "editor", "bool", "email", "url", "number", "date", "select", "json", "relation", "file")
+MAX_FIELDS = 100
+MAX_SELECT_VALUES = 100
+SCHEMA_CACHE_SIZE = 512
+
+
+# --- schema definitions --------------------------------------------------------------------
+
+
+class _ValidationDefinition(Schema):
+    required = fields.Boolean(load_default=False)
+    min = fields.Float(load_default=None, allow_nan=False)
+    max = fields.Float(load_default=None, allow_nan=False)
+    pattern = fields.String(load_default=None, validate=validate.Length(max=500))
+    unique = fields.Boolean(load_default=False)
+
+
+class _FieldDefinition(Schema):
+    id = fields.String()  # accepted and ignored, as clients echo back what they read
+    name = fields.String(required=True, validate=validate.Regexp(NAME_PATTERN, error="Invalid field name."))
+    type = fields.String(required=True, validate=validate.OneOf(FIELD_TYPES))
+    validation = fields.Nested(_ValidationDefinition, load_default=dict)
+    values = fields.List(
+        fields.String(validate=validate.Length(min=1, max=200)),
+        validate=validate.Length(min=1, max=MAX_SELECT_VALUES),
+        load_default=None,
+    )
+    max_select = fields.Integer(strict=True, validate=validate.Range(min=1, max=1000), load_default=None)
+    collection_id = fields.String(load_default=None)
+
+
+def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
+    """Parse a schema given as a list of field definitions or as `{"fields": [...]}`.
+
+    Each definition is `{name, type, validation?: {required, min, max, pattern, unique},
+    values?, max_select?, collection_id?}`. Raises ValidationFailed (422) with
+    `errors: {"schema": [...]}` on any problem: bad shape, unknown type, invalid or duplicate
+    name, reserved name (`id`, `created`, `updated`; in auth collections also `password`,
+    `email`, `verified`), a select without `values`, a relation without `collection_id`, a bad
+    regex pattern, or `min` above `max`.
+    """
+    if isinstance(raw, dict):
+        if set(raw) - {"fields"}:
+            raise _schema_error("schema object takes only the key 'fields'")
+        raw = raw.get("fields", [])
+    if not isinstance(raw, list):
+        raise _schema_error("schema must be a list of fields or an object with 'fields'")
+    if len(raw) > MAX_FIELDS:
+        raise _schema_error(f"a collection has at most {MAX_FIELDS} fields")
+    try:
+        definitions = _FieldDefinition(many=True, unknown=RAISE).load(raw)
+    except ValidationError as exc:
+        raise ValidationFailed("Invalid schema", errors={"schema": exc.messages}) from None
+    specs: list[FieldSpec] = []
+    seen: set[str] = set()
+    reserved = SYSTEM_FIELDS | AUTH_FIELDS if auth else SYSTEM_FIELDS
+    for position, d in enumerate(definitions):
+        name = d["name"]
+        where = f"field {position} ('{name}')"
+        if name in reserved:
+            raise _schema_error(f"{where}: the name is reserved")
+        if name.lower() in seen:
+            raise _schema_error(f"{where}: duplicate name")
+        seen.add(name.lower())
+        specs.append(_to_spec(d, where))
+    return tuple(specs)
+
+
+def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
+    v = d["validation"]
+    kind = d["type"]
+    if v["min"] is not None and v["max"] is not None and v["min"] > v["max"]:
+        raise _schema_error(f"{where}: min is above max")
+    if v["pattern"] is not None:
+        if kind not in ("text", "editor", "email", "url"):
+            raise _schema_error(f"{where}: pattern applies to text fields only")
+        try:
+            re.compile(v["pattern"])
+        except re.error as exc:
+            raise _schema_error(f"{where}: invalid pattern: {exc}") from None
+    if kind == "select" and not d["values"]:
+        raise _schema_error(f"{where}: a select field needs 'values'")
+    if kind == "relation" and not d["collection_id"]:
+        raise _schema_error(f"{where}: a relation field needs 'collection_id'")
+    if v["unique"] and kind in ("bool", "json"):
+        raise _schema_error(f"{where}: {kind} fields cannot be unique")
+    return FieldSpec(
+        name=d["name"],
+        type=kind,
+        validation=Validation(**v),
+        values=tuple(d["values"]) if kind == "select" else None,
+        max_select=d["max_select"] if kind in MULTI_TYPES else None,
+        collection_id=d["collection_id"] if kind == "relation" else None,
+    )
+
+
+def _schema_error(message: str) -> ValidationFailed:
+    return ValidationFailed(f"Invalid schema: {message}", errors={"schema": [message]})
+
+
+def text_field_names(collection: Collection) -> list[str]:
+    """Names of the fields `search` looks in: text, editor, email and url."""
+    return [f.name for f in collection.fields if f.type in TEXT_TYPES]
+
+
+def unique_field_names(collection: Collection) -> list[str]:
+    """Names of the fields with `validation.unique`."""
+    return [f.name for f in collection.fields if f.validation.unique]
+
+
+# --- record values ---------------------------------------------------------------------------
+
+
+class StrictBoolean(fields.Field):
+    """A JSON boolean only (no "true" strings, no 0/1)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValidationError("Not a valid boolean.")
+        return value
+
+
+class StrictNumber(fields.Field):
+    """A finite JSON number (int or float, not a boolean, not a string)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int | float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError("Not a valid number.")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError("Not a finite number.")
+        return value
+
+
+class IsoDateTime(fields.Field):
+    """An ISO 8601 date or date-time string (naive means UTC), stored as an aware UTC datetime."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> datetime:
+        if isinstance(value, datetime):
+            parsed = value
+        elif isinstance(value, str) and 0 < len(value) <= 40:
+            try:
+                parsed = datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValidationError("Not a valid ISO 8601 date.") from None
+        else:
+            raise ValidationError("Not a valid ISO 8601 date.")
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        parsed = parsed.astimezone(UTC)
+        return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
+
+
+class JsonValue(fields.Field):
+    """Any JSON value; object keys may not start with `$` or contain `.` (storage safety)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        _check_json_keys(value, depth=0)
+        return value
+
+
+def _check_json_keys(value: Any, depth: int) -> None:
+    if depth > 32:
+        raise ValidationError("JSON nested too deeply.")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.startswith("$") or "." in key:
+                raise ValidationError(f"JSON keys may not start with '$' or contain '.': {key!r}")
+            _check_json_keys(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json_keys(item, depth + 1)
+
+
+def _value_field(spec: FieldSpec) -> fields.Field:
+    """The marshmallow field for one value of `spec` (no required/null handling)."""
+    v = spec.validation
+    checks: list[Any] = []
+    kind = spec.type
+    if kind in TEXT_TYPES:
+        low = max(int(v.min or 0), 1 if v.required else 0)
+        high = int(v.max) if v.max is not None else None
+        checks.append(validate.Length(min=low, max=high))
+        if v.pattern:
+            checks.append(validate.Regexp(v.pattern, error="Does not match the pattern."))
+        if kind == "email":
+            return fields.Email(validate=checks)
+        if kind == "url":
+            return fields.Url(require_tld=False, validate=checks)
+        return fields.String(validate=checks)
+    if kind == "number":
+        if v.min is not None or v.max is not None:
+            checks.append(validate.Range(min=v.min, max=v.max))
+        return StrictNumber(validate=checks)
+    if kind == "bool":
+        return StrictBoolean()
+    if kind == "date":
+        return IsoDateTime()
+    if kind == "json":
+        return JsonValue()
+    if kind == "select":
+        return fields.String(validate=validate.OneOf(spec.values or ()))
+    # relation and file: ids
+    return fields.String(validate=validate.Length(min=1, max=64))
+
+
+def _record_field(spec: FieldSpec) -> fields.Field:
+    item = _value_field(spec)
+    required = spec.validation.required
+    if spec.type in MULTI_TYPES and (spec.max_select or 1) > 1:
+        return fields.List(
+            item,
+            required=required,
+            allow_none=not required,
+            validate=validate.Length(min=1 if required else 0, max=spec.max_select),
+        )
+    item.required = required
+    item.allow_none = not required
+    return item
+
+
+def build_record_schema(collection: Collection) -> Schema:
+    """A marshmallow schema validating the `data` of a record of `collection` (unknown keys raise)."""
+    declared = {spec.name: _record_field(spec) for spec in collection.fields}
+    schema_class = Schema.from_dict(declared, name=f"Record_{collection.name}")
+    return schema_class(unknown=RAISE)
+
+
+class RecordSchemas:
+    """Validates record data with one cached marshmallow schema per (collection id, version).
+
+    A collection updated through another replica has a new version, so its schema is rebuilt
+    on first use here; old versions fall out of the bounded LRU cache.
+    """
+
+    def __init__(self, size: int = SCHEMA_CACHE_SIZE) -> None:
+        self._cache: OrderedDict[tuple[str, int], Schema] = OrderedDict()
+        self._size = size
+
+    def schema_for(self, collection: Collection) -> Schema:
+        """The schema of this collection version, built once."""
+        key = (collection.id, collection.version)
+        schema = self._cache.get(key)
+        if schema is None:
+            schema = build_record_schema(collection)
+            self._cache[key] = schema
+            if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return schema
+
+    def load(self, collection: Collection, data: Any, *, partial: bool) -> dict[str, Any]:
+        """Validate `data` (an object of field values); `partial` for updates.
+
+        Returns the values ready to store, with None for fields to clear. Raises ValidationFailed
+        with `errors: {field: [message]}` (unknown fields, wrong types, rule violations)."""
+        if not isinstance(data, dict):
+            raise ValidationFailed("'data' must be an object", errors={"data": ["Must be an object."]})
+        try:
+            loaded: dict[str, Any] = self.schema_for(collection).load(data, partial=partial)
+        except ValidationError as exc:
+            messages = exc.messages if isinstance(exc.messages, dict) else {"data": exc.messages}
+            raise ValidationFailed("Record validation failed", errors=messages) from None
+        return loaded
+
+
+def to_json_value(value: Any) -> Any:
+    """A stored value as JSON: datetimes as ISO 8601 with `Z` and milliseconds."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value

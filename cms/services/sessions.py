@@ -1,0 +1,108 @@
+"""Sessions and JWTs for every user system (decisions.md, Identity and tokens).
+
+Each login creates a session; access and refresh tokens carry its id (`sid`) and are valid only
+while the session is active, so a revocation holds at once on every replica. Refresh rotates:
+the spent refresh token's jti is replaced atomically, and presenting a spent one again revokes
+the whole session (reuse detection).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from datetime import timedelta
+
+from cms.clock import Clock, new_id, utcnow
+from cms.errors import Unauthorized
+from cms.models import Session, TokenPair
+from cms.security.tokens import ACCESS, REFRESH, TokenClaims, TokenCodec
+from cms.store.sessions import SessionRepository
+
+log = logging.getLogger("cms.sessions")
+
+TOUCH_INTERVAL = timedelta(seconds=60)
+
+ReuseHandler = Callable[[Session], Awaitable[None]]
+
+
+class SessionService:
+    """Issues, refreshes, checks and revokes sessions and their tokens."""
+
+    def __init__(
+        self,
+        sessions: SessionRepository,
+        codec: TokenCodec,
+        *,
+        clock: Clock = utcnow,
+        on_reuse: ReuseHandler | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._codec = codec
+        self._clock = clock
+        self._on_reuse = on_reuse
+
+    async def start(
+        self, user_id: str, audience: str, *, access_lifetime_s: int, refresh_lifetime_s: int,
+        user_agent: str = "", ip: str = "",
+    ) -> tuple[Session, TokenPair]:
+        """Create an active session for a login and its first token pair."""
+        now = self._clock()
+        session = Session(
+            id=new_id(), user_id=user_id, audience=audience, refresh_jti=new_id(),
+            created=now, last_used=now, user_agent=user_agent[:512], ip=ip,
+        )
+        await self._sessions.insert(session)
+        return session, self._pair(session, access_lifetime_s, refresh_lifetime_s)
+
+    def _pair(self, session: Session, access_lifetime_s: int, refresh_lifetime_s: int) -> TokenPair:
+        access, _ = self._codec.issue(
+            sub=session.user_id, sid=session.id, typ=ACCESS, aud=session.audience, lifetime_s=access_lifetime_s
+        )
+        refresh, _ = self._codec.issue(
+            sub=session.user_id, sid=session.id, typ=REFRESH, aud=session.audience,
+            lifetime_s=refresh_lifetime_s, jti=session.refresh_jti,
+        )
+        return TokenPair(access_token=access, refresh_token=refresh, expires_in=access_lifetime_s)
+
+    async def refresh(
+        self, refresh_token: str, audience: str, *, access_lifetime_s: int, refresh_lifetime_s: int
+    ) -> TokenPair:
+        """Spend a refresh token for a new pair. Raises Unauthorized if the token is invalid,
+        expired, of another audience, of a revoked session, or already spent (which revokes the
+        session and calls the reuse handler)."""
+        claims = self._codec.decode(refresh_token, typ=REFRESH, audience=audience)
+        session = await self._sessions.get(claims.sid)
+        if session is None or session.revoked_at is not None or session.user_id != claims.sub:
+            raise Unauthorized("Session has been revoked")
+        rotated = replace(session, refresh_jti=new_id())
+        if not await self._sessions.rotate_refresh(session.id, claims.jti, rotated.refresh_jti, self._clock()):
+            await self._sessions.revoke(session.id, self._clock())
+            log.warning("refresh token reuse: session %s revoked", session.id)
+            if self._on_reuse is not None:
+                await self._on_reuse(session)
+            raise Unauthorized("Refresh token has already been used; the session is revoked")
+        return self._pair(rotated, access_lifetime_s, refresh_lifetime_s)
+
+    async def authenticate(self, access_token: str, audience: str) -> tuple[TokenClaims, Session]:
+        """Check an access token and that its session is active. Raises Unauthorized."""
+        claims = self._codec.decode(access_token, typ=ACCESS, audience=audience)
+        session = await self._sessions.get(claims.sid)
+        if session is None or session.revoked_at is not None or session.user_id != claims.sub:
+            raise Unauthorized("Session has been revoked")
+        now = self._clock()
+        if now - session.last_used > TOUCH_INTERVAL:
+            await self._sessions.touch(session.id, now)
+        return claims, session
+
+    async def revoke(self, session_id: str, *, user_id: str | None = None) -> bool:
+        """Revoke one session (of `user_id` when given). Returns False if no active one matched."""
+        return await self._sessions.revoke(session_id, self._clock(), user_id=user_id)
+
+    async def revoke_all(self, user_id: str, audience: str, *, keep: str | None = None) -> int:
+        """Revoke all of a user's sessions in one user system, except `keep`. Returns the count."""
+        return await self._sessions.revoke_all(user_id, audience, self._clock(), keep=keep)
+
+    async def list_active(self, user_id: str, audience: str) -> list[Session]:
+        """The user's active sessions, newest first."""
+        return await self._sessions.list_active(user_id, audience)

@@ -1,0 +1,101 @@
+"""Repository of collection definitions (Mongo collection `collections`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pymongo import ReturnDocument
+
+from cms.models import Collection, FieldSpec, Validation
+from cms.store.client import Database
+from cms.store.errors import translate_errors
+
+
+def _field_document(spec: FieldSpec) -> dict[str, Any]:
+    doc = dataclasses.asdict(spec)
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in doc.items() if v is not None}
+
+
+def _field_from_document(doc: dict[str, Any]) -> FieldSpec:
+    values = doc.get("values")
+    return FieldSpec(
+        name=doc["name"],
+        type=doc["type"],
+        validation=Validation(**doc.get("validation", {})),
+        values=tuple(values) if values is not None else None,
+        max_select=doc.get("max_select"),
+        collection_id=doc.get("collection_id"),
+    )
+
+
+def _to_document(collection: Collection) -> dict[str, Any]:
+    return {
+        "_id": collection.id,
+        "name": collection.name,
+        "name_lower": collection.name.lower(),
+        "type": collection.type,
+        "fields": [_field_document(f) for f in collection.fields],
+        "otp_enabled": collection.otp_enabled,
+        "version": collection.version,
+        "created": collection.created,
+        "updated": collection.updated,
+    }
+
+
+def _from_document(doc: dict[str, Any]) -> Collection:
+    return Collection(
+        id=doc["_id"],
+        name=doc["name"],
+        type=doc["type"],
+        fields=tuple(_field_from_document(f) for f in doc.get("fields", [])),
+        otp_enabled=doc.get("otp_enabled", False),
+        version=doc.get("version", 1),
+        created=doc["created"],
+        updated=doc["updated"],
+    )
+
+
+class CollectionRepository:
+    """Collection definitions; names are unique case-insensitively."""
+
+    def __init__(self, db: Database) -> None:
+        self._mongo_coll = db["collections"]
+
+    async def insert(self, collection: Collection) -> None:
+        """Store a new collection. Raises AlreadyExists when the name is taken."""
+        async with translate_errors("collection name"):
+            await self._mongo_coll.insert_one(_to_document(collection))
+
+    async def get(self, collection_id: str) -> Collection | None:
+        """The collection with this id, or None."""
+        doc = await self._mongo_coll.find_one({"_id": collection_id})
+        return _from_document(doc) if doc else None
+
+    async def get_by_name(self, name: str) -> Collection | None:
+        """The collection with this exact name, or None."""
+        doc = await self._mongo_coll.find_one({"name": name})
+        return _from_document(doc) if doc else None
+
+    async def list(self) -> list[Collection]:
+        """Every collection, by name."""
+        return [_from_document(d) async for d in self._mongo_coll.find({}).sort("name", 1)]
+
+    async def replace(self, collection: Collection, expected_version: int) -> Collection | None:
+        """Store `collection` (its version already raised) if the stored version is still
+        `expected_version`. Returns None when another writer got there first.
+        Raises AlreadyExists when the new name is taken."""
+        doc = _to_document(collection)
+        del doc["_id"]
+        async with translate_errors("collection name"):
+            stored = await self._mongo_coll.find_one_and_update(
+                {"_id": collection.id, "version": expected_version},
+                {"$set": doc},
+                return_document=ReturnDocument.AFTER,
+            )
+        return _from_document(stored) if stored else None
+
+    async def delete(self, collection_id: str) -> bool:
+        """Remove the definition. Returns False if it did not exist."""
+        result = await self._mongo_coll.delete_one({"_id": collection_id})
+        return result.deleted_count == 1

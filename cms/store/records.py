@@ -1,0 +1,140 @@
+"""Repository of records: one Mongo collection per CMS collection, `records_<collection id>`.
+
+Field values are stored at the top level of the document, next to `_id`, `created` and
+`updated`, so filters, sorts and unique indexes work on plain paths.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from pymongo import ReturnDocument
+from pymongo.errors import OperationFailure
+
+from cms.errors import ValidationFailed
+from cms.models import Record
+from cms.store.client import Capabilities, Database
+from cms.store.errors import translate_errors
+
+log = logging.getLogger("cms.store")
+
+UNIQUE_PREFIX = "unique_"
+TEXT_INDEX = "search_text"
+SYSTEM_KEYS = ("_id", "created", "updated")
+
+
+def record_from_document(doc: dict[str, Any]) -> Record:
+    """A stored document as a Record: system keys apart, the rest in `data`."""
+    data = {k: v for k, v in doc.items() if k not in SYSTEM_KEYS}
+    return Record(id=doc["_id"], created=doc["created"], updated=doc["updated"], data=data)
+
+
+def record_to_document(record: Record) -> dict[str, Any]:
+    """A Record as a document (`data` values at the top level)."""
+    return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
+
+
+class RecordRepository:
+    """Records of every collection; callers pass the collection id and a prepared query."""
+
+    def __init__(self, db: Database, capabilities: Capabilities) -> None:
+        self._db = db
+        self.capabilities = capabilities
+
+    def _mongo_coll(self, collection_id: str) -> Any:
+        return self._db[f"records_{collection_id.replace('-', '')}"]
+
+    async def insert(self, collection_id: str, record: Record) -> None:
+        """Store a new record. Raises AlreadyExists naming a field whose unique index refused it."""
+        async with translate_errors("record"):
+            await self._mongo_coll(collection_id).insert_one(record_to_document(record))
+
+    async def get(self, collection_id: str, record_id: str) -> Record | None:
+        """The record, or None."""
+        doc = await self._mongo_coll(collection_id).find_one({"_id": record_id})
+        return record_from_document(doc) if doc else None
+
+    async def update(
+        self, collection_id: str, record_id: str, set_values: dict[str, Any], unset: Sequence[str]
+    ) -> Record | None:
+        """Set and unset fields of one record; returns the record after the change, or None if gone.
+        Raises AlreadyExists on a unique-index conflict."""
+        change: dict[str, Any] = {"$set": set_values}
+        if unset:
+            change["$unset"] = {name: "" for name in unset}
+        async with translate_errors("record"):
+            doc = await self._mongo_coll(collection_id).find_one_and_update(
+                {"_id": record_id}, change, return_document=ReturnDocument.AFTER
+            )
+        return record_from_document(doc) if doc else None
+
+    async def delete(self, collection_id: str, record_id: str) -> bool:
+        """Remove one record. Returns False if it did not exist."""
+        result = await self._mongo_coll(collection_id).delete_one({"_id": record_id})
+        return result.deleted_count == 1
+
+    async def find(
+        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int
+    ) -> list[Record]:
+        """Records matching `query` in `sort` order, `skip` then at most `limit` of them."""
+        cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
+        return [record_from_document(d) async for d in cursor]
+
+    async def count(self, collection_id: str, query: dict[str, Any]) -> int:
+        """How many records match `query`."""
+        return await self._mongo_coll(collection_id).count_documents(query)
+
+    async def drop(self, collection_id: str) -> None:
+        """Remove every record of the collection and its indexes."""
+        await self._mongo_coll(collection_id).drop()
+
+    async def unset_fields(self, collection_id: str, names: Sequence[str]) -> None:
+        """Remove fields (dropped from the schema) from every record."""
+        if names:
+            await self._mongo_coll(collection_id).update_many({}, {"$unset": {n: "" for n in names}})
+
+    async def sync_indexes(self, collection_id: str, unique_fields: Sequence[str], text_fields: Sequence[str]) -> None:
+        """Make the record indexes match the schema: `created` for the default sort, one unique
+        index per unique field (partial: absent values do not collide), and, where the server
+        supports it, one text index over the text fields.
+
+        Raises ValidationFailed when existing records already hold duplicates of a new unique field."""
+        mongo_coll = self._mongo_coll(collection_id)
+        await mongo_coll.create_index([("created", 1), ("_id", 1)], name="created_id")
+        existing = await mongo_coll.index_information()
+        wanted = {f"{UNIQUE_PREFIX}{name}": name for name in unique_fields}
+        for index_name in existing:
+            if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted:
+                await mongo_coll.drop_index(index_name)
+        for index_name, field_name in wanted.items():
+            if index_name in existing:
+                continue
+            try:
+                await mongo_coll.create_index(
+                    field_name,
+                    name=index_name,
+                    unique=True,
+                    partialFilterExpression={field_name: {"$exists": True}},
+                )
+            except OperationFailure as exc:
+                if exc.code == 11000:
+                    raise ValidationFailed(
+                        f"Existing records hold duplicate values of '{field_name}'",
+                        errors={field_name: ["Existing records hold duplicate values"]},
+                    ) from None
+                raise
+        if self.capabilities.text_index:
+            await self._sync_text_index(mongo_coll, existing, text_fields)
+
+    async def _sync_text_index(self, mongo_coll: Any, existing: dict[str, Any], text_fields: Sequence[str]) -> None:
+        wanted_keys = sorted(text_fields)
+        current = existing.get(TEXT_INDEX)
+        current_keys = sorted(current.get("weights", {})) if current else None
+        if current_keys == wanted_keys:
+            return
+        if current is not None:
+            await mongo_coll.drop_index(TEXT_INDEX)
+        if wanted_keys:
+            await mongo_coll.create_index([(name, "text") for name in wanted_keys], name=TEXT_INDEX)

@@ -1,0 +1,69 @@
+"""arq worker set-up: `cms worker`, `arq workers.WorkerSettings`, the in-process worker of
+embedded `cms serve`, and burst workers in tests all build their Worker here."""
+
+from __future__ import annotations
+
+import os
+from contextlib import AsyncExitStack
+from typing import Any
+
+from arq import Worker
+from arq.worker import func
+
+from cms.config import Config
+from cms.jobs import SEND_EMAIL
+from cms.wiring import Services, open_services, redis_settings
+from workers.email import EMAIL_MAX_TRIES, send_email
+
+FUNCTIONS = [func(send_email, name=SEND_EMAIL, max_tries=EMAIL_MAX_TRIES)]  # type: ignore[arg-type]
+
+
+async def on_startup(ctx: dict[str, Any]) -> None:
+    """Open services unless the caller handed them in (`ctx["services"]`)."""
+    if "config" not in ctx:
+        ctx["config"] = Config.from_env(os.environ)
+    if "services" not in ctx:
+        stack = AsyncExitStack()
+        ctx["services"] = await stack.enter_async_context(open_services(ctx["config"]))
+        ctx["exit_stack"] = stack
+
+
+async def on_shutdown(ctx: dict[str, Any]) -> None:
+    """Close what on_startup opened."""
+    stack = ctx.pop("exit_stack", None)
+    if stack is not None:
+        await stack.aclose()
+
+
+def build_worker(config: Config, *, services: Services | None = None, burst: bool = False,
+                 handle_signals: bool = True, poll_delay_s: float = 0.5) -> Worker:
+    """An arq Worker for `config`'s queue with every job function. It opens its own Redis pool;
+    `services` may be shared with the web app in the same process."""
+    assert config.redis_url, "redis_url must be set"
+    ctx: dict[str, Any] = {"config": config}
+    if services is not None:
+        ctx["services"] = services
+    return Worker(
+        FUNCTIONS,  # type: ignore[arg-type]
+        queue_name=config.queue_name,
+        redis_settings=redis_settings(config.redis_url),
+        on_startup=on_startup,
+        on_shutdown=on_shutdown,
+        ctx=ctx,
+        burst=burst,
+        handle_signals=handle_signals,
+        poll_delay=poll_delay_s,
+        max_tries=EMAIL_MAX_TRIES,
+        job_timeout=120,
+    )
+
+
+class WorkerSettings:
+    """For `arq workers.WorkerSettings`: reads the configuration from the environment."""
+
+    functions = FUNCTIONS
+    on_startup = on_startup
+    on_shutdown = on_shutdown
+    queue_name = "cms:queue"
+    redis_settings = redis_settings(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    max_tries = EMAIL_MAX_TRIES
