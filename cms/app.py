@@ -13,6 +13,7 @@ from aiohttp.typedefs import Handler
 from cms.api.context import SERVICES
 from cms.api.middlewares import error_middleware
 from cms.api.openapi import openapi_json
+from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.api.system import HTTP_STATS
 from cms.config import Config
@@ -37,7 +38,8 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
 
     JSON bodies are limited to `config.max_json_bytes` (413 above)."""
     app = web.Application(
-        middlewares=[stats_middleware, error_middleware], client_max_size=config.max_json_bytes
+        middlewares=[stats_middleware, error_middleware, rate_limit_middleware],
+        client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}
     if services is not None:
@@ -65,7 +67,9 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
 def _add_cors(app: web.Application, config: Config) -> None:
     """CORS for every route (aiohttp-cors); origins from `CORS_ORIGINS` (default `*`)."""
     options = aiohttp_cors.ResourceOptions(
-        allow_credentials=False, expose_headers=("X-Request-Id", "Retry-After"), allow_headers="*",
+        allow_credentials=False, allow_headers="*",
+        expose_headers=("X-Request-Id", "Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+                        "X-RateLimit-Reset"),
         allow_methods="*", max_age=3600,
     )
     cors = aiohttp_cors.setup(app, defaults={origin: options for origin in config.cors_origins})

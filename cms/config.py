@@ -7,12 +7,14 @@ Tests build their own `Config(...)` directly.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+QUEUE_NAME = "cms:queue"
 
 
 class ConfigError(ValueError):
@@ -49,7 +51,9 @@ class Config:
     cors_origins: tuple[str, ...] = ("*",)
     embedded: bool = False
     max_json_bytes: int = 1024 * 1024
-    queue_name: str = "cms:queue"
+    queue_name: str = QUEUE_NAME
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    rate_limit_window_s: int = 60
 
     @property
     def base_url(self) -> str:
@@ -100,6 +104,7 @@ class Config:
         public_url = env.get("PUBLIC_URL")
         if public_url is not None and not public_url.startswith(("http://", "https://")):
             raise ConfigError("PUBLIC_URL must start with http:// or https://")
+        trusted_proxies = _networks(env, "TRUSTED_PROXIES")
         origins = tuple(o.strip() for o in env.get("CORS_ORIGINS", "*").split(",") if o.strip())
         return cls(
             secret_key=secret_key,
@@ -122,6 +127,7 @@ class Config:
             log_level=log_level,
             cors_origins=origins or ("*",),
             embedded=embedded,
+            trusted_proxies=trusted_proxies,
         )
 
 
@@ -160,6 +166,16 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _networks(
+    env: Mapping[str, str], name: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    raw = env.get(name, "")
+    try:
+        return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in raw.split(",") if part.strip())
+    except ValueError as exc:
+        raise ConfigError(f"{name} must be comma-separated IP addresses or CIDRs: {exc}") from None
 
 
 def _name(env: Mapping[str, str], name: str, default: str) -> str:

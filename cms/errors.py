@@ -40,6 +40,7 @@ class CmsError(Exception):
     def __init__(self, detail: str | None = None, *, errors: dict[str, Any] | None = None) -> None:
         self.detail = detail or self.default_detail
         self.errors = errors
+        self.headers: dict[str, str] = {}  # extra response headers (e.g. X-RateLimit-*)
         super().__init__(self.detail)
 
     def to_body(self) -> dict[str, Any]:

@@ -180,3 +180,17 @@ class LoginResult:
     token: TokenPair | None
     message: str | None = None
     requires_2fa: bool = False
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One audit log entry (decisions.md, Audit events): `severity` info | warning | critical."""
+
+    id: str
+    event_type: str
+    severity: str
+    created: datetime
+    user_id: str | None = None
+    ip_address: str = ""
+    user_agent: str = ""
+    details: dict[str, Any] = field(default_factory=dict)

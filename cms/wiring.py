@@ -19,16 +19,19 @@ from cms.config import Config
 from cms.jobs import JobQueue
 from cms.security.tokens import TokenCodec
 from cms.services.accounts import AccountService
+from cms.services.audit import AuditService
 from cms.services.collections import CollectionService
 from cms.services.events import EventDispatcher
 from cms.services.fields import RecordSchemas
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
+from cms.services.rate_limits import RateLimitService
 from cms.services.records import RecordService
 from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
 from cms.services.system import SystemService
 from cms.store.admin_users import AdminUserRepository
+from cms.store.audit import AuditRepository
 from cms.store.client import database_stats, detect_capabilities, ensure_indexes, open_client
 from cms.store.collections import CollectionRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
@@ -46,6 +49,8 @@ class Services:
     jobs: JobQueue
     events: EventDispatcher
     settings: SettingsService
+    audit: AuditService
+    rate_limits: RateLimitService
     sessions: SessionService
     accounts: AccountService
     collections: CollectionService
@@ -96,6 +101,11 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 jobs=jobs,
                 events=events,
                 settings=settings,
+                audit=AuditService(AuditRepository(db), clock=clock),
+                rate_limits=RateLimitService(
+                    config.redis_url, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
+                    window_s=config.rate_limit_window_s,
+                ),
                 sessions=sessions,
                 accounts=AccountService(
                     AdminUserRepository(db), sessions, one_time, mailer, settings, clock=clock

@@ -10,7 +10,7 @@ from typing import Any
 from arq import Worker
 from arq.worker import func
 
-from cms.config import Config
+from cms.config import QUEUE_NAME, Config
 from cms.jobs import SEND_EMAIL
 from cms.wiring import Services, open_services, redis_settings
 from workers.email import EMAIL_MAX_TRIES, send_email
@@ -64,6 +64,6 @@ class WorkerSettings:
     functions = FUNCTIONS
     on_startup = on_startup
     on_shutdown = on_shutdown
-    queue_name = "cms:queue"
+    queue_name = QUEUE_NAME
     redis_settings = redis_settings(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     max_tries = EMAIL_MAX_TRIES

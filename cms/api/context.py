@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -59,8 +60,26 @@ def load(schema: Schema, data: dict[str, Any]) -> dict[str, Any]:
 
 
 def client_ip(request: web.Request) -> str:
-    """The socket peer address (proxy headers are not trusted here)."""
-    return request.remote or ""
+    """The client's address: the socket peer, unless that peer is one of `TRUSTED_PROXIES`; then
+    the right-most address of `X-Forwarded-For` that is not a trusted proxy (a client can prepend
+    anything to that header, but not past the proxies we trust)."""
+    peer = request.remote or ""
+    trusted = services(request).config.trusted_proxies
+    if not trusted or not _is_trusted(peer, trusted):
+        return peer
+    hops = [h.strip() for h in request.headers.get("X-Forwarded-For", "").split(",") if h.strip()]
+    for hop in reversed(hops):
+        if not _is_trusted(hop, trusted):
+            return hop
+    return hops[0] if hops else peer
+
+
+def _is_trusted(address: str, trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in network for network in trusted)
 
 
 def user_agent(request: web.Request) -> str:

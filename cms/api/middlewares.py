@@ -19,7 +19,7 @@ _HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "
 
 def error_response(error: CmsError, request_id: str) -> web.Response:
     """The JSON response of a CmsError, with the request id header (and Retry-After on 429)."""
-    headers = {"X-Request-Id": request_id}
+    headers = {**error.headers, "X-Request-Id": request_id}
     if isinstance(error, RateLimited):
         headers["Retry-After"] = str(error.retry_after_s)
     return web.json_response(error.to_body(), status=error.status, headers=headers)

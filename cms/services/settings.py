@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from cms.errors import ValidationFailed
 from cms.security.passwords import PasswordPolicy
 from cms.store.settings import SettingsRepository
 
@@ -37,16 +39,30 @@ class AuthSettings:
     mfa_enabled: bool
 
 
-class SettingsService:
-    """Reads settings (stored value, else the default)."""
+CACHE_TTL_S = 5.0
 
-    def __init__(self, repository: SettingsRepository) -> None:
+
+class SettingsService:
+    """Reads settings (stored value, else the default).
+
+    Reads are cached in-process for `cache_ttl_s` seconds, so hot paths (the rate limiter runs on
+    every request) cost no database round trip; a change made through another replica is seen
+    within that time, one made here at once."""
+
+    def __init__(self, repository: SettingsRepository, *, cache_ttl_s: float = CACHE_TTL_S) -> None:
         self._repository = repository
+        self._cache_ttl_s = cache_ttl_s
+        self._cached: dict[str, Any] | None = None
+        self._cached_at = 0.0
 
     async def values(self) -> dict[str, Any]:
         """Every known setting as {key: value}, defaults filled in."""
-        stored = await self._repository.all()
-        return {key: stored.get(key, default) for key, (default, _) in SETTINGS_DEFAULTS.items()}
+        now = time.monotonic()
+        if self._cached is None or now - self._cached_at > self._cache_ttl_s:
+            stored = await self._repository.all()
+            self._cached = {key: stored.get(key, default) for key, (default, _) in SETTINGS_DEFAULTS.items()}
+            self._cached_at = now
+        return dict(self._cached)
 
     async def auth(self) -> AuthSettings:
         """The auth settings snapshot (one read)."""
@@ -63,3 +79,16 @@ class SettingsService:
             otp_enabled=bool(v["otp_enabled"]),
             mfa_enabled=bool(v["mfa_enabled"]),
         )
+
+    async def set(self, key: str, value: Any) -> None:
+        """Store one setting. Raises ValidationFailed for an unknown key or a value whose type
+        differs from the default's (bool for bool, int for int)."""
+        if key not in SETTINGS_DEFAULTS:
+            raise ValidationFailed(f"Unknown setting '{key}'", errors={"key": ["Unknown setting."]})
+        default, category = SETTINGS_DEFAULTS[key]
+        if type(value) is not type(default):
+            raise ValidationFailed(
+                f"Setting '{key}' takes a {type(default).__name__}", errors={"value": ["Wrong type."]}
+            )
+        await self._repository.put(key, value, category)
+        self._cached = None

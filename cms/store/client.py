@@ -63,6 +63,8 @@ async def ensure_indexes(db: Database) -> None:
     await db.one_time_tokens.create_index("expires_at", expireAfterSeconds=7 * 24 * 3600)
     await db.collections.create_index("name_lower", unique=True)
     await db.settings.create_index("key", unique=True)
+    await db.audit_log.create_index([("created", -1)])
+    await db.audit_log.create_index([("event_type", 1), ("created", -1)])
 
 
 async def database_stats(db: Database) -> dict[str, Any]:

@@ -1,0 +1,70 @@
+"""Rate-limit middleware and the auth-endpoint check: 429 `rate_limited` with `Retry-After` and
+`X-RateLimit-Limit` / `-Remaining` / `-Reset` headers (decisions.md, Limits)."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from cms.api.context import client_ip, services, user_agent
+from cms.errors import RateLimited
+from cms.services.rate_limits import RateLimitDecision
+
+log = logging.getLogger("cms.api")
+
+DECISION_KEY = "rate_limit_decision"
+EXEMPT_PREFIXES = ("/health", "/docs", "/openapi.json")
+
+
+def _headers(decision: RateLimitDecision) -> dict[str, str]:
+    return {
+        "X-RateLimit-Limit": str(decision.limit),
+        "X-RateLimit-Remaining": str(decision.remaining),
+        "X-RateLimit-Reset": str(decision.reset_after_s),
+    }
+
+
+async def _refuse(request: web.Request, decision: RateLimitDecision, what: str) -> RateLimited:
+    await services(request).audit.record(
+        "rate_limited", ip_address=client_ip(request), user_agent=user_agent(request),
+        details={"limit": what, "path": request.path},
+    )
+    error = RateLimited(f"Too many requests; retry in {decision.reset_after_s} s", retry_after_s=decision.reset_after_s)
+    error.headers = _headers(decision)
+    return error
+
+
+@web.middleware
+async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Apply the general per-IP limit to every request but health and docs. If Redis fails, the
+    request is let through (fail open) and the failure logged."""
+    if request.method == "OPTIONS" or request.path.startswith(EXEMPT_PREFIXES):
+        return await handler(request)
+    try:
+        decision = await services(request).rate_limits.hit_general(client_ip(request))
+    except Exception:  # noqa: BLE001 - a limiter outage must not take the API down
+        log.warning("rate limiter unavailable; request let through", exc_info=True)
+        decision = None
+    if decision is not None and not decision.allowed:
+        raise await _refuse(request, decision, "general")
+    response = await handler(request)
+    if decision is not None:
+        response.headers.update(_headers(request.get(DECISION_KEY, decision)))
+    return response
+
+
+async def enforce_auth_limit(request: web.Request, action: str, identifier: str) -> None:
+    """Count one auth attempt (`action`: login, register, otp, reset, refresh) for the client IP
+    and `identifier` (email or token). Raises RateLimited (429) past the auth limit."""
+    try:
+        decision = await services(request).rate_limits.hit_auth(action, client_ip(request), identifier)
+    except Exception:  # noqa: BLE001 - fail open, as above
+        log.warning("rate limiter unavailable; auth attempt let through", exc_info=True)
+        return
+    if decision is None:
+        return
+    request[DECISION_KEY] = decision
+    if not decision.allowed:
+        raise await _refuse(request, decision, f"auth:{action}")

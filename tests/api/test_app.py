@@ -1,0 +1,165 @@
+"""The app shell: error model, body limits, request ids, CORS, health, stats, API explorer."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from aiohttp import web
+
+from cms.app import create_app
+from cms.embedded import start_redis
+from cms.wiring import open_services
+
+
+async def test_unknown_path_is_404_in_error_model(client):
+    response = await client.get("/api/v1/nothing-here")
+    assert response.status == 404
+    assert await response.json() == {"detail": "No such endpoint", "code": "not_found"}
+
+
+async def test_wrong_method_is_405_in_error_model(client):
+    response = await client.put("/health")
+    assert response.status == 405
+    body = await response.json()
+    assert body["code"] == "method_not_allowed"
+    assert "GET" in body["detail"]
+
+
+async def test_malformed_json_is_400(client):
+    response = await client.post("/api/v1/auth/login", data=b'{"email": ', headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    body = await response.json()
+    assert body["code"] == "bad_request"
+    assert "Malformed JSON" in body["detail"]
+
+
+async def test_non_utf8_body_is_400(client):
+    response = await client.post("/api/v1/auth/login", data=b'\xff\xfe{"a"', headers={"Content-Type": "application/json"})
+    assert response.status == 400
+
+
+async def test_json_array_body_is_400(client):
+    response = await client.post("/api/v1/auth/login", json=[1, 2])
+    assert response.status == 400
+    assert (await response.json())["detail"] == "JSON body must be an object"
+
+
+async def test_body_over_one_mib_is_413(client):
+    response = await client.post("/api/v1/auth/login", data=b"{" + b" " * (1024 * 1024 + 10) + b"}")
+    assert response.status == 413
+    assert (await response.json())["code"] == "payload_too_large"
+
+
+async def test_validation_error_lists_fields(client):
+    response = await client.post("/api/v1/auth/login", json={"email": 5})
+    assert response.status == 422
+    body = await response.json()
+    assert body["code"] == "validation_error"
+    assert set(body["errors"]) == {"email", "password"}
+
+
+async def test_unhandled_exception_is_500_without_internals(aiohttp_client, config, services, caplog):
+    async def boom(request: web.Request) -> web.Response:
+        raise RuntimeError("secret internals /etc/passwd")
+
+    app = create_app(config, services=services)
+    app.router.add_get("/boom", boom)
+    client = await aiohttp_client(app)
+    with caplog.at_level(logging.ERROR, logger="cms.api"):
+        response = await client.get("/boom", headers={"X-Request-Id": "req-123"})
+    assert response.status == 500
+    body = await response.json()
+    assert body == {"detail": "Internal server error (request id req-123)", "code": "internal_error"}
+    assert "secret" not in await response.text()
+    assert response.headers["X-Request-Id"] == "req-123"
+    logged = [r for r in caplog.records if "req-123" in r.getMessage()]
+    assert logged and logged[0].exc_info is not None
+
+
+async def test_request_id_generated_when_absent(client):
+    response = await client.get("/health")
+    assert len(response.headers["X-Request-Id"]) == 32
+
+
+async def test_cors_preflight_and_simple_request(client):
+    response = await client.options(
+        "/api/v1/collections",
+        headers={"Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "Authorization, Content-Type"},
+    )
+    assert response.status == 200
+    assert response.headers["Access-Control-Allow-Origin"] in ("*", "https://app.example")
+    assert "POST" in response.headers["Access-Control-Allow-Methods"]
+    response = await client.get("/api/v1/collections", headers={"Origin": "https://app.example"})
+    assert response.headers["Access-Control-Allow-Origin"] in ("*", "https://app.example")
+
+
+async def test_cors_restricted_origins(aiohttp_client, config, services):
+    app = create_app(replace(config, cors_origins=("https://good.example",)), services=services)
+    client = await aiohttp_client(app)
+    good = await client.get("/health", headers={"Origin": "https://good.example"})
+    bad = await client.get("/health", headers={"Origin": "https://evil.example"})
+    assert good.headers.get("Access-Control-Allow-Origin") == "https://good.example"
+    assert "Access-Control-Allow-Origin" not in bad.headers
+
+
+async def test_health_ok(client):
+    response = await client.get("/health")
+    assert response.status == 200
+    body = await response.json()
+    assert body["status"] == "ok" and body["mongodb"] == "ok" and body["redis"] == "ok"
+    assert body["version"]
+
+
+async def test_health_503_names_redis_when_it_is_down(aiohttp_client, config, tmp_path):
+    server = start_redis(tmp_path / "redis-down")
+    own = replace(config, redis_url=server.url)
+    async with open_services(own) as services:
+        client = await aiohttp_client(create_app(own, services=services))
+        assert (await client.get("/health")).status == 200
+        server.stop()
+        response = await client.get("/health")
+        assert response.status == 503
+        body = await response.json()
+        assert body["status"] == "unavailable"
+        assert body["mongodb"] == "ok"
+        assert body["redis"].startswith("error")
+
+
+async def test_stats(client):
+    await client.get("/health")
+    response = await client.get("/api/v1/stats")
+    assert response.status == 200
+    body = await response.json()
+    assert body["http"]["requests_total"] >= 2
+    assert body["http"]["active_connections"] >= 1
+    assert "objects" in body["mongodb"]
+    assert body["redis"]["connected_clients"] >= 1
+    assert body["uptime_s"] >= 0
+
+
+async def test_docs_served_offline(client):
+    page = await client.get("/docs")
+    assert page.status == 200
+    html = await page.text()
+    assert "/docs/static/swagger-ui-bundle.js" in html
+    assert "http://" not in html and "https://" not in html  # no CDN
+    script = await client.get("/docs/static/swagger-ui-bundle.js")
+    assert script.status == 200
+    assert len(await script.read()) > 100_000
+
+
+async def test_openapi_document_is_generated_from_schemas(client):
+    response = await client.get("/openapi.json")
+    assert response.status == 200
+    document = await response.json()
+    assert document["openapi"].startswith("3.")
+    login = document["paths"]["/api/v1/auth/login"]["post"]
+    assert login["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/Login")
+    schemas = document["components"]["schemas"]
+    assert set(schemas["Login"]["required"]) == {"email", "password"}
+    listing = document["paths"]["/api/v1/collections/{collection_name}/records"]["get"]
+    names = {p["name"] for p in listing["parameters"]}
+    assert {"collection_name", "page", "per_page", "sort", "filter", "search"} <= names
+    assert document["paths"]["/api/v1/collections"]["post"]["security"] == [{"bearerAuth": []}]

@@ -1,0 +1,51 @@
+"""Config.from_env: every bad value stops start-up with a message naming the variable."""
+
+from pathlib import Path
+
+import pytest
+
+from cms.config import Config, ConfigError
+
+PRODUCTION = {"MONGODB_URL": "mongodb://db:27017", "REDIS_URL": "redis://cache:6379/0", "SECRET_KEY": "k" * 40}
+
+
+@pytest.mark.parametrize("env, variable", [
+    ({"MONGODB_URL": "postgres://x"}, "MONGODB_URL"),
+    ({"REDIS_URL": "http://x"}, "REDIS_URL"),
+    ({"MONGODB_URL": "mongodb://db", "REDIS_URL": "redis://cache"}, "SECRET_KEY"),
+    ({**PRODUCTION, "SECRET_KEY": "short"}, "SECRET_KEY"),
+    ({**PRODUCTION, "SMTP_PORT": "abc"}, "SMTP_PORT"),
+    ({**PRODUCTION, "SMTP_PORT": "70000"}, "SMTP_PORT"),
+    ({**PRODUCTION, "SMTP_STARTTLS": "maybe"}, "SMTP_STARTTLS"),
+    ({**PRODUCTION, "LOG_LEVEL": "LOUD"}, "LOG_LEVEL"),
+    ({**PRODUCTION, "ADMIN_EMAIL": "a@b.c"}, "ADMIN_EMAIL"),
+    ({**PRODUCTION, "PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
+    ({**PRODUCTION, "MONGODB_DB": "bad name!"}, "MONGODB_DB"),
+], ids=["mongodb-scheme", "redis-scheme", "secret-missing", "secret-short", "smtp-port-text", "smtp-port-range",
+        "starttls", "log-level", "admin-half", "public-url", "db-name"])
+def test_bad_values_name_the_variable(env, variable, tmp_path: Path):
+    with pytest.raises(ConfigError, match=variable):
+        Config.from_env(env, data_dir=tmp_path)
+
+
+def test_production_values(tmp_path: Path):
+    config = Config.from_env({**PRODUCTION, "SMTP_PORT": "2525", "SMTP_STARTTLS": "false", "LOG_LEVEL": "debug",
+                              "CORS_ORIGINS": "https://a.example, https://b.example"}, data_dir=tmp_path)
+    assert not config.embedded
+    assert config.smtp_port == 2525 and config.smtp_starttls is False and config.log_level == "DEBUG"
+    assert config.cors_origins == ("https://a.example", "https://b.example")
+    assert config.base_url == "http://127.0.0.1:8090"
+    assert "k" * 40 not in repr(config)
+
+
+def test_embedded_secret_key_generated_once_and_kept(tmp_path: Path):
+    first = Config.from_env({}, data_dir=tmp_path)
+    second = Config.from_env({}, data_dir=tmp_path)
+    assert first.embedded
+    assert first.secret_key == second.secret_key and len(first.secret_key) >= 32
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+
+
+def test_empty_values_count_as_unset(tmp_path: Path):
+    config = Config.from_env({"MONGODB_URL": "", "SMTP_HOST": ""}, data_dir=tmp_path)
+    assert config.mongodb_url is None and config.smtp_host is None
