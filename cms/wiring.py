@@ -17,6 +17,7 @@ from arq.connections import ArqRedis, RedisSettings
 from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.jobs import JobQueue
+from cms.models import Session
 from cms.security.tokens import TokenCodec
 from cms.services.accounts import AccountService
 from cms.services.audit import AuditService
@@ -90,25 +91,32 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
             jobs = JobQueue(pool, config.queue_name)
             events = EventDispatcher()
             settings = SettingsService(SettingsRepository(db))
-            sessions = SessionService(SessionRepository(db), TokenCodec(config.secret_key, clock=clock), clock=clock)
+            audit = AuditService(AuditRepository(db), clock=clock)
+
+            async def on_refresh_reuse(session: Session) -> None:
+                await audit.record("refresh_token_reuse", user_id=session.user_id,
+                                   details={"session_id": session.id, "audience": session.audience})
+
+            sessions = SessionService(SessionRepository(db), TokenCodec(config.secret_key, clock=clock), clock=clock,
+                                      on_reuse=on_refresh_reuse)
             mailer = Mailer(jobs, config.base_url)
             one_time = OneTimeTokens(OneTimeTokenRepository(db), clock=clock)
             record_repository = RecordRepository(db, capabilities)
-            collections = CollectionService(CollectionRepository(db), record_repository, settings, clock=clock)
+            collections = CollectionService(CollectionRepository(db), record_repository, settings, audit, clock=clock)
             yield Services(
                 config=config,
                 redis=pool,
                 jobs=jobs,
                 events=events,
                 settings=settings,
-                audit=AuditService(AuditRepository(db), clock=clock),
+                audit=audit,
                 rate_limits=RateLimitService(
                     config.redis_url, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
                     window_s=config.rate_limit_window_s,
                 ),
                 sessions=sessions,
                 accounts=AccountService(
-                    AdminUserRepository(db), sessions, one_time, mailer, settings, clock=clock
+                    AdminUserRepository(db), sessions, one_time, mailer, settings, audit, clock=clock
                 ),
                 collections=collections,
                 records=RecordService(collections, record_repository, RecordSchemas(), events, clock=clock),

@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email import message_from_bytes
@@ -223,3 +223,39 @@ async def user_token(client: TestClient) -> str:
     )
     assert response.status == 201, await response.text()
     return str((await login(client, "user@example.com", USER_PASSWORD))["token"]["access_token"])
+
+
+# --- collections and records -------------------------------------------------------------------
+
+COLLECTIONS = "/api/v1/collections"
+
+
+async def create_collection(client: Any, token: str, name: str, fields: Sequence[dict[str, Any]],
+                            **extra: Any) -> dict[str, Any]:
+    """POST a collection (asserting 201) and return it."""
+    response = await client.post(COLLECTIONS, headers=bearer(token),
+                                 json={"name": name, "schema": list(fields), **extra})
+    assert response.status == 201, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+async def create_record(client: Any, token: str, collection: str, data: dict[str, Any]) -> dict[str, Any]:
+    """POST a record (asserting 201) and return it."""
+    response = await client.post(f"{COLLECTIONS}/{collection}/records", headers=bearer(token), json={"data": data})
+    assert response.status == 201, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+async def error_of(response: Any, status: int, code: str) -> dict[str, Any]:
+    """Assert the error model `{detail, code}` with this status and code; return the body."""
+    assert response.status == status, await response.text()
+    body: dict[str, Any] = await response.json()
+    assert body["code"] == code, body
+    assert isinstance(body["detail"], str) and body["detail"]
+    return body
+
+
+def records_path(collection: str, record_id: str = "") -> str:
+    return f"{COLLECTIONS}/{collection}/records" + (f"/{record_id}" if record_id else "")

@@ -70,7 +70,7 @@ class Server:
 def test_config_error_is_one_line_naming_the_variable(tmp_path: Path):
     result = subprocess.run(
         [sys.executable, "-m", "cms", "serve", "--data-dir", str(tmp_path)],
-        env=_env(SMTP_PORT="not-a-port"), capture_output=True, text=True, timeout=60,
+        env=_env(SMTP_PORT="not-a-port"), capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -97,7 +97,7 @@ def test_serve_embedded_restart_keeps_data_and_leaves_no_orphans(tmp_path: Path)
         # admin create reaches the running embedded servers through embedded.json
         created = subprocess.run(
             [sys.executable, "-m", "cms", "admin", "create", "second@example.com", "--password", "second-pass-1",
-             "--data-dir", str(data_dir)], env=_env(), capture_output=True, text=True, timeout=60,
+             "--data-dir", str(data_dir)], env=_env(), capture_output=True, text=True, timeout=60, check=False,
         )
         assert created.returncode == 0, created.stderr
         assert _call(server.base, "POST", "/api/v1/auth/login",
@@ -121,18 +121,18 @@ def test_serve_embedded_restart_keeps_data_and_leaves_no_orphans(tmp_path: Path)
 def test_admin_create_without_a_running_server(tmp_path: Path):
     result = subprocess.run(
         [sys.executable, "-m", "cms", "admin", "create", "solo@example.com", "--password", "solo-pass-12",
-         "--data-dir", str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=60,
+         "--data-dir", str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "solo@example.com created" in result.stdout
     weak = subprocess.run(
         [sys.executable, "-m", "cms", "admin", "create", "weak@example.com", "--password", "short",
-         "--data-dir", str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=60,
+         "--data-dir", str(tmp_path)], env=_env(), capture_output=True, text=True, timeout=60, check=False,
     )
     assert weak.returncode == 1 and "at least 8" in weak.stderr
 
 
 @pytest.mark.parametrize("argv", [["--version"], ["serve", "--help"]])
 def test_cli_entry_points(argv: list[str]):
-    result = subprocess.run([sys.executable, "-m", "cms", *argv], capture_output=True, text=True, timeout=30)
+    result = subprocess.run([sys.executable, "-m", "cms", *argv], capture_output=True, text=True, timeout=30, check=False)
     assert result.returncode == 0 and "cms" in result.stdout

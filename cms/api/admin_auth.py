@@ -6,6 +6,7 @@ from aiohttp import web
 
 from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.guards import require_admin_user
+from cms.api.ratelimit import enforce_auth_limit
 from cms.api.schemas import (
     AdminUserSchema,
     LoginResponseSchema,
@@ -18,7 +19,11 @@ from cms.api.schemas import (
 
 
 async def register(request: web.Request) -> web.Response:
+    """POST /auth/register: 201 `{user, message}`; the user has role `user`, unverified, and a
+    verification email is queued. 400 (malformed JSON, already_exists), 422 (fields, password policy),
+    429 (10 attempts per minute per client IP and email)."""
     body = await parse_body(request, RegisterSchema())
+    await enforce_auth_limit(request, "register", body["email"])
     user = await services(request).accounts.register(
         body["email"], body["password"], body["password_confirm"], body["name"]
     )
@@ -27,7 +32,11 @@ async def register(request: web.Request) -> web.Response:
 
 
 async def login(request: web.Request) -> web.Response:
+    """POST /auth/login: 200 `{user, token, message, requires_2fa}`, one new session.
+    401 invalid_credentials (the same for an unknown email and a wrong password), 400, 422,
+    429 (10 attempts per minute per client IP and email)."""
     body = await parse_body(request, LoginSchema())
+    await enforce_auth_limit(request, "login", body["email"])
     result = await services(request).accounts.login(
         body["email"], body["password"], user_agent=user_agent(request), ip=client_ip(request)
     )
@@ -35,30 +44,40 @@ async def login(request: web.Request) -> web.Response:
 
 
 async def refresh(request: web.Request) -> web.Response:
+    """POST /auth/refresh: 200 token object `{access_token, refresh_token, token_type, expires_in}`;
+    the presented refresh token is spent. 401 for an invalid, expired, spent or revoked one; 429."""
     body = await parse_body(request, RefreshSchema())
+    await enforce_auth_limit(request, "refresh", body["refresh_token"])
     pair = await services(request).accounts.refresh(body["refresh_token"])
     return web.json_response(TokenSchema().dump(pair))
 
 
 async def me(request: web.Request) -> web.Response:
+    """GET /auth/me: 200 `{id, email, role, verified, name, created, updated}`. 401 without a valid token."""
     principal = await require_admin_user(request)
     user = await services(request).accounts.me(principal)
     return web.json_response(AdminUserSchema().dump(user))
 
 
 async def logout(request: web.Request) -> web.Response:
+    """POST /auth/logout: 200 `{message}`; the session is revoked, its access and refresh tokens
+    stop working on every replica. 401 without a valid token."""
     principal = await require_admin_user(request)
     await services(request).accounts.logout(principal)
     return web.json_response({"message": "Logged out"})
 
 
 async def verify_email(request: web.Request) -> web.Response:
+    """POST /auth/verify-email `{token}`: 200 `{message}`, the user is verified.
+    400 token_invalid (unknown, used, replaced) or token_expired (24 h), 422 (no token)."""
     body = await parse_body(request, TokenBodySchema())
     await services(request).accounts.verify_email(body["token"])
     return web.json_response({"message": "Email verified"})
 
 
 async def resend_verification(request: web.Request) -> web.Response:
+    """POST /auth/resend-verification: 200 `{message}`; a new link is queued and older links stop
+    working, or the message says the email is already verified. 401 without a valid token."""
     principal = await require_admin_user(request)
     sent = await services(request).accounts.resend_verification(principal)
     message = "A new verification link has been sent" if sent else "Email is already verified"

@@ -20,22 +20,22 @@ async def get_collection(request: web.Request) -> web.Response:
 
 
 async def create_collection(request: web.Request) -> web.Response:
-    await require_admin(request)
+    principal = await require_admin(request)
     body = await parse_body(request, CollectionCreateSchema())
     collection = await services(request).collections.create(
-        body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"]
+        principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"]
     )
     return web.json_response(CollectionSchema().dump(collection), status=201)
 
 
 async def update_collection(request: web.Request) -> web.Response:
-    await require_admin(request)
+    principal = await require_admin(request)
     body = await parse_body(request, CollectionUpdateSchema())
-    collection = await services(request).collections.update(request.match_info["collection_id"], **body)
+    collection = await services(request).collections.update(principal, request.match_info["collection_id"], **body)
     return web.json_response(CollectionSchema().dump(collection))
 
 
 async def delete_collection(request: web.Request) -> web.Response:
-    await require_admin(request)
-    await services(request).collections.delete(request.match_info["collection_id"])
+    principal = await require_admin(request)
+    await services(request).collections.delete(principal, request.match_info["collection_id"])
     return web.Response(status=204)

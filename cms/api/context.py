@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from aiohttp import web
-from marshmallow import Schema, ValidationError
+from marshmallow import EXCLUDE, Schema, ValidationError
 
 from cms.errors import BadRequest, ValidationFailed
 from cms.wiring import Services
@@ -28,9 +28,19 @@ async def read_json(request: web.Request) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        body = json.loads(raw, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise BadRequest(f"Malformed JSON body: {exc}") from None
+    try:
+        # JSON may carry lone surrogates ("\ud800"): valid JSON, but not text we can store or hash
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("Malformed JSON body: text is not valid Unicode") from None
+    return body
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
 
 
 async def parse_body(request: web.Request, schema: Schema) -> dict[str, Any]:
@@ -46,13 +56,13 @@ async def parse_body(request: web.Request, schema: Schema) -> dict[str, Any]:
 
 def parse_query(request: web.Request, schema: Schema) -> dict[str, Any]:
     """Load the query string with `schema` (unknown parameters ignored). Raises ValidationFailed."""
-    return load(schema, dict(request.query))
+    return load(schema, dict(request.query), unknown=EXCLUDE)
 
 
-def load(schema: Schema, data: dict[str, Any]) -> dict[str, Any]:
+def load(schema: Schema, data: dict[str, Any], *, unknown: str | None = None) -> dict[str, Any]:
     """`schema.load(data)` with marshmallow errors turned into ValidationFailed (422)."""
     try:
-        loaded: dict[str, Any] = schema.load(data)
+        loaded: dict[str, Any] = schema.load(data, unknown=unknown)
     except ValidationError as exc:
         errors = exc.messages if isinstance(exc.messages, dict) else {"_schema": exc.messages}
         raise ValidationFailed("Validation failed", errors=errors) from None

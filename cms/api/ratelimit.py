@@ -44,7 +44,7 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
         return await handler(request)
     try:
         decision = await services(request).rate_limits.hit_general(client_ip(request))
-    except Exception:  # noqa: BLE001 - a limiter outage must not take the API down
+    except Exception:  # a limiter outage must not take the API down
         log.warning("rate limiter unavailable; request let through", exc_info=True)
         decision = None
     if decision is not None and not decision.allowed:
@@ -60,7 +60,7 @@ async def enforce_auth_limit(request: web.Request, action: str, identifier: str)
     and `identifier` (email or token). Raises RateLimited (429) past the auth limit."""
     try:
         decision = await services(request).rate_limits.hit_auth(action, client_ip(request), identifier)
-    except Exception:  # noqa: BLE001 - fail open, as above
+    except Exception:  # fail open, as above
         log.warning("rate limiter unavailable; auth attempt let through", exc_info=True)
         return
     if decision is None:

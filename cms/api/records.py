@@ -11,6 +11,7 @@ from cms.services.records import record_json
 
 
 async def list_records(request: web.Request) -> web.Response:
+    # Other parameters (cache busters, `filter[title][$ne]=x`) are ignored, never read as a query.
     query = parse_query(request, RecordListQuerySchema())
     page = await services(request).records.list(
         request.match_info["collection_name"],

@@ -9,13 +9,13 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from cms.services.fields import to_json_value
+from cms.services.fields import StrictBoolean, to_json_value
 from cms.services.records import DEFAULT_PER_PAGE
 
 MAX_PASSWORD = 256
 
 
-class Timestamp(fields.Field):
+class Timestamp(fields.Field[Any]):
     """An aware datetime rendered as ISO 8601 UTC with milliseconds and `Z`."""
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
@@ -92,8 +92,8 @@ class RegisterResponseSchema(Schema):
 
 class FieldValidationSchema(Schema):
     required = fields.Boolean()
-    min = fields.Float(allow_none=True)
-    max = fields.Float(allow_none=True)
+    min = fields.Raw(allow_none=True, metadata={"type": "number"})
+    max = fields.Raw(allow_none=True, metadata={"type": "number"})
     pattern = fields.String(allow_none=True)
     unique = fields.Boolean()
 
@@ -126,13 +126,13 @@ class CollectionCreateSchema(Schema):
     name = fields.String(required=True)
     type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
     schema = fields.Raw(load_default=list, metadata={"description": "List of fields, or {fields: [...]}"})
-    otp_enabled = fields.Boolean(load_default=None)
+    otp_enabled = StrictBoolean(load_default=None)
 
 
 class CollectionUpdateSchema(Schema):
     name = fields.String()
     schema = fields.Raw(metadata={"description": "List of fields, or {fields: [...]}"})
-    otp_enabled = fields.Boolean()
+    otp_enabled = StrictBoolean()
 
 
 # --- records ---------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 This is the only code that builds `$` operators from user input. Every key it emits is
 either a fixed operator or a `path` returned by the caller's FieldResolver; every value is
 a str, int, float, bool, None, aware UTC datetime or compiled regex, never a user dict.
-Regex text is always `re.escape`d, so `~` is a plain substring test.
+Regex text is always escaped (`escape_regex`), so `~` is a plain substring test.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def search_query(text: str, paths: list[str]) -> dict[str, Any]:
         return {"_id": {"$in": []}}
     return {
         "$and": [
-            {"$or": [{path: {"$regex": re.escape(word), "$options": "i"}} for path in paths]}
+            {"$or": [{path: {"$regex": escape_regex(word), "$options": "i"}} for path in paths]}
             for word in words
         ]
     }
@@ -115,6 +115,14 @@ def text_search_query(text: str) -> dict[str, Any]:
     if not words:
         return {}
     return {"$text": {"$search": " ".join(f'"{word}"' for word in words)}}
+
+
+def escape_regex(text: str) -> str:
+    """`text` as a regex matching itself literally, in the syntax of both Python and PCRE.
+
+    `re.escape` leaves NUL as is, and a BSON regex (a C string) cannot hold it, so NUL is
+    written as the escape `\\x00`. Raises nothing."""
+    return re.escape(text).replace("\x00", "\\x00")
 
 
 def _typed_value(node: Compare, field_type: str) -> Any:
@@ -164,7 +172,7 @@ def _compare(node: Compare, resolver: FieldResolver) -> dict[str, Any]:
         return {path: {"$ne": value}}
     if op in _ORDER_OPERATORS:
         return {path: {_ORDER_OPERATORS[op]: value}}
-    pattern = re.escape(value)
+    pattern = escape_regex(value)
     if op == "~":
         return {path: {"$regex": pattern, "$options": "i"}}
     return {path: {"$not": re.compile(pattern, re.IGNORECASE)}}

@@ -25,8 +25,10 @@ def new_token(nbytes: int = 32) -> str:
 def hash_token(token: str) -> str:
     """The SHA-256 of `token`'s UTF-8 bytes as 64 lowercase hex characters.
 
-    This is what is stored for one-time tokens and API keys, and what a presented value is looked up by."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    This is what is stored for one-time tokens and API keys, and what a presented value is looked up by.
+    Never raises: lone surrogates in a presented value are encoded as themselves ("surrogatepass"),
+    bytes no valid text produces, so such a value simply matches nothing."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def new_otp_code() -> str:
@@ -40,5 +42,7 @@ def new_api_key() -> str:
 
 
 def constant_time_equals(a: str, b: str) -> bool:
-    """True when `a == b`, compared with `hmac.compare_digest` on their UTF-8 bytes (no timing leak)."""
-    return hmac.compare_digest(a.encode("utf-8"), b.encode("utf-8"))
+    """True when `a == b`, compared with `hmac.compare_digest` on their UTF-8 bytes (no timing leak).
+
+    Never raises; lone surrogates are encoded as in `hash_token`."""
+    return hmac.compare_digest(a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass"))

@@ -22,17 +22,20 @@ _DUMMY_PASSWORD = "cms-dummy-password-for-unknown-accounts"
 def hash_password(password: str) -> str:
     """Hash `password` with argon2id; returns the PHC string (`$argon2id$v=19$m=...,t=...,p=...$salt$hash`).
 
-    A new random salt is drawn each call, so two hashes of one password differ."""
+    A new random salt is drawn each call, so two hashes of one password differ. Raises
+    UnicodeEncodeError (a ValueError) for text that is not valid Unicode (lone surrogates, which
+    JSON can carry); `PasswordPolicy.violations` refuses such passwords first."""
     return _HASHER.hash(password)
 
 
 def verify_password(password_hash: str, password: str) -> bool:
     """True when `password` matches `password_hash` (a string made by `hash_password`).
 
-    Returns False, never raises, for a mismatch and for a malformed or unsupported hash."""
+    Returns False, never raises, for a mismatch, for a malformed or unsupported hash, and for a
+    `password` that is not valid Unicode (lone surrogates cannot be encoded, so cannot match)."""
     try:
         return _HASHER.verify(password_hash, password)
-    except (VerificationError, InvalidHashError):
+    except (VerificationError, InvalidHashError, UnicodeEncodeError):
         return False
 
 
@@ -84,7 +87,8 @@ class PasswordPolicy:
 
         Messages: "must be at least N characters", "must be at most N characters",
         "must contain an uppercase letter", "must contain a number", "must contain a special character"
-        (a special character is anything that is neither a letter nor a digit, space included)."""
+        (a special character is anything that is neither a letter nor a digit, space included),
+        and last "must be valid Unicode text" for a password with lone surrogates (it cannot be hashed)."""
         messages: list[str] = []
         if len(password) < self.min_length:
             messages.append(f"must be at least {self.min_length} characters")
@@ -96,4 +100,16 @@ class PasswordPolicy:
             messages.append("must contain a number")
         if self.require_special and all(char.isalnum() for char in password):
             messages.append("must contain a special character")
+        if not is_unicode_text(password):
+            messages.append("must be valid Unicode text")
         return messages
+
+
+def is_unicode_text(text: str) -> bool:
+    """False when `text` holds lone surrogates (JSON's "\\ud800" decodes to one), which UTF-8 cannot
+    encode: such text can be neither hashed nor stored in MongoDB."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

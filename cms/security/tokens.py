@@ -90,6 +90,9 @@ class TokenCodec:
         Raises Unauthorized for a malformed token, a bad signature, any algorithm but HS256 (`none`
         included), a missing or ill-typed claim, a wrong `typ` (a refresh token is never an access
         token), a wrong `aud`, or expiry ("Token has expired": the clock's time is at or past `exp`)."""
+        if not token.isascii():
+            # A JWT is base64url and dots; pyjwt would fail to encode lone surrogates (500, not 401).
+            raise Unauthorized("Token is malformed")
         try:
             # pyjwt checks only the signature and the pinned algorithm; every claim is checked here,
             # so the injected clock (not the wall clock) decides expiry and the details stay ours.
@@ -157,6 +160,8 @@ def _claims_from_payload(payload: Any) -> TokenClaims:
 def unverified_audience(token: str) -> str | None:
     """The `aud` claim of a token WITHOUT checking it: only to choose which user system then
     decodes and verifies the token. None for anything that is not a JWT with a string `aud`."""
+    if not token.isascii():
+        return None
     try:
         payload = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError:

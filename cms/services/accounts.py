@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import NoReturn
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, InvalidCredentials, Unauthorized, ValidationFailed
+from cms.errors import InvalidCredentials, TokenInvalid, Unauthorized, ValidationFailed
 from cms.models import ADMIN_AUDIENCE, ROLE_ADMIN, ROLE_USER, AdminUser, LoginResult, Principal, TokenPair
-from cms.security.passwords import PasswordPolicy, hash_password, verify_dummy, verify_password
+from cms.security.passwords import (
+    PasswordPolicy,
+    hash_password,
+    is_unicode_text,
+    needs_rehash,
+    verify_dummy,
+    verify_password,
+)
+from cms.services.audit import AuditService
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import VERIFY_EMAIL, OneTimeTokens
 from cms.services.sessions import SessionService
@@ -33,6 +42,14 @@ def check_password(policy: PasswordPolicy, password: str, confirm: str | None, f
         raise ValidationFailed("Passwords do not match", errors={"password_confirm": ["Does not match."]})
 
 
+def check_text(**values: str) -> None:
+    """Refuse values that are not valid Unicode text (lone surrogates). Raises ValidationFailed (422)
+    naming each such field."""
+    bad = {name: ["Must be valid Unicode text."] for name, value in values.items() if not is_unicode_text(value)}
+    if bad:
+        raise ValidationFailed("Text is not valid Unicode", errors=bad)
+
+
 class AccountService:
     """The built-in users table; every method raises CmsError subclasses only."""
 
@@ -43,9 +60,11 @@ class AccountService:
         one_time_tokens: OneTimeTokens,
         mailer: Mailer,
         settings: SettingsService,
+        audit: AuditService,
         *,
         clock: Clock = utcnow,
     ) -> None:
+        self._audit = audit
         self._users = users
         self._sessions = sessions
         self._one_time_tokens = one_time_tokens
@@ -55,17 +74,21 @@ class AccountService:
 
     async def register(self, email: str, password: str, password_confirm: str | None = None, name: str = "") -> AdminUser:
         """Create a user with role `user`, unverified, and queue its verification email.
-        Raises ValidationFailed (policy, confirmation) or AlreadyExists (email taken)."""
+        Raises ValidationFailed (policy, confirmation, text that is not valid Unicode) or
+        AlreadyExists (email taken, compared case-insensitively)."""
         policy = (await self._settings.auth()).password_policy
         check_password(policy, password, password_confirm)
+        check_text(email=email, name=name)
         user = await self._create(email, password, role=ROLE_USER, verified=False, name=name)
         await self._send_verification(user)
+        await self._audit.record("register", user_id=user.id, details={"audience": ADMIN_AUDIENCE})
         return user
 
     async def create_admin(self, email: str, password: str, name: str = "") -> AdminUser:
         """Create a verified user with role `admin` (CLI and ADMIN_* bootstrap). Raises like register."""
         policy = (await self._settings.auth()).password_policy
         check_password(policy, password, None)
+        check_text(email=email, name=name)
         return await self._create(email, password, role=ROLE_ADMIN, verified=True, name=name)
 
     async def ensure_admin(self, email: str, password: str) -> bool:
@@ -88,18 +111,33 @@ class AccountService:
     async def login(self, email: str, password: str, *, user_agent: str = "", ip: str = "") -> LoginResult:
         """Check the password and start a session. Raises InvalidCredentials, the same (and in
         about the same time) for an unknown email and a wrong password."""
-        user = await self._users.get_by_email(normalize_email(email))
+        email = normalize_email(email)
+        user = await self._users.get_by_email(email) if is_unicode_text(email) else None
         if user is None:
             await asyncio.to_thread(verify_dummy, password)
-            raise InvalidCredentials()
-        if not await asyncio.to_thread(verify_password, user.password_hash, password):
-            raise InvalidCredentials()
+            await self._login_failed(email, None, ip, user_agent)
+        elif not await asyncio.to_thread(verify_password, user.password_hash, password):
+            await self._login_failed(email, user.id, ip, user_agent)
+        if needs_rehash(user.password_hash):
+            # The hasher's parameters changed since this hash was made; upgrade it while the password is known.
+            new_hash = await asyncio.to_thread(hash_password, password)
+            await self._users.update(user.id, self._clock(), password_hash=new_hash)
         auth = await self._settings.auth()
         _, pair = await self._sessions.start(
             user.id, ADMIN_AUDIENCE, access_lifetime_s=auth.access_lifetime_s,
             refresh_lifetime_s=auth.refresh_lifetime_s, user_agent=user_agent, ip=ip,
         )
+        await self._audit.record("login_success", user_id=user.id, ip_address=ip, user_agent=user_agent,
+                                 details={"audience": ADMIN_AUDIENCE})
         return LoginResult(user=user, token=pair, message=None, requires_2fa=False)
+
+    async def _login_failed(self, email: str, user_id: str | None, ip: str, user_agent: str) -> NoReturn:
+        """Record a failed attempt (for the audit log) and raise InvalidCredentials."""
+        await self._audit.record(
+            "login_failed", user_id=user_id, ip_address=ip, user_agent=user_agent,
+            details={"email": email if is_unicode_text(email) else "", "audience": ADMIN_AUDIENCE},
+        )
+        raise InvalidCredentials()
 
     async def refresh(self, refresh_token: str) -> TokenPair:
         """Rotate a refresh token (see SessionService.refresh). Raises Unauthorized."""
@@ -130,16 +168,18 @@ class AccountService:
         """Revoke the caller's session: its access and refresh tokens stop working at once."""
         if principal.session_id is not None:
             await self._sessions.revoke(principal.session_id)
+            await self._audit.record("logout", user_id=principal.user_id, details={"session_id": principal.session_id})
 
     async def verify_email(self, token: str) -> AdminUser:
         """Spend a verification token and mark the user verified. Raises TokenInvalid / TokenExpired."""
-        spent = await self._one_time_tokens.consume(token, VERIFY_EMAIL)
-        if spent.audience != ADMIN_AUDIENCE:
-            raise BadRequest("This token belongs to an auth collection; pass its collection")
+        # The audience is checked before the token is spent: an auth collection's link sent here
+        # must stay usable on its own endpoint.
+        spent = await self._one_time_tokens.consume(token, VERIFY_EMAIL, audience=ADMIN_AUDIENCE)
         user = await self._users.get(spent.user_id)
         if user is None:
-            raise BadRequest("The user no longer exists")
+            raise TokenInvalid("The user of this token no longer exists")
         await self._users.update(user.id, self._clock(), verified=True)
+        await self._audit.record("email_verified", user_id=user.id, details={"audience": ADMIN_AUDIENCE})
         return await self.me(Principal(kind="admin_user", user_id=user.id, role=user.role))
 
     async def resend_verification(self, principal: Principal) -> bool:

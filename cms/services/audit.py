@@ -42,7 +42,7 @@ class AuditService:
         )
         try:
             await self._repository.insert(entry)
-        except Exception:  # noqa: BLE001 - auditing must not break the audited request
+        except Exception:  # auditing must not break the audited request
             log.exception("could not write audit entry %s", event_type)
 
     async def count(self, **equals: str) -> int:

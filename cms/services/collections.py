@@ -8,7 +8,8 @@ from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, ValidationFailed
-from cms.models import Collection
+from cms.models import Collection, Principal
+from cms.services.audit import AuditService
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.settings import SettingsService
 from cms.store.collections import CollectionRepository
@@ -17,6 +18,16 @@ from cms.store.records import RecordRepository
 log = logging.getLogger("cms.collections")
 
 COLLECTION_TYPES = ("base", "auth")
+
+
+def check_otp(type_: str, otp_enabled: bool | None) -> None:
+    """`otp_enabled` is a setting of auth collections; true on a base collection raises
+    ValidationFailed (false is accepted as the no-op it is)."""
+    if otp_enabled and type_ != "auth":
+        raise ValidationFailed(
+            "otp_enabled applies to auth collections only",
+            errors={"otp_enabled": ["Only auth collections have OTP login."]},
+        )
 
 
 def check_name(name: str) -> None:
@@ -36,9 +47,11 @@ class CollectionService:
         collections: CollectionRepository,
         records: RecordRepository,
         settings: SettingsService,
+        audit: AuditService,
         *,
         clock: Clock = utcnow,
     ) -> None:
+        self._audit = audit
         self._collections = collections
         self._records = records
         self._settings = settings
@@ -62,7 +75,9 @@ class CollectionService:
             raise NotFound(f"Collection '{name}' not found")
         return collection
 
-    async def create(self, name: str, type_: str, schema: Any, otp_enabled: bool | None = None) -> Collection:
+    async def create(
+        self, principal: Principal, name: str, type_: str, schema: Any, otp_enabled: bool | None = None
+    ) -> Collection:
         """Create a collection of type `base` or `auth` with the schema (list or `{fields}`).
         Auth collections copy `otp_enabled` from the global settings unless given.
         Raises ValidationFailed (name, type, schema) or AlreadyExists (name taken)."""
@@ -70,6 +85,7 @@ class CollectionService:
         if type_ not in COLLECTION_TYPES:
             raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth."]})
         fields = parse_schema(schema, auth=type_ == "auth")
+        check_otp(type_, otp_enabled)
         if otp_enabled is None:
             otp_enabled = (await self._settings.auth()).otp_enabled if type_ == "auth" else False
         now = self._clock()
@@ -79,15 +95,17 @@ class CollectionService:
         await self._check_relations(collection)
         await self._collections.insert(collection)
         try:
-            await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection))
+            await self._sync_indexes(collection)
         except Exception:
             await self._collections.delete(collection.id)
             raise
         log.info("collection %s (%s) created", name, collection.id)
+        await self._audit.record("collection_created", user_id=principal.user_id,
+                                 details={"collection_id": collection.id, "name": name})
         return collection
 
     async def update(
-        self, collection_id: str, *, name: str | None = None, schema: Any = None, otp_enabled: bool | None = None
+        self, principal: Principal, collection_id: str, *, name: str | None = None, schema: Any = None, otp_enabled: bool | None = None
     ) -> Collection:
         """Change name, schema and/or otp_enabled. Fields dropped from the schema are removed from
         every record; unique and text indexes follow the new schema. Raises NotFound,
@@ -101,29 +119,65 @@ class CollectionService:
         if schema is not None:
             changed = replace(changed, fields=parse_schema(schema, auth=current.type == "auth"))
         if otp_enabled is not None:
+            check_otp(current.type, otp_enabled)
             changed = replace(changed, otp_enabled=otp_enabled)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
         await self._check_relations(changed)
-        await self._records.sync_indexes(collection_id, unique_field_names(changed), text_field_names(changed))
-        stored = await self._collections.replace(changed, expected_version=current.version)
-        if stored is None:
-            raise BadRequest("The collection was changed by another request; retry")
+        try:
+            await self._sync_indexes(changed)
+            stored = await self._collections.replace(changed, expected_version=current.version)
+            if stored is None:
+                raise BadRequest("The collection was changed by another request; retry")
+        except Exception:
+            # Nothing changes on failure: the indexes go back to the rules of the stored schema.
+            await self._restore_indexes(collection_id)
+            raise
         kept = {f.name for f in stored.fields}
         await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
+        log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
+        await self._audit.record("collection_updated", user_id=principal.user_id,
+                                 details={"collection_id": stored.id, "name": stored.name, "version": stored.version})
         return stored
 
-    async def delete(self, collection_id: str) -> None:
-        """Delete the collection and all its records. Raises NotFound."""
+    async def _sync_indexes(self, collection: Collection) -> None:
+        await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection))
+
+    async def _restore_indexes(self, collection_id: str) -> None:
+        stored = await self._collections.get(collection_id)
+        if stored is None:
+            return
+        try:
+            await self._sync_indexes(stored)
+        except Exception:
+            log.exception("could not restore the record indexes of collection %s", collection_id)
+
+    async def delete(self, principal: Principal, collection_id: str) -> None:
+        """Delete the collection and all its records. Raises NotFound, or BadRequest while a
+        relation field of another collection points to it (its records would dangle)."""
         collection = await self.get(collection_id)
+        referrers = [
+            f"{other.name}.{spec.name}"
+            for other in await self._collections.list()
+            if other.id != collection.id
+            for spec in other.fields
+            if spec.type == "relation" and spec.collection_id == collection.id
+        ]
+        if referrers:
+            raise BadRequest(
+                f"Collection '{collection.name}' is referenced by relation fields: {', '.join(referrers)}"
+            )
         await self._collections.delete(collection.id)
         await self._records.drop(collection.id)
         log.info("collection %s (%s) deleted", collection.name, collection.id)
+        await self._audit.record("collection_deleted", user_id=principal.user_id,
+                                 details={"collection_id": collection.id, "name": collection.name})
 
     async def _check_relations(self, collection: Collection) -> None:
         for spec in collection.fields:
-            if spec.type == "relation" and spec.collection_id != collection.id:
-                if spec.collection_id is None or await self._collections.get(spec.collection_id) is None:
-                    raise ValidationFailed(
-                        f"Relation field '{spec.name}' points to an unknown collection",
-                        errors={"schema": [f"{spec.name}: unknown collection_id"]},
-                    )
+            if spec.type != "relation" or spec.collection_id == collection.id:
+                continue
+            if spec.collection_id is None or await self._collections.get(spec.collection_id) is None:
+                raise ValidationFailed(
+                    f"Relation field '{spec.name}' points to an unknown collection",
+                    errors={"schema": [f"{spec.name}: unknown collection_id"]},
+                )

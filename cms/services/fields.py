@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -19,7 +20,8 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from cms.errors import ValidationFailed
 from cms.models import Collection, FieldSpec, Validation
 
-NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}$")
+# `\Z`, not `$`: `$` also matches before a trailing newline ("posts\n").
+NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}\Z")
 SYSTEM_FIELDS = frozenset({"id", "created", "updated"})
 AUTH_FIELDS = frozenset({"password", "email", "verified"})
 TEXT_TYPES = frozenset({"text", "editor", "email", "url"})
@@ -28,6 +30,17 @@ FIELD_TYPES = ("text", "editor", "bool", "email", "url", "number", "date", "sele
 MAX_FIELDS = 100
 MAX_SELECT_VALUES = 100
 SCHEMA_CACHE_SIZE = 512
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""BSON integers are signed 64-bit; a larger JSON integer would fail in the driver (500)."""
+
+
+def check_unicode(value: str) -> None:
+    """A validator: the text must be encodable as UTF-8. JSON can carry a lone surrogate
+    (`"\\ud800"`), which BSON cannot store (it would fail in the driver as a 500)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("Not valid Unicode text (lone surrogate).") from None
 
 
 # --- schema definitions --------------------------------------------------------------------
@@ -37,7 +50,7 @@ class _ValidationDefinition(Schema):
     required = fields.Boolean(load_default=False)
     min = fields.Float(load_default=None, allow_nan=False)
     max = fields.Float(load_default=None, allow_nan=False)
-    pattern = fields.String(load_default=None, validate=validate.Length(max=500))
+    pattern = fields.String(load_default=None, validate=[validate.Length(max=500), check_unicode])
     unique = fields.Boolean(load_default=False)
 
 
@@ -45,14 +58,15 @@ class _FieldDefinition(Schema):
     id = fields.String()  # accepted and ignored, as clients echo back what they read
     name = fields.String(required=True, validate=validate.Regexp(NAME_PATTERN, error="Invalid field name."))
     type = fields.String(required=True, validate=validate.OneOf(FIELD_TYPES))
-    validation = fields.Nested(_ValidationDefinition, load_default=dict)
+    # A callable default: a plain `dict` would skip the nested load defaults (required, min, ...).
+    validation = fields.Nested(_ValidationDefinition, load_default=lambda: _ValidationDefinition().load({}))
     values = fields.List(
-        fields.String(validate=validate.Length(min=1, max=200)),
+        fields.String(validate=[validate.Length(min=1, max=200), check_unicode]),
         validate=validate.Length(min=1, max=MAX_SELECT_VALUES),
         load_default=None,
     )
     max_select = fields.Integer(strict=True, validate=validate.Range(min=1, max=1000), load_default=None)
-    collection_id = fields.String(load_default=None)
+    collection_id = fields.String(load_default=None, validate=[validate.Length(min=1, max=64), check_unicode])
 
 
 def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
@@ -137,7 +151,7 @@ def unique_field_names(collection: Collection) -> list[str]:
 # --- record values ---------------------------------------------------------------------------
 
 
-class StrictBoolean(fields.Field):
+class StrictBoolean(fields.Boolean):
     """A JSON boolean only (no "true" strings, no 0/1)."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
@@ -146,7 +160,7 @@ class StrictBoolean(fields.Field):
         return value
 
 
-class StrictNumber(fields.Field):
+class StrictNumber(fields.Field[int | float]):
     """A finite JSON number (int or float, not a boolean, not a string)."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int | float:
@@ -154,10 +168,12 @@ class StrictNumber(fields.Field):
             raise ValidationError("Not a valid number.")
         if isinstance(value, float) and not math.isfinite(value):
             raise ValidationError("Not a finite number.")
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise ValidationError("Number is out of range (64-bit integers).")
         return value
 
 
-class IsoDateTime(fields.Field):
+class IsoDateTime(fields.Field[datetime]):
     """An ISO 8601 date or date-time string (naive means UTC), stored as an aware UTC datetime."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> datetime:
@@ -172,32 +188,56 @@ class IsoDateTime(fields.Field):
             raise ValidationError("Not a valid ISO 8601 date.")
         if parsed.tzinfo is None:
             parsed = parsed.replace(tzinfo=UTC)
-        parsed = parsed.astimezone(UTC)
+        try:
+            parsed = parsed.astimezone(UTC)
+        except OverflowError:  # an offset pushes it past year 1..9999
+            raise ValidationError("Date is out of range.") from None
         return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
 
 
-class JsonValue(fields.Field):
-    """Any JSON value; object keys may not start with `$` or contain `.` (storage safety)."""
+class JsonValue(fields.Field[Any]):
+    """Any JSON value; object keys may not start with `$` or contain `.` or NUL, integers must
+    fit in 64 bits (what BSON stores), numbers must be finite (no NaN in JSON output) and text
+    must be valid Unicode."""
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
-        _check_json_keys(value, depth=0)
+        _check_json(value, depth=0)
         return value
 
 
-def _check_json_keys(value: Any, depth: int) -> None:
+def _check_json(value: Any, depth: int) -> None:
     if depth > 32:
         raise ValidationError("JSON nested too deeply.")
     if isinstance(value, dict):
         for key, item in value.items():
-            if key.startswith("$") or "." in key:
-                raise ValidationError(f"JSON keys may not start with '$' or contain '.': {key!r}")
-            _check_json_keys(item, depth + 1)
+            if key.startswith("$") or "." in key or "\x00" in key:
+                raise ValidationError(f"JSON keys may not start with '$' or contain '.' or NUL: {key!r}")
+            check_unicode(key)
+            _check_json(item, depth + 1)
     elif isinstance(value, list):
         for item in value:
-            _check_json_keys(item, depth + 1)
+            _check_json(item, depth + 1)
+    elif isinstance(value, str):
+        check_unicode(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise ValidationError("JSON integer is out of range (64-bit integers).")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError("JSON numbers must be finite.")
 
 
-def _value_field(spec: FieldSpec) -> fields.Field:
+def _pattern_check(pattern: str) -> Callable[[str], None]:
+    """A validator: the value must contain a match of `pattern` (search semantics, as in JSON
+    Schema and PocketBase; anchor with `^...$` for a whole-value match)."""
+    regex = re.compile(pattern)
+
+    def check(value: str) -> None:
+        if regex.search(value) is None:
+            raise ValidationError("Does not match the pattern.")
+
+    return check
+
+
+def _value_field(spec: FieldSpec) -> fields.Field[Any]:
     """The marshmallow field for one value of `spec` (no required/null handling)."""
     v = spec.validation
     checks: list[Any] = []
@@ -206,8 +246,9 @@ def _value_field(spec: FieldSpec) -> fields.Field:
         low = max(int(v.min or 0), 1 if v.required else 0)
         high = int(v.max) if v.max is not None else None
         checks.append(validate.Length(min=low, max=high))
+        checks.append(check_unicode)
         if v.pattern:
-            checks.append(validate.Regexp(v.pattern, error="Does not match the pattern."))
+            checks.append(_pattern_check(v.pattern))
         if kind == "email":
             return fields.Email(validate=checks)
         if kind == "url":
@@ -226,10 +267,10 @@ def _value_field(spec: FieldSpec) -> fields.Field:
     if kind == "select":
         return fields.String(validate=validate.OneOf(spec.values or ()))
     # relation and file: ids
-    return fields.String(validate=validate.Length(min=1, max=64))
+    return fields.String(validate=[validate.Length(min=1, max=64), check_unicode])
 
 
-def _record_field(spec: FieldSpec) -> fields.Field:
+def _record_field(spec: FieldSpec) -> fields.Field[Any]:
     item = _value_field(spec)
     required = spec.validation.required
     if spec.type in MULTI_TYPES and (spec.max_select or 1) > 1:

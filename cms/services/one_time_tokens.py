@@ -41,10 +41,15 @@ class OneTimeTokens:
         )
         return raw
 
-    async def consume(self, raw: str, purpose: str) -> OneTimeToken:
-        """Spend a token. Raises TokenInvalid (unknown, other purpose, already used) or TokenExpired."""
+    async def consume(self, raw: str, purpose: str, *, audience: str | None = None) -> OneTimeToken:
+        """Spend a token of `purpose` (and of `audience`, the user system, when given).
+
+        Raises TokenInvalid (unknown, other purpose or audience, already used) or TokenExpired;
+        a refused token is left as it was, so it still works where it belongs."""
         token = await self._repository.get(hash_token(raw), purpose)
         if token is None or token.used_at is not None:
+            raise TokenInvalid()
+        if audience is not None and token.audience != audience:
             raise TokenInvalid()
         now = self._clock()
         if now >= token.expires_at:

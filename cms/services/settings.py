@@ -10,6 +10,15 @@ from cms.errors import ValidationFailed
 from cms.security.passwords import PasswordPolicy
 from cms.store.settings import SettingsRepository
 
+# key -> (lowest, highest) for integer settings; values outside would break logins or the limiter
+SETTINGS_RANGES: dict[str, tuple[int, int]] = {
+    "password_min_length": (1, 256),
+    "token_expiry_hours": (1, 24 * 365),
+    "refresh_token_expiry_days": (1, 3650),
+    "rate_limit_per_minute": (1, 1_000_000),
+    "max_upload_mb": (1, 10_240),
+}
+
 # key -> (default, category)
 SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "password_auth_enabled": (True, "auth"),
@@ -81,14 +90,19 @@ class SettingsService:
         )
 
     async def set(self, key: str, value: Any) -> None:
-        """Store one setting. Raises ValidationFailed for an unknown key or a value whose type
-        differs from the default's (bool for bool, int for int)."""
+        """Store one setting. Raises ValidationFailed for an unknown key, a value whose type
+        differs from the default's (bool for bool, int for int), or an integer out of its range."""
         if key not in SETTINGS_DEFAULTS:
             raise ValidationFailed(f"Unknown setting '{key}'", errors={"key": ["Unknown setting."]})
         default, category = SETTINGS_DEFAULTS[key]
         if type(value) is not type(default):
             raise ValidationFailed(
                 f"Setting '{key}' takes a {type(default).__name__}", errors={"value": ["Wrong type."]}
+            )
+        low, high = SETTINGS_RANGES.get(key, (None, None))
+        if low is not None and high is not None and not low <= value <= high:
+            raise ValidationFailed(
+                f"Setting '{key}' must be between {low} and {high}", errors={"value": [f"Must be {low}..{high}."]}
             )
         await self._repository.put(key, value, category)
         self._cached = None

@@ -48,7 +48,7 @@ class SystemService:
             await asyncio.wait_for(ping(), PING_TIMEOUT_S)
         except TimeoutError:
             return "error: timed out"
-        except Exception as exc:  # any failure means the dependency is down
+        except Exception as exc:  # noqa: BLE001 - any failure means the dependency is down
             return f"error: {type(exc).__name__}"
         return "ok"
 

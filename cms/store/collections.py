@@ -78,8 +78,8 @@ class CollectionRepository:
         return _from_document(doc) if doc else None
 
     async def list(self) -> list[Collection]:
-        """Every collection, by name."""
-        return [_from_document(d) async for d in self._mongo_coll.find({}).sort("name", 1)]
+        """Every collection, by name (case-insensitive)."""
+        return [_from_document(d) async for d in self._mongo_coll.find({}).sort("name_lower", 1)]
 
     async def replace(self, collection: Collection, expected_version: int) -> Collection | None:
         """Store `collection` (its version already raised) if the stored version is still

@@ -7,10 +7,11 @@ Field values are stored at the top level of the document, next to `_id`, `create
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pymongo import ReturnDocument
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure
 
 from cms.errors import ValidationFailed
@@ -43,7 +44,7 @@ class RecordRepository:
         self._db = db
         self.capabilities = capabilities
 
-    def _mongo_coll(self, collection_id: str) -> Any:
+    def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
         return self._db[f"records_{collection_id.replace('-', '')}"]
 
     async def insert(self, collection_id: str, record: Record) -> None:
@@ -105,9 +106,7 @@ class RecordRepository:
         await mongo_coll.create_index([("created", 1), ("_id", 1)], name="created_id")
         existing = await mongo_coll.index_information()
         wanted = {f"{UNIQUE_PREFIX}{name}": name for name in unique_fields}
-        for index_name in existing:
-            if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted:
-                await mongo_coll.drop_index(index_name)
+        # New indexes first: when one fails over duplicates, the old rules are all still in force.
         for index_name, field_name in wanted.items():
             if index_name in existing:
                 continue
@@ -125,10 +124,15 @@ class RecordRepository:
                         errors={field_name: ["Existing records hold duplicate values"]},
                     ) from None
                 raise
+        for index_name in existing:
+            if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted:
+                await mongo_coll.drop_index(index_name)
         if self.capabilities.text_index:
             await self._sync_text_index(mongo_coll, existing, text_fields)
 
-    async def _sync_text_index(self, mongo_coll: Any, existing: dict[str, Any], text_fields: Sequence[str]) -> None:
+    async def _sync_text_index(
+        self, mongo_coll: AsyncCollection[dict[str, Any]], existing: Mapping[str, Any], text_fields: Sequence[str]
+    ) -> None:
         wanted_keys = sorted(text_fields)
         current = existing.get(TEXT_INDEX)
         current_keys = sorted(current.get("weights", {})) if current else None

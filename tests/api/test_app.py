@@ -163,3 +163,10 @@ async def test_openapi_document_is_generated_from_schemas(client):
     names = {p["name"] for p in listing["parameters"]}
     assert {"collection_name", "page", "per_page", "sort", "filter", "search"} <= names
     assert document["paths"]["/api/v1/collections"]["post"]["security"] == [{"bearerAuth": []}]
+
+
+async def test_lone_surrogate_in_json_is_400(client):
+    response = await client.post("/api/v1/auth/login", data=b'{"email": "a@b.co", "password": "\\ud800"}',
+                                 headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    assert "not valid Unicode" in (await response.json())["detail"]
