@@ -77,6 +77,10 @@ ROUTES: tuple[Route, ...] = (
           auth="bearer", body=s.RecordWriteSchema, response=s.RecordSchema),
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
           auth="bearer", status=204),
+    # --- records: bulk and CSV (issue 4)
+    # --- end records: bulk and CSV
+    # --- password reset and auth collections (issue 3)
+    # --- end password reset and auth collections
     # system
     Route("GET", "/health", system.health, "Health of the service and its dependencies", "system",
           response=s.HealthSchema),

@@ -166,6 +166,14 @@ class RecordListQuerySchema(Schema):
     search = fields.String(load_default=None, validate=validate.Length(max=500))
 
 
+# --- records: bulk and CSV (issue 4) ----------------------------------------------------------
+# --- end records: bulk and CSV
+
+
+# --- password reset and auth collections (issue 3) ---------------------------------------------
+# --- end password reset and auth collections
+
+
 # --- system ----------------------------------------------------------------------------------
 
 
