@@ -38,8 +38,10 @@ async def test_load_script_loads_rows_and_times_queries(client, services, tmp_pa
 
 
 async def test_load_script_reports_unreachable_server(tmp_path):
+    path = tmp_path / "packages.csv"
+    path.write_text("name,version,released,popular,summary\npkg,1.0,2025-01-01,true,x\n")
     process = await asyncio.create_subprocess_exec(
-        sys.executable, str(SCRIPT), "--url", "http://127.0.0.1:9", "--email", "a@b.co", "--password", "x",
+        sys.executable, str(SCRIPT), str(path), "--url", "http://127.0.0.1:9", "--email", "a@b.co", "--password", "x",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     _, stderr = await asyncio.wait_for(process.communicate(), timeout=60)
