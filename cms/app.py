@@ -66,7 +66,7 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
 
 def _add_cors(app: web.Application, config: Config) -> None:
     """CORS for every route (aiohttp-cors); origins from `CORS_ORIGINS` (default `*`)."""
-    options = aiohttp_cors.ResourceOptions(
+    options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
         allow_credentials=False, allow_headers="*",
         expose_headers=("X-Request-Id", "Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining",
                         "X-RateLimit-Reset"),

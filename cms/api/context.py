@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import web
 from marshmallow import EXCLUDE, Schema, ValidationError
@@ -59,7 +59,7 @@ def parse_query(request: web.Request, schema: Schema) -> dict[str, Any]:
     return load(schema, dict(request.query), unknown=EXCLUDE)
 
 
-def load(schema: Schema, data: dict[str, Any], *, unknown: str | None = None) -> dict[str, Any]:
+def load(schema: Schema, data: dict[str, Any], *, unknown: Literal["exclude", "include", "raise"] | None = None) -> dict[str, Any]:
     """`schema.load(data)` with marshmallow errors turned into ValidationFailed (422)."""
     try:
         loaded: dict[str, Any] = schema.load(data, unknown=unknown)
