@@ -1,4 +1,5 @@
-"""JobQueue: the one way services hand work to the arq workers (email now, webhooks later)."""
+"""JobQueue: the one way services hand work to the arq workers (emails, password-reset and OTP
+requests; webhooks later)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from dataclasses import asdict, dataclass
 from arq.connections import ArqRedis
 
 SEND_EMAIL = "send_email"
+SEND_PASSWORD_RESET = "send_password_reset"
+SEND_OTP = "send_otp"
 
 
 @dataclass(frozen=True)
@@ -29,3 +32,14 @@ class JobQueue:
     async def enqueue_email(self, message: EmailMessage) -> None:
         """Queue `message` for the `send_email` job."""
         await self._pool.enqueue_job(SEND_EMAIL, asdict(message), _queue_name=self._queue_name)
+
+    async def enqueue_password_reset(self, audience: str, email: str, ip: str, user_agent: str) -> None:
+        """Queue the `send_password_reset` job: look the address up in the user system `audience`
+        and, if it exists, email a reset link. The web request never learns which it was."""
+        await self._pool.enqueue_job(SEND_PASSWORD_RESET, audience, email, ip, user_agent,
+                                     _queue_name=self._queue_name)
+
+    async def enqueue_otp(self, collection_id: str, email: str, ip: str, user_agent: str) -> None:
+        """Queue the `send_otp` job: if the address is a user of the auth collection, email a login code."""
+        await self._pool.enqueue_job(SEND_OTP, collection_id, email, ip, user_agent,
+                                     _queue_name=self._queue_name)

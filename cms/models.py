@@ -23,6 +23,13 @@ def collection_audience(collection_id: str) -> str:
     return f"collection:{collection_id}"
 
 
+def audience_collection_id(audience: str) -> str | None:
+    """The collection id of an audience `collection:<collection id>`; None for any other audience."""
+    prefix = collection_audience("")
+    collection_id = audience.removeprefix(prefix)
+    return collection_id if audience.startswith(prefix) and collection_id else None
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who is calling: an admin-table user, an auth-collection user or an API key.
@@ -194,3 +201,46 @@ class AuditEntry:
     ip_address: str = ""
     user_agent: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CollectionUser:
+    """A user of an auth collection: its record (whose `data` holds `email`, lower-cased, and
+    `verified`, next to the schema fields) and its password hash, which is stored apart from the
+    record so no record read (list, export, webhook payload) can ever carry it."""
+
+    collection_id: str
+    record: Record
+    password_hash: str = field(repr=False, default="")
+
+    @property
+    def id(self) -> str:
+        """The user id: the id of its record."""
+        return self.record.id
+
+    @property
+    def email(self) -> str:
+        """The user's email address (lower-cased); empty for a record created without one."""
+        return str(self.record.data.get("email", ""))
+
+    @property
+    def verified(self) -> bool:
+        """Whether the email address is verified."""
+        return bool(self.record.data.get("verified", False))
+
+
+@dataclass(frozen=True)
+class OtpCode:
+    """An emailed one-time login code, stored by its hash (`code_hash`).
+
+    `attempts` counts verification tries (right or wrong); the code is void once `used_at` is set,
+    once `attempts` reaches the limit, or at `expires_at`."""
+
+    id: str
+    collection_id: str
+    user_id: str
+    code_hash: str
+    created: datetime
+    expires_at: datetime
+    attempts: int = 0
+    used_at: datetime | None = None

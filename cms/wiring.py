@@ -21,11 +21,15 @@ from cms.models import Session
 from cms.security.tokens import TokenCodec
 from cms.services.accounts import AccountService
 from cms.services.audit import AuditService
+from cms.services.collection_auth import CollectionAuthService
 from cms.services.collections import CollectionService
+from cms.services.email_verification import EmailVerificationService
 from cms.services.events import EventDispatcher
 from cms.services.fields import RecordSchemas
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
+from cms.services.otp import OtpService
+from cms.services.password_resets import PasswordResetService
 from cms.services.rate_limits import RateLimitService
 from cms.services.records import RecordService
 from cms.services.sessions import SessionService
@@ -34,8 +38,10 @@ from cms.services.system import SystemService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.audit import AuditRepository
 from cms.store.client import database_stats, detect_capabilities, ensure_indexes, open_client
+from cms.store.collection_users import CollectionUserRepository
 from cms.store.collections import CollectionRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
+from cms.store.otp_codes import OtpCodeRepository
 from cms.store.records import RecordRepository
 from cms.store.sessions import SessionRepository
 from cms.store.settings import SettingsRepository
@@ -57,6 +63,10 @@ class Services:
     collections: CollectionService
     records: RecordService
     system: SystemService
+    collection_auth: CollectionAuthService
+    email_verification: EmailVerificationService
+    password_resets: PasswordResetService
+    otp: OtpService
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -103,6 +113,17 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
             one_time = OneTimeTokens(OneTimeTokenRepository(db), clock=clock)
             record_repository = RecordRepository(db, capabilities)
             collections = CollectionService(CollectionRepository(db), record_repository, settings, audit, clock=clock)
+            schemas = RecordSchemas()
+            accounts = AccountService(AdminUserRepository(db), sessions, one_time, mailer, settings, audit, clock=clock)
+            collection_users = CollectionUserRepository(db)
+            otp_codes = OtpCodeRepository(db)
+            await collection_users.ensure_indexes()
+            await otp_codes.ensure_indexes()
+            collection_auth = CollectionAuthService(
+                collections, collection_users, record_repository, schemas, sessions, one_time, mailer, settings,
+                audit, events, clock=clock,
+            )
+            events.subscribe(collection_auth.on_record_events)
             yield Services(
                 config=config,
                 redis=pool,
@@ -115,15 +136,17 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                     window_s=config.rate_limit_window_s,
                 ),
                 sessions=sessions,
-                accounts=AccountService(
-                    AdminUserRepository(db), sessions, one_time, mailer, settings, audit, clock=clock
-                ),
+                accounts=accounts,
                 collections=collections,
-                records=RecordService(collections, record_repository, RecordSchemas(), events, clock=clock),
+                records=RecordService(collections, record_repository, schemas, events, clock=clock),
                 system=SystemService(
                     pings={"mongodb": lambda: client.admin.command("ping"), "redis": pool.ping},
                     stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(pool)},
                 ),
+                collection_auth=collection_auth,
+                email_verification=EmailVerificationService(accounts, collection_auth, one_time),
+                password_resets=PasswordResetService(accounts, collection_auth, one_time, jobs, mailer, settings, audit),
+                otp=OtpService(collection_auth, otp_codes, jobs, mailer, audit, clock=clock),
             )
         finally:
             await pool.aclose()

@@ -11,11 +11,16 @@ from arq import Worker
 from arq.worker import func
 
 from cms.config import QUEUE_NAME, Config
-from cms.jobs import SEND_EMAIL
+from cms.jobs import SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
 from cms.wiring import Services, open_services, redis_settings
+from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
 
-FUNCTIONS = [func(send_email, name=SEND_EMAIL, max_tries=EMAIL_MAX_TRIES)]  # type: ignore[arg-type]
+FUNCTIONS = [
+    func(send_email, name=SEND_EMAIL, max_tries=EMAIL_MAX_TRIES),
+    func(send_password_reset, name=SEND_PASSWORD_RESET, max_tries=AUTH_JOB_MAX_TRIES),
+    func(send_otp, name=SEND_OTP, max_tries=AUTH_JOB_MAX_TRIES),
+]
 
 
 async def on_startup(ctx: dict[str, Any]) -> None:
@@ -44,7 +49,7 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
     if services is not None:
         ctx["services"] = services
     return Worker(
-        FUNCTIONS,  # type: ignore[arg-type]
+        FUNCTIONS,
         queue_name=config.queue_name,
         redis_settings=redis_settings(config.redis_url),
         on_startup=on_startup,

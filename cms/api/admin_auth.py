@@ -9,13 +9,17 @@ from cms.api.guards import require_admin_user
 from cms.api.ratelimit import enforce_auth_limit
 from cms.api.schemas import (
     AdminUserSchema,
+    ForgotPasswordSchema,
     LoginResponseSchema,
     LoginSchema,
+    PasswordResetRequestSchema,
     RefreshSchema,
     RegisterSchema,
+    ResetPasswordSchema,
     TokenBodySchema,
     TokenSchema,
 )
+from cms.services.password_resets import RESET_REQUESTED_MESSAGE
 
 
 async def register(request: web.Request) -> web.Response:
@@ -71,7 +75,7 @@ async def verify_email(request: web.Request) -> web.Response:
     """POST /auth/verify-email `{token}`: 200 `{message}`, the user is verified.
     400 token_invalid (unknown, used, replaced) or token_expired (24 h), 422 (no token)."""
     body = await parse_body(request, TokenBodySchema())
-    await services(request).accounts.verify_email(body["token"])
+    await services(request).email_verification.verify(body["token"])
     return web.json_response({"message": "Email verified"})
 
 
@@ -82,3 +86,42 @@ async def resend_verification(request: web.Request) -> web.Response:
     sent = await services(request).accounts.resend_verification(principal)
     message = "A new verification link has been sent" if sent else "Email is already verified"
     return web.json_response({"message": message})
+
+
+async def request_password_reset(request: web.Request) -> web.Response:
+    """POST /auth/request-password-reset `{email, collection?}`: 200 `{message}`, the same fixed
+    message (and about the same time) whether or not the address exists; if it does, a reset link
+    (1 hour, single use) is emailed. With `collection` (an auth collection's name) the address is
+    looked up among that collection's users. 404 (unknown or non-auth collection), 422, 429."""
+    body = await parse_body(request, PasswordResetRequestSchema())
+    limit_key = f"{body['collection']}:{body['email']}" if body["collection"] else body["email"]
+    await enforce_auth_limit(request, "reset", limit_key)
+    await services(request).password_resets.request(
+        body["email"], body["collection"], ip=client_ip(request), user_agent=user_agent(request)
+    )
+    return web.json_response({"message": RESET_REQUESTED_MESSAGE})
+
+
+async def forgot_password(request: web.Request) -> web.Response:
+    """POST /auth/forgot-password `{email}`: the admin-table form of request-password-reset, with
+    the same answer. 422, 429."""
+    body = await parse_body(request, ForgotPasswordSchema())
+    await enforce_auth_limit(request, "reset", body["email"])
+    await services(request).password_resets.request(
+        body["email"], None, ip=client_ip(request), user_agent=user_agent(request)
+    )
+    return web.json_response({"message": RESET_REQUESTED_MESSAGE})
+
+
+async def reset_password(request: web.Request) -> web.Response:
+    """POST /auth/reset-password `{token, new_password, password_confirm?}`: 200 `{message}`; the
+    token (from the emailed link, admin or auth-collection user) is spent, the password set and
+    every session of that user revoked. 400 token_invalid (unknown, used, replaced) / token_expired
+    (1 hour), 422 (policy, confirmation; the token stays usable), 429."""
+    body = await parse_body(request, ResetPasswordSchema())
+    await enforce_auth_limit(request, "reset", body["token"])
+    await services(request).password_resets.reset(
+        body["token"], body["new_password"], body["password_confirm"],
+        ip=client_ip(request), user_agent=user_agent(request),
+    )
+    return web.json_response({"message": "Password changed. Please log in with the new password."})

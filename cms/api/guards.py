@@ -6,7 +6,7 @@ from aiohttp import web
 
 from cms.api.context import services
 from cms.errors import Forbidden, Unauthorized
-from cms.models import ADMIN_AUDIENCE, Principal
+from cms.models import ADMIN_AUDIENCE, Principal, audience_collection_id
 from cms.security.tokens import unverified_audience
 
 PRINCIPAL_KEY = "principal"
@@ -33,10 +33,15 @@ async def optional_principal(request: web.Request) -> Principal | None:
     token = bearer_token(request)
     principal = None
     if token is not None:
+        # The unverified `aud` only picks the user system; that system then verifies the token for
+        # exactly that audience (signature, typ, expiry, active session, user still there).
         audience = unverified_audience(token)
-        if audience != ADMIN_AUDIENCE:
+        if audience == ADMIN_AUDIENCE:
+            principal = await services(request).accounts.authenticate(token)
+        elif audience is not None and audience_collection_id(audience) is not None:
+            principal = await services(request).collection_auth.authenticate(token, audience)
+        else:
             raise Unauthorized("Token is not valid here")
-        principal = await services(request).accounts.authenticate(token)
     request[PRINCIPAL_KEY] = principal
     return principal
 
@@ -54,6 +59,15 @@ async def require_admin_user(request: web.Request) -> Principal:
     principal = await require_user(request)
     if principal.kind != "admin_user":
         raise Unauthorized("Not an admin-table user token")
+    return principal
+
+
+async def require_collection_user(request: web.Request) -> Principal:
+    """A user of some auth collection (its `/auth/me`, sessions, change-password); the service then
+    checks that it is a user of the collection in the path. Raises Unauthorized (401)."""
+    principal = await require_user(request)
+    if principal.kind != "collection_user":
+        raise Unauthorized("Not a token of this collection")
     return principal
 
 

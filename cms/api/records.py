@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+
 from aiohttp import web
 
-from cms.api.context import parse_body, parse_query, services
+from cms.api.context import REQUEST_ID, parse_body, parse_query, services
 from cms.api.guards import require_user
-from cms.api.schemas import RecordListQuerySchema, RecordWriteSchema
+from cms.api.schemas import (
+    BulkDeleteSchema,
+    BulkUpdateSchema,
+    RecordExportQuerySchema,
+    RecordListQuerySchema,
+    RecordWriteSchema,
+)
+from cms.api.uploads import read_upload
+from cms.services.csv_io import MAX_IMPORT_BYTES
 from cms.services.records import record_json
+
+log = logging.getLogger("cms.api")
 
 
 async def list_records(request: web.Request) -> web.Response:
@@ -56,3 +68,65 @@ async def delete_record(request: web.Request) -> web.Response:
         principal, request.match_info["collection_name"], request.match_info["record_id"]
     )
     return web.Response(status=204)
+
+
+# --- bulk and CSV ------------------------------------------------------------------------------
+
+
+async def bulk_delete_records(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    body = await parse_body(request, BulkDeleteSchema())
+    deleted = await services(request).records.bulk_delete(
+        principal, request.match_info["collection_name"], body["record_ids"]
+    )
+    return web.json_response({"deleted": deleted})
+
+
+async def bulk_update_records(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    body = await parse_body(request, BulkUpdateSchema())
+    updated = await services(request).records.bulk_update(
+        principal, request.match_info["collection_name"], body["record_ids"], body["data"]
+    )
+    return web.json_response({"updated": updated})
+
+
+async def export_records_csv(request: web.Request) -> web.StreamResponse:
+    """Stream the CSV; a failure after the first byte cuts the download short (the client sees an
+    incomplete chunked body, never a complete-looking file)."""
+    principal = await require_user(request)
+    query = parse_query(request, RecordExportQuerySchema())
+    export = await services(request).records.export_csv(
+        principal, request.match_info["collection_name"],
+        sort=query["sort"], filter_expr=query["filter"], search=query["search"],
+    )
+    response = web.StreamResponse(headers={
+        "Content-Type": "text/csv; charset=utf-8",
+        "Content-Disposition": f'attachment; filename="{export.filename}"',
+        "Cache-Control": "no-store",
+        "X-Request-Id": request[REQUEST_ID],
+    })
+    try:
+        await response.prepare(request)
+        async for chunk in export.chunks:
+            await response.write(chunk.encode("utf-8"))
+        await response.write_eof()
+    except ConnectionResetError:  # the client went away
+        pass
+    except Exception:
+        log.exception("CSV export of %s failed mid-stream (request id %s)",
+                      request.match_info["collection_name"], request[REQUEST_ID])
+        if request.transport is not None:
+            request.transport.close()
+    finally:
+        await export.chunks.aclose()
+    return response
+
+
+async def import_records_csv(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    content = await read_upload(request, "file", MAX_IMPORT_BYTES)
+    result = await services(request).records.import_csv(principal, request.match_info["collection_name"], content)
+    return web.json_response(
+        {"imported": result.imported, "failed": [{"row": f.row, "errors": f.errors} for f in result.failed]}
+    )

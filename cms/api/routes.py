@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from marshmallow import Schema
 
-from cms.api import admin_auth, collections, records, system
+from cms.api import admin_auth, collection_auth, collections, records, system
 from cms.api import schemas as s
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -78,8 +78,70 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
           auth="bearer", status=204),
     # --- records: bulk and CSV (issue 4)
+    Route("POST", RECORDS + "/bulk-delete", records.bulk_delete_records,
+          "Delete up to 1,000 records by id, all or nothing", "records",
+          auth="bearer", body=s.BulkDeleteSchema, response=s.BulkDeletedSchema),
+    Route("POST", RECORDS + "/bulk-update", records.bulk_update_records,
+          "Set the same fields on up to 1,000 records, all or nothing", "records",
+          auth="bearer", body=s.BulkUpdateSchema, response=s.BulkUpdatedSchema),
+    Route("GET", RECORDS + "/export/csv", records.export_records_csv,
+          "Download the records (filter, sort, search) as CSV", "records",
+          auth="bearer", query=s.RecordExportQuerySchema),
+    Route("POST", RECORDS + "/import/csv", records.import_records_csv,
+          "Create records from a CSV file: multipart/form-data field `file`, UTF-8, header row, "
+          "at most 10 MiB and 50,000 rows", "records",
+          auth="bearer", response=s.CsvImportResultSchema),
     # --- end records: bulk and CSV
     # --- password reset and auth collections (issue 3)
+    Route("POST", V1 + "/auth/request-password-reset", admin_auth.request_password_reset,
+          "Email a password-reset link (admin-table user, or auth-collection user with `collection`)", "auth",
+          body=s.PasswordResetRequestSchema, response=s.MessageSchema),
+    Route("POST", V1 + "/auth/forgot-password", admin_auth.forgot_password,
+          "Email a password-reset link to an admin-table user", "auth",
+          body=s.ForgotPasswordSchema, response=s.MessageSchema),
+    Route("POST", V1 + "/auth/reset-password", admin_auth.reset_password,
+          "Set a new password with the emailed reset token (any user system)", "auth",
+          body=s.ResetPasswordSchema, response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/register", collection_auth.register,
+          "Register a user of an auth collection", "collection auth",
+          body=s.CollectionRegisterSchema, response=s.CollectionRegisterResponseSchema, status=201),
+    Route("POST", V1 + "/collections/{collection_name}/auth/login", collection_auth.login, "Log in to an auth collection",
+          "collection auth", body=s.LoginSchema, response=s.CollectionLoginResponseSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/refresh", collection_auth.refresh,
+          "Spend a refresh token for a new token pair", "collection auth",
+          body=s.RefreshSchema, response=s.TokenSchema),
+    Route("GET", V1 + "/collections/{collection_name}/auth/me", collection_auth.me, "The current user of the collection",
+          "collection auth", auth="bearer", response=s.CollectionUserSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/me/change-password", collection_auth.change_password,
+          "Change the password (other sessions are revoked)", "collection auth", auth="bearer",
+          body=s.ChangePasswordSchema, response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/me/request-email-change", collection_auth.request_email_change,
+          "Email a confirmation link to a new address", "collection auth", auth="bearer",
+          body=s.EmailChangeRequestSchema, response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/me/confirm-email-change", collection_auth.confirm_email_change,
+          "Confirm an email change with the emailed token", "collection auth",
+          body=s.TokenBodySchema, response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/verify-email", collection_auth.verify_email,
+          "Verify an email with the emailed token", "collection auth",
+          body=s.TokenBodySchema, response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/resend-verification", collection_auth.resend_verification,
+          "Send a new verification email", "collection auth", auth="bearer", response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/otp/request", collection_auth.otp_request,
+          "Email a 6-digit login code", "collection auth", body=s.OtpRequestSchema, response=s.MessageSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/otp/verify", collection_auth.otp_verify,
+          "Log in with an emailed code", "collection auth",
+          body=s.OtpVerifySchema, response=s.CollectionLoginResponseSchema),
+    Route("GET", V1 + "/collections/{collection_name}/auth/sessions", collection_auth.list_sessions, "The caller's active sessions",
+          "collection auth", auth="bearer", response=s.SessionSchema, many=True),
+    # `all` before `{session_id}`: routes match in the order they are added
+    Route("DELETE", V1 + "/collections/{collection_name}/auth/sessions/all", collection_auth.revoke_all_sessions,
+          "Revoke every session of the caller (log out all devices)", "collection auth", auth="bearer",
+          status=204),
+    Route("DELETE", V1 + "/collections/{collection_name}/auth/sessions/{session_id}", collection_auth.revoke_session,
+          "Revoke one of the caller's sessions", "collection auth", auth="bearer", status=204),
+    Route("GET", "/_/reset-password", system.reset_password_page, "Password reset page", "pages", in_docs=False),
+    Route("GET", "/_/confirm-email-change", system.confirm_email_change_page, "Email change page", "pages",
+          in_docs=False),
     # --- end password reset and auth collections
     # system
     Route("GET", "/health", system.health, "Health of the service and its dependencies", "system",

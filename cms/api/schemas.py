@@ -167,10 +167,133 @@ class RecordListQuerySchema(Schema):
 
 
 # --- records: bulk and CSV (issue 4) ----------------------------------------------------------
+
+
+class BulkDeleteSchema(Schema):
+    record_ids = fields.List(
+        fields.String(validate=validate.Length(min=1, max=64)), required=True,
+        metadata={"description": "1..1,000 distinct record ids; all or nothing"},
+    )
+
+
+class BulkUpdateSchema(BulkDeleteSchema):
+    data = fields.Dict(required=True, metadata={"description": "Field values set on every record"})
+
+
+class BulkDeletedSchema(Schema):
+    deleted = fields.Integer()
+
+
+class BulkUpdatedSchema(Schema):
+    updated = fields.Integer()
+
+
+class RecordExportQuerySchema(Schema):
+    sort = fields.String(load_default=None, metadata={"description": "e.g. `-created,title`"})
+    filter = fields.String(load_default=None, metadata={"description": "e.g. `status=published && views>10`"})
+    search = fields.String(load_default=None, validate=validate.Length(max=500))
+
+
+class CsvImportFailureSchema(Schema):
+    row = fields.Integer(metadata={"description": "1-based data-row number (the header is not counted)"})
+    errors = fields.Dict(metadata={"description": "field name (or `_row`) -> list of messages"})
+
+
+class CsvImportResultSchema(Schema):
+    imported = fields.Integer()
+    failed = fields.List(fields.Nested(CsvImportFailureSchema))
+
+
 # --- end records: bulk and CSV
 
 
 # --- password reset and auth collections (issue 3) ---------------------------------------------
+
+
+class PasswordResetRequestSchema(Schema):
+    email = fields.String(required=True, validate=validate.Length(max=254))
+    collection = fields.String(
+        load_default=None, validate=validate.Length(min=1, max=63),
+        metadata={"description": "Name of an auth collection; omit for admin-table users"},
+    )
+
+
+class ForgotPasswordSchema(Schema):
+    email = fields.String(required=True, validate=validate.Length(max=254))
+
+
+class ResetPasswordSchema(Schema):
+    token = fields.String(required=True, validate=validate.Length(min=1, max=512))
+    new_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
+
+
+AUTH_REGISTER_KEYS = ("email", "password", "password_confirm")
+
+
+class CollectionRegisterSchema(Schema):
+    """`email`, `password`, optional `password_confirm`, plus the collection's schema fields."""
+
+    class Meta:
+        unknown = "include"  # marshmallow.INCLUDE: the schema fields are checked by the collection's schema
+
+    email = fields.Email(required=True, validate=validate.Length(max=254))
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
+
+
+class ChangePasswordSchema(Schema):
+    old_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    new_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
+
+
+class EmailChangeRequestSchema(Schema):
+    new_email = fields.Email(required=True, validate=validate.Length(max=254))
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD),
+                             metadata={"description": "The current password"})
+
+
+class OtpRequestSchema(Schema):
+    email = fields.String(required=True, validate=validate.Length(max=254))
+
+
+class OtpVerifySchema(Schema):
+    email = fields.String(required=True, validate=validate.Length(max=254))
+    code = fields.String(required=True, validate=validate.Regexp(r"^[0-9]{6}\Z", error="Must be 6 digits."))
+
+
+class CollectionUserSchema(Schema):
+    """A user of an auth collection: its record (flat, with the schema fields), never a password."""
+
+    id = fields.String()
+    email = fields.String()
+    verified = fields.Boolean()
+    created = fields.String()
+    updated = fields.String()
+
+
+class CollectionLoginResponseSchema(Schema):
+    user = fields.Nested(CollectionUserSchema)
+    token = fields.Nested(TokenSchema, allow_none=True)
+    message = fields.String(allow_none=True)
+    requires_2fa = fields.Boolean()
+
+
+class CollectionRegisterResponseSchema(Schema):
+    user = fields.Nested(CollectionUserSchema)
+    message = fields.String()
+
+
+class SessionSchema(Schema):
+    id = fields.String()
+    created = Timestamp()
+    last_used = Timestamp()
+    user_agent = fields.String()
+    ip = fields.String()
+    current = fields.Boolean(metadata={"description": "True for the session of the token making the request"})
+
+
 # --- end password reset and auth collections
 
 

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from cms.api.context import services
 
-HTTP_STATS = web.AppKey("http_stats", dict)
+HTTP_STATS = web.AppKey("http_stats", dict[str, int])
 
 
 async def health(request: web.Request) -> web.Response:
@@ -18,7 +18,8 @@ async def health(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     body = await services(request).system.stats()
-    return web.json_response({"http": dict(request.app[HTTP_STATS]), **body})
+    counters = request.app[HTTP_STATS]
+    return web.json_response({"http": dict(counters), **body})
 
 
 def _page(name: str) -> str:
@@ -31,3 +32,15 @@ async def docs(request: web.Request) -> web.Response:
 
 async def verify_email_page(request: web.Request) -> web.Response:
     return web.Response(text=_page("verify-email.html"), content_type="text/html")
+
+
+async def reset_password_page(request: web.Request) -> web.Response:
+    """GET /_/reset-password?token=...: the page of the emailed reset link; it posts the new password
+    to `/api/v1/auth/reset-password`."""
+    return web.Response(text=_page("reset-password.html"), content_type="text/html")
+
+
+async def confirm_email_change_page(request: web.Request) -> web.Response:
+    """GET /_/confirm-email-change?token=...&collection=...: the page of the emailed email-change
+    link; it posts the token to the collection's `/auth/me/confirm-email-change`."""
+    return web.Response(text=_page("confirm-email-change.html"), content_type="text/html")

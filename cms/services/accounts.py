@@ -1,5 +1,5 @@
-"""Admin-table users: register, login, refresh, me, logout, email verification
-(spec: Admin authentication, Authentication 1-5; decisions.md: Identity and tokens)."""
+"""Admin-table users: register, login, refresh, me, logout, email verification and the user side
+of a password reset (spec: Admin authentication, Authentication 1-5; decisions.md: Identity and tokens)."""
 
 from __future__ import annotations
 
@@ -48,6 +48,23 @@ def check_text(**values: str) -> None:
     bad = {name: ["Must be valid Unicode text."] for name, value in values.items() if not is_unicode_text(value)}
     if bad:
         raise ValidationFailed("Text is not valid Unicode", errors=bad)
+
+
+async def check_login_password(password_hash: str | None, password: str) -> tuple[bool, str | None]:
+    """Check a login password with one argon2 verification whether or not the account exists: with
+    no hash (unknown email, or an account without a password) `password` is checked against the
+    dummy hash, so every failure takes about the same time (no timing oracle).
+
+    Returns `(matches, upgraded)`: `upgraded` is a new hash of `password` when it matched a hash made
+    with other hasher parameters (store it while the password is known), else None."""
+    if not password_hash:
+        await asyncio.to_thread(verify_dummy, password)
+        return False, None
+    if not await asyncio.to_thread(verify_password, password_hash, password):
+        return False, None
+    if needs_rehash(password_hash):
+        return True, await asyncio.to_thread(hash_password, password)
+    return True, None
 
 
 class AccountService:
@@ -113,15 +130,11 @@ class AccountService:
         about the same time) for an unknown email and a wrong password."""
         email = normalize_email(email)
         user = await self._users.get_by_email(email) if is_unicode_text(email) else None
-        if user is None:
-            await asyncio.to_thread(verify_dummy, password)
-            await self._login_failed(email, None, ip, user_agent)
-        elif not await asyncio.to_thread(verify_password, user.password_hash, password):
-            await self._login_failed(email, user.id, ip, user_agent)
-        if needs_rehash(user.password_hash):
-            # The hasher's parameters changed since this hash was made; upgrade it while the password is known.
-            new_hash = await asyncio.to_thread(hash_password, password)
-            await self._users.update(user.id, self._clock(), password_hash=new_hash)
+        matches, upgraded = await check_login_password(user.password_hash if user else None, password)
+        if user is None or not matches:
+            await self._login_failed(email, user.id if user else None, ip, user_agent)
+        if upgraded is not None:
+            await self._users.update(user.id, self._clock(), password_hash=upgraded)
         auth = await self._settings.auth()
         _, pair = await self._sessions.start(
             user.id, ADMIN_AUDIENCE, access_lifetime_s=auth.access_lifetime_s,
@@ -188,6 +201,21 @@ class AccountService:
         if user.verified:
             return False
         await self._send_verification(user)
+        return True
+
+    async def find_by_email(self, email: str) -> AdminUser | None:
+        """The admin-table user with this address (compared lower-cased), or None."""
+        email = normalize_email(email)
+        return await self._users.get_by_email(email) if is_unicode_text(email) else None
+
+    async def complete_password_reset(self, user_id: str, password_hash: str) -> bool:
+        """Store the new hash, mark the address verified (the reset link proved it) and revoke every
+        session of the user. False when the user is gone (the flow is in password_resets.py)."""
+        user = await self._users.get(user_id)
+        if user is None:
+            return False
+        await self._users.update(user.id, self._clock(), password_hash=password_hash, verified=True)
+        await self._sessions.revoke_all(user.id, ADMIN_AUDIENCE)
         return True
 
     async def _send_verification(self, user: AdminUser) -> None:

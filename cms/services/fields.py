@@ -148,6 +148,19 @@ def unique_field_names(collection: Collection) -> list[str]:
     return [f.name for f in collection.fields if f.validation.unique]
 
 
+def value_list(value: Any) -> list[Any]:
+    """A field value as a list of values: a list as is, None as [], anything else as [value]."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def is_multi(spec: FieldSpec) -> bool:
+    """True when the field holds a list of values: a select, relation or file field with
+    `max_select` above 1. Other fields hold one value."""
+    return spec.type in MULTI_TYPES and (spec.max_select or 1) > 1
+
+
 # --- record values ---------------------------------------------------------------------------
 
 
@@ -273,7 +286,7 @@ def _value_field(spec: FieldSpec) -> fields.Field[Any]:
 def _record_field(spec: FieldSpec) -> fields.Field[Any]:
     item = _value_field(spec)
     required = spec.validation.required
-    if spec.type in MULTI_TYPES and (spec.max_select or 1) > 1:
+    if is_multi(spec):
         return fields.List(
             item,
             required=required,

@@ -1,5 +1,7 @@
 """Emails the service sends: rendered from text and HTML templates, queued for the worker.
 
+Messages: email verification, password reset, email-change confirmation and OTP login code.
+
 Templates live in `cms/templates/<name>.txt` and `<name>.html` (string.Template syntax,
 `$link`, `$app_name`, `$code`); values are HTML-escaped in the HTML part.
 """
@@ -54,3 +56,18 @@ class Mailer:
         """The email-verification message; the link carries the raw one-time token."""
         query = {"token": token, **({"collection": collection} if collection else {})}
         await self.send("verify_email", to, link=self.link("verify-email", **query))
+
+    async def send_password_reset(self, to: str, token: str) -> None:
+        """The password-reset message: a link to `/_/reset-password?token=...` (valid 1 hour). The
+        token's audience tells the API which user system it belongs to, so the link needs no more."""
+        await self.send("password_reset", to, link=self.link("reset-password", token=token))
+
+    async def send_email_change(self, to: str, token: str, collection: str) -> None:
+        """The email-change confirmation, sent to the new address: a link to
+        `/_/confirm-email-change?token=...&collection=<name>`."""
+        link = self.link("confirm-email-change", token=token, collection=collection)
+        await self.send("email_change", to, link=link)
+
+    async def send_otp(self, to: str, code: str) -> None:
+        """The OTP login message carrying the 6-digit `code` (valid 10 minutes)."""
+        await self.send("otp", to, code=code)

@@ -41,6 +41,12 @@ class OneTimeTokens:
         )
         return raw
 
+    async def audience_of(self, raw: str, purpose: str) -> str | None:
+        """The user system (`aud`) of an unspent token of `purpose`, without spending it; None when
+        there is no such unspent token."""
+        token = await self._repository.get(hash_token(raw), purpose)
+        return token.audience if token is not None and token.used_at is None else None
+
     async def consume(self, raw: str, purpose: str, *, audience: str | None = None) -> OneTimeToken:
         """Spend a token of `purpose` (and of `audience`, the user system, when given).
 

@@ -1,10 +1,18 @@
-"""Records: CRUD and list (page, filter, sort, search) within a collection (spec: Records;
-decisions.md: Records). Every change emits one RecordEvent per record through the dispatcher.
+"""Records: CRUD, list (page, filter, sort, search), bulk update and delete, CSV export and import
+within a collection (spec: Records; decisions.md: Records, Limits).
+
+Every change, one at a time, in bulk or by CSV import (record_csv.py, handed `_emit_changed`),
+emits one RecordEvent per changed record after the write succeeded, through `_emit_changed` /
+`_emit_deleted`: the only two places that talk to the EventDispatcher, the seam webhooks and
+realtime subscribe to. Failed writes emit nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
@@ -20,13 +28,22 @@ from cms.filters.mongo import (
 from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
 from cms.services.collections import CollectionService
+from cms.services.csv_io import ImportResult
 from cms.services.events import CREATE, DELETE, UPDATE, EventDispatcher, RecordEvent
-from cms.services.fields import RecordSchemas, text_field_names, to_json_value
+from cms.services.fields import RecordSchemas, text_field_names, to_json_value, value_list
+from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
 from cms.store.records import RecordRepository
 
 MAX_PER_PAGE = 100
 DEFAULT_PER_PAGE = 30
 DEFAULT_SORT: list[tuple[str, int]] = [("created", 1)]
+MAX_BULK_IDS = 1_000
+
+# Aliases for annotations inside RecordService, whose `list` method shadows the builtin there.
+SortOrder = list[tuple[str, int]]
+Messages = list[str]
+FieldNames = list[str]
+
 SYSTEM_RESOLUTIONS = {
     "id": ResolvedField(path="_id", type="id"),
     "created": ResolvedField(path="created", type="datetime"),
@@ -54,6 +71,32 @@ def record_json(record: Record) -> dict[str, Any]:
     return body
 
 
+def check_record_ids(record_ids: Sequence[str]) -> list[str]:
+    """The ids of a bulk request: 1..MAX_BULK_IDS, each listed once. Raises ValidationFailed
+    (422, `errors: {"record_ids": [...]}`) for an empty list, too many ids or a repeated id."""
+    ids = list(record_ids)
+    if not ids:
+        raise _ids_error("At least one id is required.")
+    if len(ids) > MAX_BULK_IDS:
+        raise _ids_error(f"At most {MAX_BULK_IDS:,} ids per request; {len(ids):,} given.")
+    repeated = [i for i, n in Counter(ids).items() if n > 1]
+    if repeated:
+        shown = ", ".join(repeated[:20]) + (", ..." if len(repeated) > 20 else "")
+        raise _ids_error(f"Each id may be listed once; repeated: {shown}.")
+    return ids
+
+
+def _ids_error(message: str) -> ValidationFailed:
+    return ValidationFailed(f"Invalid record_ids: {message}", errors={"record_ids": [message]})
+
+
+def _bulk_refused(action: str, failures: dict[str, list[str]], total: int) -> ValidationFailed:
+    """422 for a bulk request that would fail for some records: `errors` maps each record id to why."""
+    return ValidationFailed(
+        f"{len(failures)} of {total} records cannot be {action}; nothing was changed", errors=failures
+    )
+
+
 class RecordService:
     """Records of user collections. Reads are public; writes need a principal (API guard)."""
 
@@ -71,6 +114,9 @@ class RecordService:
         self._schemas = schemas
         self._events = events
         self._clock = clock
+        self._csv = RecordCsv(records, partial(self._emit_changed, CREATE), clock=clock)
+
+    # --- reading ------------------------------------------------------------------------------
 
     async def list(
         self,
@@ -90,10 +136,7 @@ class RecordService:
         collection = await self._collections.get_by_name(collection_name)
         per_page = min(per_page, MAX_PER_PAGE)
         query = self.query(collection, filter_expr=filter_expr, search=search)
-        resolver = CollectionFields(collection)
-        order = to_mongo_sort(parse_sort(sort), resolver) if sort else list(DEFAULT_SORT)
-        if not any(path == "_id" for path, _ in order):
-            order.append(("_id", 1))
+        order = self._order(collection, sort)
         items, total = await asyncio.gather(
             self._records.find(collection.id, query, order, (page - 1) * per_page, per_page),
             self._records.count(collection.id, query),
@@ -117,6 +160,14 @@ class RecordService:
             return {}
         return parts[0] if len(parts) == 1 else {"$and": parts}
 
+    def _order(self, collection: Collection, sort: str | None) -> SortOrder:
+        """The sort of a list or export: `sort` (default `created`), then `id` so the order is total.
+        Raises InvalidFilter (unknown field)."""
+        order = to_mongo_sort(parse_sort(sort), CollectionFields(collection)) if sort else list(DEFAULT_SORT)
+        if not any(path == "_id" for path, _ in order):
+            order.append(("_id", 1))
+        return order
+
     async def get(self, collection_name: str, record_id: str) -> Record:
         """One record. Raises NotFound (collection or record)."""
         collection = await self._collections.get_by_name(collection_name)
@@ -128,6 +179,8 @@ class RecordService:
             raise NotFound("Record not found")
         return record
 
+    # --- one record ---------------------------------------------------------------------------
+
     async def create(self, principal: Principal, collection_name: str, data: Any) -> Record:
         """Validate `data` against the schema and store a new record; emits `create`.
         Raises NotFound, ValidationFailed (422) or AlreadyExists (a unique field)."""
@@ -138,22 +191,20 @@ class RecordService:
         now = self._clock()
         record = Record(id=new_id(), created=now, updated=now, data=values)
         await self._records.insert(collection.id, record)
-        await self._emit(CREATE, collection, record)
+        await self._emit_changed(CREATE, collection, [record])
         return record
 
     async def update(self, principal: Principal, collection_name: str, record_id: str, data: Any) -> Record:
         """Change the fields given in `data` (null clears an optional field); emits `update`.
         Raises NotFound, ValidationFailed or AlreadyExists."""
         collection = await self._collections.get_by_name(collection_name)
-        values = self._schemas.load(collection, data, partial=True)
-        set_values = {k: v for k, v in values.items() if v is not None}
-        unset = [k for k, v in values.items() if v is None]
+        set_values, unset = self._changes(collection, data)
         await self._check_relations(collection, set_values)
         set_values["updated"] = self._clock()
         record = await self._records.update(collection.id, record_id, set_values, unset)
         if record is None:
             raise NotFound("Record not found")
-        await self._emit(UPDATE, collection, record)
+        await self._emit_changed(UPDATE, collection, [record])
         return record
 
     async def delete(self, principal: Principal, collection_name: str, record_id: str) -> None:
@@ -161,20 +212,140 @@ class RecordService:
         collection = await self._collections.get_by_name(collection_name)
         if not await self._records.delete(collection.id, record_id):
             raise NotFound("Record not found")
-        await self._events.emit([RecordEvent(DELETE, collection.name, record_id, {"id": record_id}, self._clock())])
+        await self._emit_deleted(collection, [record_id])
 
-    async def _emit(self, kind: str, collection: Collection, record: Record) -> None:
-        await self._events.emit([RecordEvent(kind, collection.name, record.id, record_json(record), self._clock())])
+    def _changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], FieldNames]:
+        """Validate partial `data`: (values to set, names to clear). Raises ValidationFailed."""
+        values = self._schemas.load(collection, data, partial=True)
+        return {k: v for k, v in values.items() if v is not None}, [k for k, v in values.items() if v is None]
+
+    # --- bulk ---------------------------------------------------------------------------------
+
+    async def bulk_update(
+        self, principal: Principal, collection_name: str, record_ids: Sequence[str], data: Any
+    ) -> int:
+        """Apply the same partial `data` to every record of `record_ids` (1..1,000 distinct ids), all
+        or nothing, in one update_many; emits one `update` per record. Returns how many were updated.
+
+        `data` is validated once; then each record is checked: it must exist, and a unique field may
+        be set on one record only, to a value no other record holds. Raises NotFound (collection),
+        ValidationFailed (422; `errors.record_ids` for a bad id list, `errors.<field>` for bad `data`,
+        `errors.<record id>` for the records that would fail; nothing changes) or AlreadyExists (a
+        concurrent write took a unique value first)."""
+        collection = await self._collections.get_by_name(collection_name)
+        ids = check_record_ids(record_ids)
+        set_values, unset = self._changes(collection, data)
+        await self._check_relations(collection, set_values)
+        found = {r.id: r for r in await self._records.find_by_ids(collection.id, ids)}
+        failures: dict[str, list[str]] = {i: ["Record not found."] for i in ids if i not in found}
+        for record_id, messages in (await self._unique_conflicts(collection, set_values, list(found))).items():
+            failures.setdefault(record_id, []).extend(messages)
+        if failures:
+            raise _bulk_refused("updated", failures, len(ids))
+        now = self._clock()
+        matched = await self._records.update_many(collection.id, ids, {**set_values, "updated": now}, unset)
+        if matched == len(ids):
+            changed = [_changed_record(found[i], set_values, unset, now) for i in ids]
+        else:  # some were deleted meanwhile: report the ones still there
+            changed = await self._records.find_by_ids(collection.id, ids)
+        await self._emit_changed(UPDATE, collection, changed)
+        return matched
+
+    async def _unique_conflicts(
+        self, collection: Collection, set_values: dict[str, Any], record_ids: Sequence[str]
+    ) -> dict[str, Messages]:
+        """Record id -> messages, for unique fields the change would duplicate: the same value on
+        several records, or a value another record holds."""
+        failures: dict[str, list[str]] = {}
+        for spec in collection.fields:
+            if not spec.validation.unique or spec.name not in set_values or not record_ids:
+                continue
+            if len(record_ids) > 1:
+                message = f"{spec.name}: Value must be unique; it cannot be set on {len(record_ids)} records at once."
+                for record_id in record_ids:
+                    failures.setdefault(record_id, []).append(message)
+            elif await self._records.count_holders(collection.id, spec.name, set_values[spec.name], record_ids):
+                failures.setdefault(record_ids[0], []).append(
+                    f"{spec.name}: Value must be unique; another record holds it.")
+        return failures
+
+    async def bulk_delete(self, principal: Principal, collection_name: str, record_ids: Sequence[str]) -> int:
+        """Delete every record of `record_ids` (1..1,000 distinct ids), all or nothing, in one
+        delete_many; emits one `delete` per record. Returns how many were deleted.
+
+        Raises NotFound (collection) or ValidationFailed (422; `errors.record_ids` for a bad id list,
+        `errors.<record id>` for unknown ids; nothing is deleted then). A record deleted by another
+        request between the check and the delete is not counted, but still gets a `delete` event
+        (subscribers see at least one)."""
+        collection = await self._collections.get_by_name(collection_name)
+        ids = check_record_ids(record_ids)
+        existing = await self._records.existing_ids(collection.id, ids)
+        missing = {i: ["Record not found."] for i in ids if i not in existing}
+        if missing:
+            raise _bulk_refused("deleted", missing, len(ids))
+        deleted = await self._records.delete_many(collection.id, ids)
+        await self._emit_deleted(collection, ids)
+        return deleted
+
+    # --- CSV (the flows live in record_csv.py) -------------------------------------------------
+
+    async def export_csv(
+        self,
+        principal: Principal,
+        collection_name: str,
+        *,
+        sort: str | None = None,
+        filter_expr: str | None = None,
+        search: str | None = None,
+    ) -> CsvExport:
+        """The records matching `filter_expr` and `search`, in `sort` order (default `created`), as
+        CSV: header `id,created,updated,<schema fields in order>`, cells as in `csv_io`. The query is
+        checked here, before any byte is sent; the rows are read in batches while `chunks` is
+        consumed, so memory stays flat however many records match.
+        Raises NotFound (collection) or InvalidFilter."""
+        collection = await self._collections.get_by_name(collection_name)
+        query = self.query(collection, filter_expr=filter_expr, search=search)
+        return self._csv.export(collection, query, self._order(collection, sort))
+
+    async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
+        """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
+        stored record emits `create`. See `RecordCsv.import_csv` for the checks and the result.
+        Raises NotFound (collection), PayloadTooLarge (over 10 MiB) or ValidationFailed (the file as
+        a whole is refused; nothing is stored)."""
+        collection = await self._collections.get_by_name(collection_name)
+        return await self._csv.import_csv(collection, content)
+
+    # --- events: the one path every change takes ----------------------------------------------
+
+    async def _emit_changed(self, kind: str, collection: Collection, records: Sequence[Record]) -> None:
+        """One `create` or `update` event per record, carrying the full record."""
+        now = self._clock()
+        await self._events.emit(
+            [RecordEvent(kind, collection.name, record.id, record_json(record), now) for record in records]
+        )
+
+    async def _emit_deleted(self, collection: Collection, record_ids: Sequence[str]) -> None:
+        """One `delete` event per record id, carrying `{id}`."""
+        now = self._clock()
+        await self._events.emit(
+            [RecordEvent(DELETE, collection.name, record_id, {"id": record_id}, now) for record_id in record_ids]
+        )
 
     async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
         """Every relation id must name an existing record of the target collection."""
         for spec in collection.fields:
             if spec.type != "relation" or spec.name not in values or spec.collection_id is None:
                 continue
-            ids = values[spec.name] if isinstance(values[spec.name], list) else [values[spec.name]]
-            wanted = set(ids)
+            wanted = set(value_list(values[spec.name]))
             found = await self._records.count(spec.collection_id, {"_id": {"$in": sorted(wanted)}})
             if found != len(wanted):
                 raise ValidationFailed(
-                    "Relation points to a missing record", errors={spec.name: ["Unknown record id."]}
+                    "Relation points to a missing record", errors={spec.name: [UNKNOWN_RELATION]}
                 )
+
+
+def _changed_record(record: Record, set_values: dict[str, Any], unset: Sequence[str], updated: Any) -> Record:
+    """`record` as it is after setting `set_values` and clearing `unset`, at time `updated`."""
+    data = {k: v for k, v in record.data.items() if k not in unset}
+    data.update(set_values)
+    return Record(id=record.id, created=record.created, updated=updated, data=data)

@@ -1,0 +1,119 @@
+"""OTP login of auth collections: a 6-digit code emailed to the user (spec: Auth collection
+endpoints, Authentication 6; decisions.md: Limits, Errors).
+
+A code is valid 10 minutes, works once, and 5 tries (right or wrong) use it up; only its hash is
+stored. A request is queued (`send_otp` job) and answered with the same message whether or not the
+address exists. OTP works only while the collection's `otp_enabled` is true (403 `otp_disabled`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import NoReturn
+
+from cms.clock import Clock, new_id, utcnow
+from cms.errors import NotFound, OtpDisabled, OtpInvalid
+from cms.jobs import JobQueue
+from cms.models import Collection, CollectionUser, LoginResult, OtpCode, collection_audience
+from cms.security.codes import constant_time_equals, hash_token, new_otp_code
+from cms.services.accounts import normalize_email
+from cms.services.audit import AuditService
+from cms.services.collection_auth import CollectionAuthService
+from cms.services.mail import Mailer
+from cms.store.otp_codes import OtpCodeRepository
+
+OTP_LIFETIME_S = 600
+OTP_MAX_ATTEMPTS = 5
+OTP_REQUESTED_MESSAGE = "If an account with this email exists, a login code has been sent to it."
+
+
+def code_hash(code_id: str, code: str) -> str:
+    """What is stored for a code: SHA-256 of the code salted with its id (hex)."""
+    return hash_token(f"{code_id}:{code}")
+
+
+class OtpService:
+    """Issues, emails and checks OTP login codes; a successful check starts a session."""
+
+    def __init__(
+        self,
+        collection_auth: CollectionAuthService,
+        codes: OtpCodeRepository,
+        jobs: JobQueue,
+        mailer: Mailer,
+        audit: AuditService,
+        *,
+        clock: Clock = utcnow,
+    ) -> None:
+        self._collection_auth = collection_auth
+        self._codes = codes
+        self._jobs = jobs
+        self._mailer = mailer
+        self._audit = audit
+        self._clock = clock
+
+    async def _otp_collection(self, collection_name: str) -> Collection:
+        collection = await self._collection_auth.auth_collection(collection_name)
+        if not collection.otp_enabled:
+            raise OtpDisabled()
+        return collection
+
+    async def request(self, collection_name: str, email: str, *, ip: str = "", user_agent: str = "") -> None:
+        """Queue a code for `email`. Does not look the address up, so it answers alike either way.
+        Raises NotFound (no such auth collection) or OtpDisabled (403)."""
+        collection = await self._otp_collection(collection_name)
+        await self._jobs.enqueue_otp(collection.id, email, ip, user_agent)
+
+    async def send_code(self, collection_id: str, email: str) -> bool:
+        """The job's work: if `email` is a user of the collection (and OTP is still enabled there),
+        store a new code (older ones stop working) and queue the email. Returns whether one was sent."""
+        try:
+            collection = await self._collection_auth.auth_collection_by_id(collection_id)
+        except NotFound:
+            return False
+        user = await self._collection_auth.find_by_email(collection.id, email)
+        if not collection.otp_enabled or user is None or not user.email:
+            return False
+        now = self._clock()
+        code, code_id = new_otp_code(), new_id()
+        await self._codes.void_unused(collection.id, user.id, now)
+        await self._codes.insert(OtpCode(
+            id=code_id, collection_id=collection.id, user_id=user.id, code_hash=code_hash(code_id, code),
+            created=now, expires_at=now + timedelta(seconds=OTP_LIFETIME_S),
+        ))
+        await self._mailer.send_otp(user.email, code)
+        return True
+
+    async def verify(self, collection_name: str, email: str, code: str, *, ip: str = "",
+                     user_agent: str = "") -> LoginResult:
+        """Check the newest code of `email` and start a session; the address counts as verified.
+
+        Raises NotFound (collection), OtpDisabled (403) or OtpInvalid (400, the same for an unknown
+        address, no code, a wrong, expired, used or used-up code). Each failure is audited (`otp_failed`);
+        the fifth try of a code is its last."""
+        collection = await self._otp_collection(collection_name)
+        email = normalize_email(email)
+        user = await self._collection_auth.find_by_email(collection.id, email)
+        current = await self._codes.latest_unused(collection.id, user.id) if user else None
+        if user is None or current is None or self._clock() >= current.expires_at:
+            await self._failed(collection, email, user, ip, user_agent, "no valid code")
+        claimed = await self._codes.claim_attempt(current.id, OTP_MAX_ATTEMPTS)
+        if claimed is None:
+            await self._failed(collection, email, user, ip, user_agent, "code used up")
+        if not constant_time_equals(claimed.code_hash, code_hash(claimed.id, code)):
+            if claimed.attempts >= OTP_MAX_ATTEMPTS:
+                await self._codes.mark_used(claimed.id, self._clock())
+            await self._failed(collection, email, user, ip, user_agent, "wrong code")
+        if not await self._codes.mark_used(claimed.id, self._clock()):
+            await self._failed(collection, email, user, ip, user_agent, "code used up")
+        user = await self._collection_auth.mark_verified(collection, user)
+        return await self._collection_auth.start_session(collection, user, method="otp", ip=ip,
+                                                         user_agent=user_agent)
+
+    async def _failed(self, collection: Collection, email: str, user: CollectionUser | None, ip: str,
+                      user_agent: str, reason: str) -> NoReturn:
+        await self._audit.record(
+            "otp_failed", user_id=user.id if user else None, ip_address=ip, user_agent=user_agent,
+            details={"email": email, "audience": collection_audience(collection.id), "reason": reason},
+        )
+        raise OtpInvalid()
