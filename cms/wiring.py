@@ -124,6 +124,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 audit, events, clock=clock,
             )
             events.subscribe(collection_auth.on_record_events)
+            collections.on_deleted(collection_auth.forget_collection)
             yield Services(
                 config=config,
                 redis=pool,

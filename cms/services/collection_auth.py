@@ -377,6 +377,15 @@ class CollectionAuthService:
 
     # --- record events ----------------------------------------------------------------------------
 
+    async def forget_collection(self, collection: Collection) -> None:
+        """After an auth collection is deleted: revoke its sessions and drop its credentials."""
+        if collection.type != AUTH_TYPE:
+            return
+        revoked = await self._sessions.revoke_audience(collection_audience(collection.id))
+        dropped = await self._users.delete_collection(collection.id)
+        log.info("auth collection %s deleted: %d sessions revoked, %d credentials dropped",
+                 collection.name, revoked, dropped)
+
     async def on_record_events(self, events: Sequence[RecordEvent]) -> None:
         """Subscriber of the record events: when a user's record is deleted (records API, bulk),
         its credentials are removed and its sessions revoked."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -52,10 +53,15 @@ class CollectionService:
         clock: Clock = utcnow,
     ) -> None:
         self._audit = audit
+        self._deleted_handlers: list[Callable[[Collection], Awaitable[None]]] = []
         self._collections = collections
         self._records = records
         self._settings = settings
         self._clock = clock
+
+    def on_deleted(self, handler: Callable[[Collection], Awaitable[None]]) -> None:
+        """Call `handler(collection)` after each collection deletion (e.g. auth clean-up)."""
+        self._deleted_handlers.append(handler)
 
     async def list(self) -> list[Collection]:
         """Every collection, by name."""
@@ -168,6 +174,8 @@ class CollectionService:
             )
         await self._collections.delete(collection.id)
         await self._records.drop(collection.id)
+        for handler in self._deleted_handlers:
+            await handler(collection)
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._audit.record("collection_deleted", user_id=principal.user_id,
                                  details={"collection_id": collection.id, "name": collection.name})

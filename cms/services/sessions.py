@@ -103,6 +103,10 @@ class SessionService:
         """Revoke all of a user's sessions in one user system, except `keep`. Returns the count."""
         return await self._sessions.revoke_all(user_id, audience, self._clock(), keep=keep)
 
+    async def revoke_audience(self, audience: str) -> int:
+        """Revoke every session of a user system (e.g. a deleted auth collection). Returns the count."""
+        return await self._sessions.revoke_audience(audience, self._clock())
+
     async def list_active(self, user_id: str, audience: str) -> list[Session]:
         """The user's active sessions, newest first."""
         return await self._sessions.list_active(user_id, audience)

@@ -55,6 +55,12 @@ class CollectionUserRepository:
         )
         self._indexed.add(collection_id)
 
+    async def delete_collection(self, collection_id: str) -> int:
+        """Remove the credentials of every user of a deleted collection. Returns how many."""
+        self._indexed.discard(collection_id)
+        result = await self._credentials.delete_many({"collection_id": collection_id})
+        return result.deleted_count
+
     async def insert(self, user: CollectionUser) -> None:
         """Store a new user (record and credentials). Raises AlreadyExists when the email is taken
         in the collection; then nothing is stored."""

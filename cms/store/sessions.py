@@ -58,3 +58,9 @@ class SessionRepository:
             query["_id"] = {"$ne": keep}
         result = await self._mongo_coll.update_many(query, {"$set": {"revoked_at": now}})
         return result.modified_count
+
+    async def revoke_audience(self, audience: str, now: datetime) -> int:
+        """Revoke every active session of one user system (a deleted auth collection). Returns the count."""
+        result = await self._mongo_coll.update_many({"audience": audience, "revoked_at": None},
+                                                    {"$set": {"revoked_at": now}})
+        return result.modified_count

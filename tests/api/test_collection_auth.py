@@ -613,3 +613,16 @@ async def test_register_is_rate_limited(client, members):
     for _ in range(10):
         await register_member(client, password="short")
     await error_of(await register_member(client), 429, "rate_limited")
+
+
+async def test_deleting_an_auth_collection_revokes_sessions_and_drops_credentials(
+        client, config, admin_token, members, member):
+    login = await member_login(client)
+    access = login["token"]["access_token"]
+    assert (await client.get(f"{AUTH}/me", headers=bearer(access))).status == 200
+    response = await client.delete(f"/api/v1/collections/{members['id']}", headers=bearer(admin_token))
+    assert response.status == 204
+    assert await stored_documents(config, "auth_credentials") == []
+    sessions = await stored_documents(config, "sessions")
+    assert [s for s in sessions if s["audience"] == f"collection:{members['id']}" and s["revoked_at"] is None] == []
+    assert (await client.get("/api/v1/auth/me", headers=bearer(access))).status == 401
