@@ -225,7 +225,7 @@ class RecordService:
         self, principal: Principal, collection_name: str, record_ids: Sequence[str], data: Any
     ) -> int:
         """Apply the same partial `data` to every record of `record_ids` (1..1,000 distinct ids), all
-        or nothing, in one update_many; emits one `update` per record. Returns how many were updated.
+        or nothing, in one bulk write; emits one `update` per record. Returns how many were updated.
 
         `data` is validated once; then each record is checked: it must exist, and a unique field may
         be set on one record only, to a value no other record holds. Raises NotFound (collection),
@@ -270,8 +270,8 @@ class RecordService:
         return failures
 
     async def bulk_delete(self, principal: Principal, collection_name: str, record_ids: Sequence[str]) -> int:
-        """Delete every record of `record_ids` (1..1,000 distinct ids), all or nothing, in one
-        delete_many; emits one `delete` per record. Returns how many were deleted.
+        """Delete every record of `record_ids` (1..1,000 distinct ids), all or nothing, in one bulk
+        write; emits one `delete` per record. Returns how many were deleted.
 
         Raises NotFound (collection) or ValidationFailed (422; `errors.record_ids` for a bad id list,
         `errors.<record id>` for unknown ids; nothing is deleted then). A record deleted by another

@@ -28,8 +28,8 @@ afresh, deleted at the end unless `--keep`), with the schema of `scripts/load_pa
 
 It prints a Markdown table: per operation the calls, rows per call, rows per second (rows over the
 summed call time), p50 and p99 call latency (nearest rank) and, with `--server-pid`, the peak resident
-memory of that process and of it plus its children (SecantusDB, redis-server in embedded mode), sampled
-every 50 ms in a thread while the calls run.
+memory of that process (and its RSS when the operation began) and of it plus its children
+(SecantusDB, redis-server in embedded mode), sampled every 50 ms in a thread while the calls run.
 
 Rate limiting: the default general limit (600 requests a minute per IP) paces the single POSTs; the
 script waits out 429s (counted in the report), so switch `rate_limit_enabled` off for a fair figure.
@@ -86,6 +86,7 @@ class MemorySampler:
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
         self.peaks: dict[str, tuple[int, int]] = {}  # phase -> (process peak, tree peak)
+        self.starts: dict[str, int] = {}  # phase -> process RSS when the phase first began
         self._phase: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,6 +108,9 @@ class MemorySampler:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        sample = self.sample()
+        if sample is not None:
+            self.starts.setdefault(name, sample[0])
         self._sample_into(name)
         self._phase = name
         try:
@@ -411,13 +415,14 @@ async def run(args: argparse.Namespace) -> int:
 
 
 def report(steps: list[Step], sampler: MemorySampler) -> None:
-    print("\n| operation | calls | rows per call | rows/s | p50 ms | p99 ms | peak RSS `cms serve` MiB "
+    print("\n| operation | calls | rows per call | rows/s | p50 ms | p99 ms | RSS `cms serve` MiB: before → peak "
           "| peak RSS with children MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for step in steps:
         lat = step.latencies_s or [0.0]
         own, tree = sampler.peaks.get(step.label, (0, 0))
-        memory = f"{mib(own)} | {mib(tree)}" if own else "– | –"
+        before = sampler.starts.get(step.label, 0)
+        memory = f"{mib(before)} → {mib(own)} | {mib(tree)}" if own else "– | –"
         print(f"| {step.label} | {len(step.latencies_s):,} | {step.rows_per_call:,} | {step.rate():,.0f} | "
               f"{percentile(lat, 50) * 1000:,.0f} | {percentile(lat, 99) * 1000:,.0f} | {memory} |")
     imports = next((s for s in steps if s.label.startswith("CSV import")), None)
