@@ -16,7 +16,7 @@ from functools import partial
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import NotFound, ValidationFailed
+from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.filters.grammar import parse_filter
 from cms.filters.mongo import (
     ResolvedField,
@@ -183,8 +183,9 @@ class RecordService:
 
     async def create(self, principal: Principal, collection_name: str, data: Any) -> Record:
         """Validate `data` against the schema and store a new record; emits `create`.
-        Raises NotFound, ValidationFailed (422) or AlreadyExists (a unique field)."""
-        collection = await self._collections.get_by_name(collection_name)
+        Raises NotFound, BadRequest (an auth collection: users are made by register),
+        ValidationFailed (422) or AlreadyExists (a unique field)."""
+        collection = await self._writable_for_new_records(collection_name)
         values = self._schemas.load(collection, data, partial=False)
         values = {k: v for k, v in values.items() if v is not None}
         await self._check_relations(collection, values)
@@ -310,10 +311,21 @@ class RecordService:
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
         stored record emits `create`. See `RecordCsv.import_csv` for the checks and the result.
-        Raises NotFound (collection), PayloadTooLarge (over 10 MiB) or ValidationFailed (the file as
-        a whole is refused; nothing is stored)."""
-        collection = await self._collections.get_by_name(collection_name)
+        Raises NotFound (collection), BadRequest (an auth collection), PayloadTooLarge (over 10 MiB)
+        or ValidationFailed (the file as a whole is refused; nothing is stored)."""
+        collection = await self._writable_for_new_records(collection_name)
         return await self._csv.import_csv(collection, content)
+
+    async def _writable_for_new_records(self, collection_name: str) -> Collection:
+        """The collection, if records may be created in it through the records API: not an auth
+        collection, whose records are users with an email and credentials (made by register)."""
+        collection = await self._collections.get_by_name(collection_name)
+        if collection.type == "auth":
+            raise BadRequest(
+                f"Users of the auth collection '{collection.name}' are created with "
+                f"POST /api/v1/collections/{collection.name}/auth/register"
+            )
+        return collection
 
     # --- events: the one path every change takes ----------------------------------------------
 

@@ -8,6 +8,7 @@ import asyncio
 import re
 from dataclasses import replace
 
+import aiohttp
 import pytest
 
 from cms.app import create_app
@@ -344,7 +345,7 @@ async def test_records_api_cannot_set_credentials_or_email(client, admin_token, 
                                       json={"data": data})
         await error_of(response, 422, "validation_error")
         response = await client.post(records_path(NAME), headers=bearer(admin_token), json={"data": data})
-        await error_of(response, 422, "validation_error")
+        await error_of(response, 400, "bad_request")  # no user records through the records API at all
     # schema fields can be changed, and the user still logs in
     response = await client.patch(records_path(NAME, member["id"]), headers=bearer(admin_token),
                                   json={"data": {"nickname": "Renamed"}})
@@ -626,3 +627,14 @@ async def test_deleting_an_auth_collection_revokes_sessions_and_drops_credential
     sessions = await stored_documents(config, "sessions")
     assert [s for s in sessions if s["audience"] == f"collection:{members['id']}" and s["revoked_at"] is None] == []
     assert (await client.get("/api/v1/auth/me", headers=bearer(access))).status == 401
+
+
+async def test_records_api_and_import_cannot_create_auth_users(client, admin_token, members):
+    response = await client.post(records_path(NAME), headers=bearer(admin_token), json={"data": {}})
+    body = await error_of(response, 400, "bad_request")
+    assert f"/collections/{NAME}/auth/register" in body["detail"]
+    form = aiohttp.FormData()
+    form.add_field("file", b"id\n", filename="users.csv", content_type="text/csv")
+    response = await client.post(f"{records_path(NAME)}/import/csv", headers=bearer(admin_token), data=form)
+    await error_of(response, 400, "bad_request")
+    assert (await (await client.get(records_path(NAME))).json())["total"] == 0
