@@ -31,8 +31,14 @@ def _operation(route: Route) -> dict[str, Any]:
         operation["parameters"] = parameters
     if route.body is not None:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.body}}}
+    if route.upload_field is not None:
+        upload = {"type": "object", "required": [route.upload_field],
+                  "properties": {route.upload_field: {"type": "string", "format": "binary"}}}
+        operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": upload}}}
     success: dict[str, Any] = {"description": "Success"}
-    if route.response is not None:
+    if route.produces != "application/json":
+        success["content"] = {route.produces: {"schema": {"type": "string"}}}
+    elif route.response is not None:
         schema: Any = {"type": "array", "items": route.response} if route.many else route.response
         success["content"] = {"application/json": {"schema": schema}}
     responses: dict[Any, Any] = {str(route.status): success}

@@ -19,7 +19,8 @@ class Route:
     """One endpoint: method, path, handler and what the API explorer shows of it.
 
     `auth`: "" (public), "bearer" (any authenticated principal) or "admin" (role admin).
-    `body`/`query`/`response` are marshmallow schema classes; `status` is the success status."""
+    `body`/`query`/`response` are marshmallow schema classes; `status` is the success status;
+    `upload_field` names the file field of a multipart body; `produces` the success media type."""
 
     method: str
     path: str
@@ -33,6 +34,8 @@ class Route:
     many: bool = False
     status: int = 200
     in_docs: bool = True
+    upload_field: str | None = None  # multipart/form-data body with this file field
+    produces: str = "application/json"
 
 
 V1 = "/api/v1"
@@ -86,11 +89,11 @@ ROUTES: tuple[Route, ...] = (
           auth="bearer", body=s.BulkUpdateSchema, response=s.BulkUpdatedSchema),
     Route("GET", RECORDS + "/export/csv", records.export_records_csv,
           "Download the records (filter, sort, search) as CSV", "records",
-          auth="bearer", query=s.RecordExportQuerySchema),
+          auth="bearer", query=s.RecordExportQuerySchema, produces="text/csv"),
     Route("POST", RECORDS + "/import/csv", records.import_records_csv,
           "Create records from a CSV file: multipart/form-data field `file`, UTF-8, header row, "
           "at most 10 MiB and 50,000 rows", "records",
-          auth="bearer", response=s.CsvImportResultSchema),
+          auth="bearer", response=s.CsvImportResultSchema, upload_field="file"),
     # --- end records: bulk and CSV
     # --- password reset and auth collections (issue 3)
     Route("POST", V1 + "/auth/request-password-reset", admin_auth.request_password_reset,

@@ -170,3 +170,12 @@ async def test_lone_surrogate_in_json_is_400(client):
                                  headers={"Content-Type": "application/json"})
     assert response.status == 400
     assert "not valid Unicode" in (await response.json())["detail"]
+
+
+async def test_openapi_documents_csv_upload_and_download(client):
+    document = await (await client.get("/openapi.json")).json()
+    base = "/api/v1/collections/{collection_name}/records"
+    upload = document["paths"][base + "/import/csv"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    assert upload["schema"]["properties"]["file"] == {"type": "string", "format": "binary"}
+    download = document["paths"][base + "/export/csv"]["get"]["responses"]["200"]["content"]
+    assert set(download) == {"text/csv"}
