@@ -42,7 +42,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -664,10 +664,10 @@ async def main_async(args: argparse.Namespace) -> int:
     return status
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run_cli(work: Coroutine[Any, Any, int]) -> int:
+    """Run a script's async work; map its errors to exit statuses (1 service, 2 input, 130 Ctrl-C)."""
     try:
-        return asyncio.run(main_async(args))
+        return asyncio.run(work)
     except Fatal as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -677,6 +677,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(main_async(parse_args(argv)))
 
 
 if __name__ == "__main__":

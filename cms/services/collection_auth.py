@@ -44,7 +44,7 @@ from cms.services.events import CREATE, DELETE, UPDATE, EventDispatcher, RecordE
 from cms.services.fields import RecordSchemas
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import EMAIL_CHANGE, VERIFY_EMAIL, OneTimeTokens
-from cms.services.records import record_json
+from cms.services.records import check_relations, emit_changed
 from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
 from cms.store.collection_users import CollectionUserRepository
@@ -123,7 +123,7 @@ class CollectionAuthService:
         check_text(email=email)
         loaded = self._schemas.load(collection, data, partial=False)
         values = {k: v for k, v in loaded.items() if v is not None}
-        await self._check_relations(collection, values)
+        await check_relations(self._records, collection, values)
         now = self._clock()
         record = Record(id=new_id(), created=now, updated=now,
                         data={"email": normalize_email(email), "verified": False, **values})
@@ -405,17 +405,5 @@ class CollectionAuthService:
             await self._sessions.revoke_all(event.record_id, collection_audience(collection.id))
 
     async def _emit(self, kind: str, collection: Collection, record: Record) -> None:
-        event = RecordEvent(kind, collection.name, record.id, record_json(record), self._clock())
-        await self._events.emit([event])
+        await emit_changed(self._events, kind, collection, [record], self._clock())
 
-    async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
-        """Every relation id must name an existing record of the target collection (as records.py does)."""
-        for spec in collection.fields:
-            if spec.type != "relation" or spec.name not in values or spec.collection_id is None:
-                continue
-            ids = values[spec.name] if isinstance(values[spec.name], list) else [values[spec.name]]
-            wanted = set(ids)
-            found = await self._records.count(spec.collection_id, {"_id": {"$in": sorted(wanted)}})
-            if found != len(wanted):
-                raise ValidationFailed("Relation points to a missing record",
-                                       errors={spec.name: ["Unknown record id."]})

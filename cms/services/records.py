@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -330,30 +331,39 @@ class RecordService:
     # --- events: the one path every change takes ----------------------------------------------
 
     async def _emit_changed(self, kind: str, collection: Collection, records: Sequence[Record]) -> None:
-        """One `create` or `update` event per record, carrying the full record."""
-        now = self._clock()
-        await self._events.emit(
-            [RecordEvent(kind, collection.name, record.id, record_json(record), now) for record in records]
-        )
+        await emit_changed(self._events, kind, collection, records, self._clock())
 
     async def _emit_deleted(self, collection: Collection, record_ids: Sequence[str]) -> None:
-        """One `delete` event per record id, carrying `{id}`."""
-        now = self._clock()
-        await self._events.emit(
-            [RecordEvent(DELETE, collection.name, record_id, {"id": record_id}, now) for record_id in record_ids]
-        )
+        await emit_deleted(self._events, collection, record_ids, self._clock())
 
     async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
-        """Every relation id must name an existing record of the target collection."""
-        for spec in collection.fields:
-            if spec.type != "relation" or spec.name not in values or spec.collection_id is None:
-                continue
-            wanted = set(value_list(values[spec.name]))
-            found = await self._records.count(spec.collection_id, {"_id": {"$in": sorted(wanted)}})
-            if found != len(wanted):
-                raise ValidationFailed(
-                    "Relation points to a missing record", errors={spec.name: [UNKNOWN_RELATION]}
-                )
+        await check_relations(self._records, collection, values)
+
+
+async def emit_changed(events: EventDispatcher, kind: str, collection: Collection, records: Sequence[Record],
+                       now: datetime) -> None:
+    """The one way record events are made: one `create` or `update` event per record, carrying the
+    full record as the API shows it (`record_json`), stamped `now`. Used by every service that
+    writes records (records, bulk, CSV import, auth-collection users)."""
+    await events.emit([RecordEvent(kind, collection.name, r.id, record_json(r), now) for r in records])
+
+
+async def emit_deleted(events: EventDispatcher, collection: Collection, record_ids: Sequence[str],
+                       now: datetime) -> None:
+    """One `delete` event per record id, carrying `{id}`, stamped `now`."""
+    await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now) for rid in record_ids])
+
+
+async def check_relations(records: RecordRepository, collection: Collection, values: dict[str, Any]) -> None:
+    """Every relation id in `values` must name an existing record of its target collection.
+    Raises ValidationFailed naming the field otherwise (one count query per relation field)."""
+    for spec in collection.fields:
+        if spec.type != "relation" or spec.name not in values or spec.collection_id is None:
+            continue
+        wanted = set(value_list(values[spec.name]))
+        found = await records.count(spec.collection_id, {"_id": {"$in": sorted(wanted)}})
+        if found != len(wanted):
+            raise ValidationFailed("Relation points to a missing record", errors={spec.name: [UNKNOWN_RELATION]})
 
 
 def _changed_record(record: Record, set_values: dict[str, Any], unset: Sequence[str], updated: Any) -> Record:

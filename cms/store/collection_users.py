@@ -19,15 +19,10 @@ from cms.errors import AlreadyExists
 from cms.models import CollectionUser, Record
 from cms.store.client import Database
 from cms.store.errors import translate_errors
-from cms.store.records import record_from_document, record_to_document
+from cms.store.records import record_from_document, record_to_document, records_mongo_name
 
 EMAIL_INDEX = "auth_email"
 """Not `unique_email`: RecordRepository.sync_indexes drops `unique_*` indexes the schema does not name."""
-
-
-def records_mongo_name(collection_id: str) -> str:
-    """The Mongo collection holding the records of a CMS collection (as RecordRepository names it)."""
-    return f"records_{collection_id.replace('-', '')}"
 
 
 class CollectionUserRepository:

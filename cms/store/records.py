@@ -45,6 +45,11 @@ class InsertFailure:
     message: str
 
 
+def records_mongo_name(collection_id: str) -> str:
+    """The Mongo collection holding a CMS collection's records: `records_<id without dashes>`."""
+    return f"records_{collection_id.replace('-', '')}"
+
+
 def record_from_document(doc: dict[str, Any]) -> Record:
     """A stored document as a Record: system keys apart, the rest in `data`."""
     data = {k: v for k, v in doc.items() if k not in SYSTEM_KEYS}
@@ -64,7 +69,7 @@ class RecordRepository:
         self.capabilities = capabilities
 
     def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
-        return self._db[f"records_{collection_id.replace('-', '')}"]
+        return self._db[records_mongo_name(collection_id)]
 
     async def insert(self, collection_id: str, record: Record) -> None:
         """Store a new record. Raises AlreadyExists naming a field whose unique index refused it."""

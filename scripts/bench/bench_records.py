@@ -64,12 +64,12 @@ from load_packages import (  # a sibling script, not a package
     SCHEMA,
     Api,
     BadRow,
-    CsvError,
     Fatal,
     check_reachable,
     describe,
     open_csv,
     row_to_data,
+    run_cli,
 )
 
 BULK_IDS = 1_000
@@ -470,18 +470,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        return asyncio.run(run(args))
-    except Fatal as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except CsvError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return run_cli(run(parse_args(argv)))
 
 
 if __name__ == "__main__":
