@@ -143,7 +143,7 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", V1 + "/collections/{collection_name}/auth/sessions/{session_id}", collection_auth.revoke_session,
           "Revoke one of the caller's sessions", "collection auth", auth="bearer", status=204),
     Route("GET", "/_/reset-password", system.reset_password_page, "Password reset page", "pages", in_docs=False),
-    Route("GET", "/_/confirm-email-change", system.confirm_email_change_page, "Email change page", "pages",
+    Route("GET", "/_/confirm-email-change", system.token_link_page, "Email change page", "pages",
           in_docs=False),
     # --- end password reset and auth collections
     # system
@@ -151,7 +151,7 @@ ROUTES: tuple[Route, ...] = (
           response=s.HealthSchema),
     Route("GET", V1 + "/stats", system.stats, "Connection statistics", "system"),
     Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False),
-    Route("GET", "/_/verify-email", system.verify_email_page, "Email verification page", "pages", in_docs=False),
+    Route("GET", "/_/verify-email", system.token_link_page, "Email verification page", "pages", in_docs=False),
 )
 
 

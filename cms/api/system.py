@@ -30,17 +30,13 @@ async def docs(request: web.Request) -> web.Response:
     return web.Response(text=_page("docs.html"), content_type="text/html")
 
 
-async def verify_email_page(request: web.Request) -> web.Response:
-    return web.Response(text=_page("verify-email.html"), content_type="text/html")
+async def token_link_page(request: web.Request) -> web.Response:
+    """GET /_/verify-email and /_/confirm-email-change (`?token=...&collection=...`): the page of an
+    emailed one-time link; it posts the token to the matching API endpoint and shows the outcome."""
+    return web.Response(text=_page("token-link.html"), content_type="text/html")
 
 
 async def reset_password_page(request: web.Request) -> web.Response:
     """GET /_/reset-password?token=...: the page of the emailed reset link; it posts the new password
     to `/api/v1/auth/reset-password`."""
     return web.Response(text=_page("reset-password.html"), content_type="text/html")
-
-
-async def confirm_email_change_page(request: web.Request) -> web.Response:
-    """GET /_/confirm-email-change?token=...&collection=...: the page of the emailed email-change
-    link; it posts the token to the collection's `/auth/me/confirm-email-change`."""
-    return web.Response(text=_page("confirm-email-change.html"), content_type="text/html")
