@@ -29,6 +29,7 @@ from cms.app import create_app
 from cms.clock import utcnow
 from cms.config import Config
 from cms.embedded import free_port, start_mongodb, start_redis
+from cms.services.events import RecordEvent
 from cms.store.client import open_client
 from cms.wiring import Services, open_services
 from workers.settings import build_worker
@@ -259,3 +260,16 @@ async def error_of(response: Any, status: int, code: str) -> dict[str, Any]:
 
 def records_path(collection: str, record_id: str = "") -> str:
     return f"{COLLECTIONS}/{collection}/records" + (f"/{record_id}" if record_id else "")
+
+
+@pytest.fixture
+def seen(services: Services) -> Iterator[list[RecordEvent]]:
+    """Record events emitted during the test, in order (a real subscriber on the dispatcher)."""
+    events: list[RecordEvent] = []
+
+    async def handler(batch: Sequence[RecordEvent]) -> None:
+        events.extend(batch)
+
+    services.events.subscribe(handler)
+    yield events
+    services.events.unsubscribe(handler)

@@ -3,7 +3,6 @@ Records, Limits, Response shapes)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -11,7 +10,6 @@ from pymongo import AsyncMongoClient, monitoring
 
 from cms.errors import AlreadyExists
 from cms.models import Principal
-from cms.services.events import RecordEvent
 from cms.services.fields import RecordSchemas
 from cms.services.records import MAX_BULK_IDS, RecordService
 from cms.store.client import Capabilities
@@ -38,19 +36,6 @@ async def posts(client: Any, admin_token: str) -> list[dict[str, Any]]:
     await create_collection(client, admin_token, "posts", FIELDS)
     return [await create_record(client, admin_token, "posts", {"title": f"p{i}", "slug": f"s{i}", "views": i})
             for i in range(4)]
-
-
-@pytest.fixture
-def seen(services: Any) -> Any:
-    """Events emitted during the test, in order."""
-    events: list[RecordEvent] = []
-
-    async def handler(batch: Sequence[RecordEvent]) -> None:
-        events.extend(batch)
-
-    services.events.subscribe(handler)
-    yield events
-    services.events.unsubscribe(handler)
 
 
 async def records_by_id(client: Any) -> dict[str, dict[str, Any]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import bearer
+from tests.conftest import bearer, error_of
 
 COLLECTIONS = "/api/v1/collections"
 
@@ -31,14 +31,6 @@ async def create_ok(client: Any, token: str, name: str, schema: Any = (), **extr
     response = await create(client, token, {"name": name, "schema": list(schema), **extra})
     assert response.status == 201, await response.text()
     body: dict[str, Any] = await response.json()
-    return body
-
-
-async def error_of(response: Any, status: int, code: str) -> dict[str, Any]:
-    assert response.status == status, await response.text()
-    body: dict[str, Any] = await response.json()
-    assert body["code"] == code, body
-    assert isinstance(body["detail"], str) and body["detail"]
     return body
 
 

@@ -14,7 +14,6 @@ import pytest
 
 from cms.models import Principal
 from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
-from cms.services.events import RecordEvent
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
 FIELDS: list[dict[str, Any]] = [
@@ -99,18 +98,6 @@ async def posts(client: Any, admin_token: str, clock: Any) -> list[dict[str, Any
         created.append(await create_record(client, admin_token, "posts", row))
         clock.advance(seconds=1)
     return created
-
-
-@pytest.fixture
-def seen(services: Any) -> Any:
-    events: list[RecordEvent] = []
-
-    async def handler(batch: Sequence[RecordEvent]) -> None:
-        events.extend(batch)
-
-    services.events.subscribe(handler)
-    yield events
-    services.events.unsubscribe(handler)
 
 
 # --- export -------------------------------------------------------------------------------------------
