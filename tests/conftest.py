@@ -273,3 +273,15 @@ def seen(services: Services) -> Iterator[list[RecordEvent]]:
     services.events.subscribe(handler)
     yield events
     services.events.unsubscribe(handler)
+
+
+async def seed_collection(client: Any, token: str, name: str, fields: Sequence[dict[str, Any]],
+                          rows: Sequence[dict[str, Any]], clock: MovableClock) -> list[dict[str, Any]]:
+    """Create collection `name` with `fields`, then one record per row, one clock second apart
+    (so the default `created` order is the row order); returns the created records in order."""
+    await create_collection(client, token, name, fields)
+    created = []
+    for row in rows:
+        created.append(await create_record(client, token, name, row))
+        clock.advance(seconds=1)
+    return created

@@ -14,7 +14,7 @@ import pytest
 
 from cms.models import Principal
 from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
-from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from tests.conftest import bearer, create_collection, create_record, error_of, records_path, seed_collection
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "title", "type": "text", "validation": {"required": True}},
@@ -92,12 +92,7 @@ def values(record: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 async def posts(client: Any, admin_token: str, clock: Any) -> list[dict[str, Any]]:
     """The `posts` collection with ROWS, created one second apart."""
-    await create_collection(client, admin_token, "posts", FIELDS)
-    created = []
-    for row in ROWS:
-        created.append(await create_record(client, admin_token, "posts", row))
-        clock.advance(seconds=1)
-    return created
+    return await seed_collection(client, admin_token, "posts", FIELDS, ROWS, clock)
 
 
 # --- export -------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from tests.conftest import bearer, create_collection, create_record, error_of, records_path, seed_collection
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "title", "type": "text"},
@@ -40,12 +40,7 @@ ROWS: list[dict[str, Any]] = [
 @pytest.fixture
 async def posts(client: Any, admin_token: str, clock: Any) -> list[dict[str, Any]]:
     """The `posts` collection with ROWS; returns the created records in order."""
-    await create_collection(client, admin_token, "posts", FIELDS)
-    created = []
-    for row in ROWS:
-        created.append(await create_record(client, admin_token, "posts", row))
-        clock.advance(seconds=1)
-    return created
+    return await seed_collection(client, admin_token, "posts", FIELDS, ROWS, clock)
 
 
 async def listing(client: Any, **params: Any) -> dict[str, Any]:
