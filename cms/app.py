@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp_cors
 import swagger_ui_bundle
@@ -11,6 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from cms.api.context import SERVICES
+from cms.api.http_server import CmsAppRunner
 from cms.api.middlewares import error_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
@@ -51,6 +53,13 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
     _add_cors(app, config)
     return app
+
+
+def create_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+    """The runner that serves `app` (keyword arguments as `web.AppRunner`): requests that aiohttp's
+    HTTP parser rejects are answered in the `{detail, code}` model too (414 `uri_too_long`,
+    431 `request_header_too_large`, 400 `bad_request`; see cms.api.http_server)."""
+    return CmsAppRunner(app, **kwargs)
 
 
 def _services_ctx(config: Config):  # type: ignore[no-untyped-def]

@@ -15,6 +15,7 @@ import getpass
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from dotenv import dotenv_values
 
 from cms import __version__
 from cms.api.context import SERVICES
-from cms.app import create_app
+from cms.app import create_app, create_runner
 from cms.config import Config, ConfigError
 from cms.embedded import EmbeddedServerError, embedded_servers
 from cms.errors import CmsError
@@ -98,9 +99,26 @@ def serve(args: argparse.Namespace) -> int:
         mode = "embedded" if config.embedded else "external MongoDB and Redis"
         print(f"cms {__version__} serving on http://{config.host}:{config.port} ({mode}); "
               f"API explorer at /docs", flush=True)
-        web.run_app(app, host=config.host, port=config.port, print=None, access_log=logging.getLogger("cms.access"),
-                    handle_signals=True, shutdown_timeout=10)
+        asyncio.run(_serve_until_signal(app, config))
     return 0
+
+
+async def _serve_until_signal(app: web.Application, config: Config) -> None:
+    """Serve `app` on the configured host and port until SIGINT or SIGTERM, then shut down gracefully
+    (in-flight requests get up to 10 s). Like `web.run_app`, through `create_runner`, whose answers to
+    requests the HTTP parser rejects are in the error model."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # a signal during start-up stops right after it
+        loop.add_signal_handler(signum, stop.set)
+    runner = create_runner(app, access_log=logging.getLogger("cms.access"), keepalive_timeout=75,
+                           shutdown_timeout=10)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, config.host, config.port).start()
+        await stop.wait()
+    finally:
+        await runner.cleanup()
 
 
 def worker(args: argparse.Namespace) -> int:

@@ -19,8 +19,10 @@ and the snake_case `code`; the API middleware renders it as `{"detail", "code"}`
     ├── NotFound              404 not_found
     ├── MethodNotAllowed      405 method_not_allowed
     ├── PayloadTooLarge       413 payload_too_large
+    ├── UriTooLong            414 uri_too_long    (HTTP parser errors: cms.api.http_server)
     ├── ValidationFailed      422 validation_error
     ├── RateLimited           429 rate_limited
+    ├── RequestHeaderTooLarge 431 request_header_too_large  (HTTP parser errors)
     ├── InternalError         500 internal_error
     └── ServiceUnavailable    503 service_unavailable
 """
@@ -153,3 +155,15 @@ class ServiceUnavailable(CmsError):
     """A dependency (MongoDB, Redis) does not answer."""
 
     status, code, default_detail = 503, "service_unavailable", "Service unavailable"
+
+
+class UriTooLong(CmsError):
+    """The request line (method, URL, version) is over the server's limit; the URL is not echoed."""
+
+    status, code, default_detail = 414, "uri_too_long", "The request URI is too long"
+
+
+class RequestHeaderTooLarge(CmsError):
+    """A request header is over the server's size limit, or there are too many headers."""
+
+    status, code, default_detail = 431, "request_header_too_large", "The request headers are too large"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 
@@ -9,7 +10,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from cms.api.context import REQUEST_ID
-from cms.errors import CmsError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited
+from cms.errors import BadRequest, CmsError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited
 
 log = logging.getLogger("cms.api")
 
@@ -29,7 +30,8 @@ def error_response(error: CmsError, request_id: str) -> web.Response:
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give each request an id (`X-Request-Id`, taken from the client when sane) and render
     every error in the `{detail, code}` model; unexpected exceptions are logged with the id and
-    become a 500 whose body carries no internals."""
+    become a 500 whose body carries no internals. A client that disconnects mid-request (e.g. mid
+    upload) is logged on one INFO line, without a traceback."""
     incoming = request.headers.get("X-Request-Id", "")
     request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
     request[REQUEST_ID] = request_id
@@ -41,7 +43,16 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if exc.status < 400:
             raise
         return error_response(_from_http(exc), request_id)
-    except Exception:
+    except asyncio.CancelledError:  # the handler task is cancelled on disconnect if handler_cancellation is on
+        if _client_gone(request):
+            _log_disconnect(request, request_id)
+        raise
+    except Exception as exc:
+        if isinstance(exc, ConnectionError) and _client_gone(request):
+            # aiohttp fails the body read with ConnectionResetError("Connection lost"); nobody
+            # reads this answer, but returning one keeps aiohttp from logging a traceback
+            _log_disconnect(request, request_id)
+            return error_response(BadRequest("The client disconnected"), request_id)
         log.exception("unhandled error in %s %s (request id %s)", request.method, request.path, request_id)
         return web.json_response(
             {"detail": f"Internal server error (request id {request_id})", "code": "internal_error"},
@@ -50,6 +61,15 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         )
     response.headers["X-Request-Id"] = request_id
     return response
+
+
+def _client_gone(request: web.Request) -> bool:
+    """Whether the client's connection is closed (aiohttp drops the transport when it is lost)."""
+    return request.transport is None or request.transport.is_closing()
+
+
+def _log_disconnect(request: web.Request, request_id: str) -> None:
+    log.info("client disconnected during %s %s (request id %s)", request.method, request.path, request_id)
 
 
 def _from_http(exc: web.HTTPException) -> CmsError:
