@@ -6,7 +6,7 @@ from aiohttp import web
 
 from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.guards import require_admin_user
-from cms.api.ratelimit import enforce_auth_limit
+from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.schemas import (
     AdminUserSchema,
     ForgotPasswordSchema,
@@ -81,8 +81,12 @@ async def verify_email(request: web.Request) -> web.Response:
 
 async def resend_verification(request: web.Request) -> web.Response:
     """POST /auth/resend-verification: 200 `{message}`; a new link is queued and older links stop
-    working, or the message says the email is already verified. 401 without a valid token."""
+    working, or the message says the email is already verified. 401 without a valid token, 429
+    (mail limit per user and address)."""
     principal = await require_admin_user(request)
+    user = await services(request).accounts.me(principal)
+    if not user.verified:
+        await enforce_mail_limit(request, "resend_verification", user.email, user_id=user.id)
     sent = await services(request).accounts.resend_verification(principal)
     message = "A new verification link has been sent" if sent else "Email is already verified"
     return web.json_response({"message": message})
@@ -92,10 +96,13 @@ async def request_password_reset(request: web.Request) -> web.Response:
     """POST /auth/request-password-reset `{email, collection?}`: 200 `{message}`, the same fixed
     message (and about the same time) whether or not the address exists; if it does, a reset link
     (1 hour, single use) is emailed. With `collection` (an auth collection's name) the address is
-    looked up among that collection's users. 404 (unknown or non-auth collection), 422, 429."""
+    looked up among that collection's users. 404 (unknown or non-auth collection), 422, 429 (auth
+    limit, or the mail limit per address, the same for an unknown address)."""
     body = await parse_body(request, PasswordResetRequestSchema())
     limit_key = f"{body['collection']}:{body['email']}" if body["collection"] else body["email"]
     await enforce_auth_limit(request, "reset", limit_key)
+    endpoint = f"{body['collection']}:request_password_reset" if body["collection"] else "request_password_reset"
+    await enforce_mail_limit(request, endpoint, body["email"])
     await services(request).password_resets.request(
         body["email"], body["collection"], ip=client_ip(request), user_agent=user_agent(request)
     )
@@ -104,9 +111,10 @@ async def request_password_reset(request: web.Request) -> web.Response:
 
 async def forgot_password(request: web.Request) -> web.Response:
     """POST /auth/forgot-password `{email}`: the admin-table form of request-password-reset, with
-    the same answer. 422, 429."""
+    the same answer. 422, 429 (auth limit, or the mail limit per address)."""
     body = await parse_body(request, ForgotPasswordSchema())
     await enforce_auth_limit(request, "reset", body["email"])
+    await enforce_mail_limit(request, "forgot_password", body["email"])
     await services(request).password_resets.request(
         body["email"], None, ip=client_ip(request), user_agent=user_agent(request)
     )

@@ -3,7 +3,7 @@
 
 Every handler answers 404 for an unknown collection or one that is not of type `auth`. The
 Bearer endpoints accept only access tokens of that collection (401 otherwise). Auth attempts are
-rate limited per client IP and `<collection>:<email>` (429).
+rate limited per client IP and `<collection>:<email>` (429); so is mail, per endpoint and address.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from aiohttp import web
 
 from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.guards import require_collection_user
-from cms.api.ratelimit import enforce_auth_limit
+from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.schemas import (
     AUTH_REGISTER_KEYS,
     ChangePasswordSchema,
@@ -116,6 +116,7 @@ async def request_email_change(request: web.Request) -> web.Response:
     principal = await require_collection_user(request)
     body = await parse_body(request, EmailChangeRequestSchema())
     await enforce_auth_limit(request, "email_change", principal.user_id)
+    await enforce_mail_limit(request, f"{_name(request)}:email_change", body["new_email"])
     await services(request).collection_auth.request_email_change(
         principal, _name(request), body["new_email"], body["password"],
         ip=client_ip(request), user_agent=user_agent(request),
@@ -142,8 +143,12 @@ async def verify_email(request: web.Request) -> web.Response:
 
 async def resend_verification(request: web.Request) -> web.Response:
     """POST .../auth/resend-verification: 200 `{message}`; a new link is queued (older ones stop
-    working) or the message says the address is already verified. 401, 404."""
+    working) or the message says the address is already verified. 401, 404, 429 (mail limit per
+    user and address)."""
     principal = await require_collection_user(request)
+    user = await services(request).collection_auth.me(principal, _name(request))
+    if not user.verified:
+        await enforce_mail_limit(request, f"{_name(request)}:resend_verification", user.email, user_id=user.id)
     sent = await services(request).collection_auth.resend_verification(principal, _name(request))
     message = "A new verification link has been sent" if sent else "Email is already verified"
     return web.json_response({"message": message})
@@ -151,9 +156,11 @@ async def resend_verification(request: web.Request) -> web.Response:
 
 async def otp_request(request: web.Request) -> web.Response:
     """POST .../auth/otp/request `{email}`: 200 `{message}`, the same whether or not the address
-    exists; a 6-digit code (10 minutes) is emailed if it does. 403 otp_disabled, 404, 422, 429."""
+    exists; a 6-digit code (10 minutes) is emailed if it does. 403 otp_disabled, 404, 422, 429
+    (auth limit, or the mail limit per address, the same for an unknown address)."""
     body = await parse_body(request, OtpRequestSchema())
     await enforce_auth_limit(request, "otp_request", _limit_key(request, body["email"]))
+    await enforce_mail_limit(request, f"{_name(request)}:otp_request", body["email"])
     await services(request).otp.request(_name(request), body["email"], ip=client_ip(request),
                                         user_agent=user_agent(request))
     return web.json_response({"message": OTP_REQUESTED_MESSAGE})

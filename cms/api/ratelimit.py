@@ -1,5 +1,6 @@
-"""Rate-limit middleware and the auth-endpoint check: 429 `rate_limited` with `Retry-After` and
-`X-RateLimit-Limit` / `-Remaining` / `-Reset` headers (decisions.md, Limits)."""
+"""Rate-limit middleware and the auth-endpoint and mail checks: 429 `rate_limited` with
+`Retry-After` and `X-RateLimit-Limit` / `-Remaining` / `-Reset` headers (decisions.md, Limits).
+A refusal is audited (`rate_limited`) once per limit key and window, not once per request."""
 
 from __future__ import annotations
 
@@ -26,11 +27,18 @@ def _headers(decision: RateLimitDecision) -> dict[str, str]:
     }
 
 
-async def _refuse(request: web.Request, decision: RateLimitDecision, what: str) -> RateLimited:
-    await services(request).audit.record(
-        "rate_limited", ip_address=client_ip(request), user_agent=user_agent(request),
-        details={"limit": what, "path": request.path},
-    )
+async def _refuse(request: web.Request, decision: RateLimitDecision, what: str, identifier: str = "") -> RateLimited:
+    ip = client_ip(request)
+    try:
+        first = await services(request).rate_limits.first_refusal(what, ip, identifier, decision.window_s)
+    except Exception:  # without Redis we cannot tell; an extra entry beats a missing one
+        log.warning("rate limiter unavailable; refusal audited without de-duplication", exc_info=True)
+        first = True
+    if first:
+        await services(request).audit.record(
+            "rate_limited", ip_address=ip, user_agent=user_agent(request),
+            details={"limit": what, "path": request.path},
+        )
     error = RateLimited(f"Too many requests; retry in {decision.reset_after_s} s", retry_after_s=decision.reset_after_s)
     error.headers = _headers(decision)
     return error
@@ -67,4 +75,19 @@ async def enforce_auth_limit(request: web.Request, action: str, identifier: str)
         return
     request[DECISION_KEY] = decision
     if not decision.allowed:
-        raise await _refuse(request, decision, f"auth:{action}")
+        raise await _refuse(request, decision, f"auth:{action}", identifier)
+
+
+async def enforce_mail_limit(request: web.Request, endpoint: str, address: str, *, user_id: str | None = None) -> None:
+    """Count one email `endpoint` is about to send to `address` (and for `user_id`, when given);
+    call it before the service that queues the mail. Raises RateLimited (429, `Retry-After` =
+    seconds until the exhausted window frees) past MAIL_PER_MINUTE or MAIL_PER_HOUR, the same
+    whether or not the address belongs to anyone. Off with `rate_limit_enabled`; fails open when
+    Redis errors."""
+    try:
+        decision = await services(request).rate_limits.hit_mail(endpoint, address, user_id=user_id)
+    except Exception:  # fail open, as above
+        log.warning("rate limiter unavailable; email let through", exc_info=True)
+        return
+    if decision is not None and not decision.allowed:
+        raise await _refuse(request, decision, f"mail:{endpoint}", address)

@@ -1,19 +1,23 @@
 """Rate limiting in Redis, so limits hold across replicas (decisions.md, Limits).
 
-The algorithm is the `limits` library's moving window over its async Redis storage. Two kinds:
+The algorithm is the `limits` library's moving window over its async Redis storage. Three kinds:
 - general: `rate_limit_per_minute` (setting, default 600) requests per window per client IP;
 - auth: 10 attempts per window per (action, client IP, identifier) on login, register, OTP,
-  password reset and refresh.
-Both are switched off by the `rate_limit_enabled` setting.
+  password reset and refresh;
+- mail: MAIL_PER_MINUTE and MAIL_PER_HOUR emails per (endpoint, address) on the endpoints that
+  send mail (verification resend, password reset, OTP, email change), whatever the client IP,
+  so nobody can flood a mailbox; the first call of each endpoint always sends.
+All are switched off by the `rate_limit_enabled` setting.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from dataclasses import dataclass
 
-from limits import RateLimitItemPerSecond
+from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 
@@ -21,28 +25,37 @@ from cms.services.settings import SettingsService
 
 AUTH_LIMIT = 10
 DEFAULT_WINDOW_S = 60
+MAIL_PER_MINUTE = 1
+MAIL_PER_HOUR = 5
+MAIL_MINUTE_WINDOW_S = 60
+MAIL_HOUR_WINDOW_S = 3600
 
 
 @dataclass(frozen=True)
 class RateLimitDecision:
     """The outcome of one hit: `remaining` hits left in the window, `reset_after_s` until the
-    oldest hit leaves it (whole seconds, at least 1)."""
+    oldest hit leaves it (whole seconds, at least 1); `window_s` is the window's length."""
 
     allowed: bool
     limit: int
     remaining: int
     reset_after_s: int
+    window_s: int
 
 
 class RateLimitService:
-    """Counts hits in Redis under `key_prefix`; `window_s` is the window length in seconds."""
+    """Counts hits in Redis under `key_prefix`; `window_s` is the general and auth window in
+    seconds, `mail_minute_window_s` / `mail_hour_window_s` the two mail windows (tests shorten them)."""
 
     def __init__(self, redis_url: str, settings: SettingsService, *, key_prefix: str = "cms:ratelimit",
-                 window_s: int = DEFAULT_WINDOW_S) -> None:
+                 window_s: int = DEFAULT_WINDOW_S, mail_minute_window_s: int = MAIL_MINUTE_WINDOW_S,
+                 mail_hour_window_s: int = MAIL_HOUR_WINDOW_S) -> None:
         self._storage = RedisStorage(f"async+{redis_url}", implementation="redispy", key_prefix=key_prefix)
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._settings = settings
         self._window_s = window_s
+        self._mail_items = (RateLimitItemPerSecond(MAIL_PER_MINUTE, mail_minute_window_s),
+                            RateLimitItemPerSecond(MAIL_PER_HOUR, mail_hour_window_s))
 
     async def _enabled_and_limit(self) -> tuple[bool, int]:
         values = await self._settings.values()
@@ -63,12 +76,57 @@ class RateLimitService:
             return None
         return await self._hit(AUTH_LIMIT, f"auth:{action}", ip, identifier.strip().lower())
 
+    async def hit_mail(self, endpoint: str, address: str, *, user_id: str | None = None) -> RateLimitDecision | None:
+        """Count one email that `endpoint` (e.g. "forgot_password", "shop:otp_request") is about to
+        send to `address` (compared lower-cased) and, if given, for the user `user_id`. Each key
+        may receive MAIL_PER_MINUTE per minute window and MAIL_PER_HOUR per hour window. A refused
+        call consumes neither window, so a client hammering the endpoint does not use up its hour.
+        Returns the decision (refused: `reset_after_s` until every exhausted window frees), or None
+        when rate limiting is switched off. Redis errors propagate (the caller fails open)."""
+        enabled, _ = await self._enabled_and_limit()
+        if not enabled:
+            return None
+        keys: list[tuple[str, ...]] = [("mail", endpoint, "address", address.strip().lower())]
+        if user_id is not None:
+            keys.append(("mail", endpoint, "user", user_id))
+        checks: list[tuple[RateLimitItem, tuple[str, ...]]] = [(item, key) for key in keys for item in self._mail_items]
+        refused = [(item, key) for item, key in checks if not await self._limiter.test(item, *key)]
+        if not refused:
+            # test-then-hit is not atomic: a concurrent call may take the last slot in between,
+            # so each hit is checked too (it only ever adds an entry when one is free)
+            for item, key in checks:
+                if not await self._limiter.hit(item, *key):
+                    refused.append((item, key))
+                    break
+        if refused:
+            return await self._refusal(refused)
+        minute, _ = self._mail_items
+        return RateLimitDecision(True, minute.amount, 0, minute.get_expiry(), minute.get_expiry())
+
+    async def _refusal(self, refused: list[tuple[RateLimitItem, tuple[str, ...]]]) -> RateLimitDecision:
+        # the call can only succeed once every exhausted window has freed a slot
+        worst_item, worst_reset_s = refused[0][0], 0.0
+        for item, key in refused:
+            stats = await self._limiter.get_window_stats(item, *key)
+            if stats.reset_time - time.time() >= worst_reset_s:
+                worst_item, worst_reset_s = item, stats.reset_time - time.time()
+        reset_after_s = max(1, math.ceil(worst_reset_s))
+        return RateLimitDecision(False, worst_item.amount, 0, reset_after_s, worst_item.get_expiry())
+
     async def _hit(self, amount: int, *identifiers: str) -> RateLimitDecision:
         item = RateLimitItemPerSecond(amount, self._window_s)
         allowed = await self._limiter.hit(item, *identifiers)
         stats = await self._limiter.get_window_stats(item, *identifiers)
         reset_after_s = max(1, math.ceil(stats.reset_time - time.time()))
-        return RateLimitDecision(allowed, amount, stats.remaining, reset_after_s)
+        return RateLimitDecision(allowed, amount, stats.remaining, reset_after_s, self._window_s)
+
+    async def first_refusal(self, kind: str, ip: str, identifier: str, window_s: int) -> bool:
+        """True the first time the limit `kind` (e.g. "auth:login") refuses (`ip`, `identifier`)
+        within `window_s` seconds, False for every later refusal in that time; so a flood of
+        refused requests is audited once per key and window. Redis errors propagate."""
+        digest = hashlib.sha256(f"{kind}\0{ip}\0{identifier.strip().lower()}".encode()).hexdigest()
+        # INCR + EXPIRE on the first increment, in one Lua call: the SET NX EX of this key
+        return await self._storage.incr(f"audited:{digest}", max(1, window_s)) == 1
 
     async def reset(self) -> None:
         """Forget every counter (tests, and an operator unlocking everyone)."""
