@@ -70,6 +70,8 @@ class Session:
     """One login: tokens are valid only while `revoked_at` is None.
 
     `refresh_jti` is the jti of the one refresh token that may still be spent (rotation).
+    `previous_refresh_jti` is the jti that the last rotation spent and `refresh_rotated_at` when
+    (UTC); both are None until the first refresh, and serve the `refresh_reuse_interval_s` grace.
     """
 
     id: str
@@ -81,6 +83,8 @@ class Session:
     user_agent: str = ""
     ip: str = ""
     revoked_at: datetime | None = None
+    previous_refresh_jti: str | None = None
+    refresh_rotated_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +124,9 @@ class FieldSpec:
     """One field of a collection schema.
 
     `type` is one of `cms.services.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
-    `collection_id`/`max_select` to relation, `max_select` to file.
+    `collection_id`/`max_select`/`cascade_delete` to relation, `max_select` to file.
+    `cascade_delete`: deleting a target record deletes the records that point to it (otherwise
+    the reference is removed from them).
     """
 
     name: str
@@ -129,6 +135,7 @@ class FieldSpec:
     values: tuple[str, ...] | None = None
     max_select: int | None = None
     collection_id: str | None = None
+    cascade_delete: bool = False
 
 
 @dataclass(frozen=True)

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
-import json
 from typing import Any, Literal
 
 from aiohttp import web
 from marshmallow import EXCLUDE, Schema, ValidationError
 
 from cms.errors import BadRequest, ValidationFailed
+from cms.security.json_input import JsonInputError, decode_json
 from cms.wiring import Services
 
 SERVICES = web.AppKey("services", Services)
 REQUEST_ID = "request_id"
+INLINE_JSON_BYTES = 64 * 1024
+"""Bodies up to this size (bytes) are decoded on the event loop; larger ones in a thread."""
 
 
 def services(request: web.Request) -> Services:
@@ -22,25 +25,19 @@ def services(request: web.Request) -> Services:
 
 
 async def read_json(request: web.Request) -> Any:
-    """The decoded JSON body (None when empty). Raises BadRequest for malformed JSON and
-    PayloadTooLarge (via aiohttp's client_max_size) for an oversized body."""
+    """The decoded JSON body (None when empty). Raises BadRequest for malformed JSON (see
+    `decode_json`: too deep, too long a number, NaN, lone surrogates) and PayloadTooLarge (via
+    aiohttp's client_max_size) for an oversized body. Bodies over INLINE_JSON_BYTES are decoded
+    in a worker thread, so a big parse never stalls other requests."""
     raw = await request.read()
     if not raw.strip():
         return None
     try:
-        body = json.loads(raw, parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+        if len(raw) > INLINE_JSON_BYTES:
+            return await asyncio.to_thread(decode_json, raw)
+        return decode_json(raw)
+    except JsonInputError as exc:
         raise BadRequest(f"Malformed JSON body: {exc}") from None
-    try:
-        # JSON may carry lone surrogates ("\ud800"): valid JSON, but not text we can store or hash
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest("Malformed JSON body: text is not valid Unicode") from None
-    return body
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 async def parse_body(request: web.Request, schema: Schema) -> dict[str, Any]:

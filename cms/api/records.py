@@ -7,7 +7,7 @@ import logging
 from aiohttp import web
 
 from cms.api.context import REQUEST_ID, parse_body, parse_query, services
-from cms.api.guards import require_user
+from cms.api.guards import optional_principal, require_user
 from cms.api.schemas import (
     BulkDeleteSchema,
     BulkUpdateSchema,
@@ -25,6 +25,7 @@ log = logging.getLogger("cms.api")
 async def list_records(request: web.Request) -> web.Response:
     # Other parameters (cache busters, `filter[title][$ne]=x`) are ignored, never read as a query.
     query = parse_query(request, RecordListQuerySchema())
+    principal = await optional_principal(request)
     page = await services(request).records.list(
         request.match_info["collection_name"],
         page=query["page"],
@@ -32,6 +33,7 @@ async def list_records(request: web.Request) -> web.Response:
         sort=query["sort"],
         filter_expr=query["filter"],
         search=query["search"],
+        principal=principal,
     )
     return web.json_response(
         {"items": [record_json(r) for r in page.items], "total": page.total,
@@ -40,8 +42,9 @@ async def list_records(request: web.Request) -> web.Response:
 
 
 async def get_record(request: web.Request) -> web.Response:
+    principal = await optional_principal(request)
     record = await services(request).records.get(
-        request.match_info["collection_name"], request.match_info["record_id"]
+        request.match_info["collection_name"], request.match_info["record_id"], principal=principal
     )
     return web.json_response(record_json(record))
 

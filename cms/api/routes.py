@@ -149,7 +149,8 @@ ROUTES: tuple[Route, ...] = (
     # system
     Route("GET", "/health", system.health, "Health of the service and its dependencies", "system",
           response=s.HealthSchema),
-    Route("GET", V1 + "/stats", system.stats, "Connection statistics", "system"),
+    Route("GET", V1 + "/stats", system.stats, "Statistics (HTTP and uptime; MongoDB and Redis for admins)",
+          "system"),
     Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False),
     Route("GET", "/_/verify-email", system.token_link_page, "Email verification page", "pages", in_docs=False),
 )

@@ -106,6 +106,8 @@ class FieldSpecSchema(Schema):
     values = fields.List(fields.String(), allow_none=True)
     max_select = fields.Integer(allow_none=True)
     collection_id = fields.String(allow_none=True)
+    cascade_delete = fields.Boolean(metadata={"description": "relation: deleting a target record deletes the "
+                                              "records pointing to it (else the reference is removed)"})
 
 
 class CollectionSchemaSchema(Schema):

@@ -7,6 +7,7 @@ from importlib import resources
 from aiohttp import web
 
 from cms.api.context import services
+from cms.api.guards import optional_principal
 
 HTTP_STATS = web.AppKey("http_stats", dict[str, int])
 
@@ -17,9 +18,13 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def stats(request: web.Request) -> web.Response:
-    body = await services(request).system.stats()
-    counters = request.app[HTTP_STATS]
-    return web.json_response({"http": dict(counters), **body})
+    """GET /api/v1/stats: `{http, uptime_s}` for everyone; admins also get the MongoDB and Redis
+    figures (server versions, data sizes), which anonymous callers must not learn."""
+    counters = {"http": dict(request.app[HTTP_STATS])}
+    principal = await optional_principal(request)
+    if principal is None or not principal.is_admin:
+        return web.json_response({**counters, "uptime_s": services(request).system.uptime_s()})
+    return web.json_response({**counters, **await services(request).system.stats()})
 
 
 def _page(name: str) -> str:

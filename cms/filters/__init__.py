@@ -19,6 +19,7 @@ from cms.filters.grammar import (
     parse_filter,
 )
 from cms.filters.mongo import (
+    MAX_REGEX_LENGTH,
     MAX_SEARCH_WORDS,
     FieldResolver,
     ResolvedField,
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_FILTER_DEPTH",
     "MAX_FILTER_LENGTH",
     "MAX_FILTER_TERMS",
+    "MAX_REGEX_LENGTH",
     "MAX_SEARCH_WORDS",
     "MAX_SORT_FIELDS",
     "And",

@@ -12,6 +12,7 @@ the field's schema type is the job of `filters/mongo.py`, not of this module.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -41,12 +42,15 @@ class Literal:
 
     `value` is the Python value (unescaped text for strings, int or float for numbers,
     bool, or None); `raw` is the source text without quotes, so a text field can take the
-    bare `123` as "123"; `quoted` tells whether the value was written in quotes."""
+    bare `123` as "123"; `quoted` tells whether the value was written in quotes; `position` is
+    the 0-based offset of the value (its opening quote) in the text, for error messages; it takes
+    no part in equality."""
 
     kind: str
     value: str | int | float | bool | None
     raw: str
     quoted: bool
+    position: int = dataclasses.field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -226,15 +230,15 @@ class _Parser:
 
     def bare(self, word: str, start: int) -> Literal:
         if word in ("true", "false"):
-            return Literal("bool", word == "true", word, False)
+            return Literal("bool", word == "true", word, False, start)
         if word == "null":
-            return Literal("null", None, word, False)
+            return Literal("null", None, word, False, start)
         if NUMBER_RE.fullmatch(word):
             number = number_value(word)
             if number is None:
                 self.fail(f"number {word!r} is out of range", start)
-            return Literal("number", number, word, False)
-        return Literal("string", word, word, False)
+            return Literal("number", number, word, False, start)
+        return Literal("string", word, word, False, start)
 
     def quoted(self) -> Literal:
         text, start = self.text, self.pos
@@ -249,7 +253,7 @@ class _Parser:
                 continue
             if char == quote:
                 self.pos = i + 1
-                return Literal("string", "".join(chars), text[start + 1 : i], True)
+                return Literal("string", "".join(chars), text[start + 1 : i], True, start)
             chars.append(char)
             i += 1
         self.fail("unterminated string", start)

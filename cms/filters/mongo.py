@@ -19,6 +19,10 @@ from cms.filters.sort import SortKey
 
 MAX_SEARCH_WORDS = 10
 """Most whitespace-separated words in one `search` text."""
+MAX_REGEX_LENGTH = 512
+"""Longest regex sent to the database for one `~` / `!~` value or one search word, in characters
+after escaping (a NUL escapes to 4 characters). Real MongoDB takes 32,764; the embedded server
+refuses patterns over 1,000 characters."""
 
 STRING_TYPES = frozenset({"id", "text", "editor", "email", "url", "select", "relation", "file"})
 """Field types whose stored values are strings (or lists of strings) and accept `~` / `!~`."""
@@ -55,7 +59,8 @@ def to_mongo_query(node: Node, resolver: FieldResolver) -> dict[str, Any]:
     are typed by the resolved field type (see `_typed_value`). Raises InvalidFilter, with the
     field's position, for an unknown field, a value the field's type does not accept, or an
     operator the type does not support (ordering on bool/json, `~` on non-text types,
-    anything but `=` / `!=` on json or with null). Raises TypeError for a non-Node and
+    anything but `=` / `!=` on json or with null, a `~` / `!~` value longer than MAX_REGEX_LENGTH
+    characters once escaped). Raises TypeError for a non-Node and
     ValueError when the resolver returns a type outside FIELD_TYPES (both programming errors)."""
     if isinstance(node, Compare):
         return _compare(node, resolver)
@@ -89,8 +94,8 @@ def search_query(text: str, paths: list[str]) -> dict[str, Any]:
     `{"$and": [{"$or": [{path: {"$regex": escaped_word, "$options": "i"}}, ...]}, ...]}`.
 
     No words -> `{}` (matches everything); no paths -> `{"_id": {"$in": []}}` (matches
-    nothing). Raises InvalidFilter for more than MAX_SEARCH_WORDS words or a text longer
-    than MAX_FILTER_LENGTH characters."""
+    nothing). Raises InvalidFilter for more than MAX_SEARCH_WORDS words, a word longer than
+    MAX_REGEX_LENGTH characters once escaped, or a text longer than MAX_FILTER_LENGTH characters."""
     words = _search_words(text)
     if not words:
         return {}
@@ -173,6 +178,11 @@ def _compare(node: Compare, resolver: FieldResolver) -> dict[str, Any]:
     if op in _ORDER_OPERATORS:
         return {path: {_ORDER_OPERATORS[op]: value}}
     pattern = escape_regex(value)
+    if len(pattern) > MAX_REGEX_LENGTH:
+        raise InvalidFilter(
+            f"value of '{node.field}' is too long for '{op}': at most {MAX_REGEX_LENGTH} characters "
+            f"(special characters count double, NUL four) at position {node.value.position}"
+        )
     if op == "~":
         return {path: {"$regex": pattern, "$options": "i"}}
     return {path: {"$not": re.compile(pattern, re.IGNORECASE)}}
@@ -229,4 +239,10 @@ def _search_words(text: str) -> list[str]:
     words = text.split()
     if len(words) > MAX_SEARCH_WORDS:
         raise InvalidFilter(f"search text has more than {MAX_SEARCH_WORDS} words")
+    for number, word in enumerate(words, start=1):
+        if len(escape_regex(word)) > MAX_REGEX_LENGTH:
+            raise InvalidFilter(
+                f"search word {number} is too long: at most {MAX_REGEX_LENGTH} characters "
+                "(special characters count double, NUL four)"
+            )
     return words

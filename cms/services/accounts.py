@@ -158,6 +158,7 @@ class AccountService:
         return await self._sessions.refresh(
             refresh_token, ADMIN_AUDIENCE,
             access_lifetime_s=auth.access_lifetime_s, refresh_lifetime_s=auth.refresh_lifetime_s,
+            reuse_interval_s=auth.refresh_reuse_interval_s,
         )
 
     async def authenticate(self, access_token: str) -> Principal:

@@ -44,7 +44,7 @@ from cms.services.events import CREATE, DELETE, UPDATE, EventDispatcher, RecordE
 from cms.services.fields import RecordSchemas
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import EMAIL_CHANGE, VERIFY_EMAIL, OneTimeTokens
-from cms.services.records import check_relations, emit_changed
+from cms.services.records import check_relations, drop_if_deleted, emit_changed
 from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
 from cms.store.collection_users import CollectionUserRepository
@@ -129,11 +129,21 @@ class CollectionAuthService:
                         data={"email": normalize_email(email), "verified": False, **values})
         user = CollectionUser(collection.id, record, await asyncio.to_thread(hash_password, password))
         await self._users.insert(user)
+        await self._check_still_there(collection, user)
         await self._send_verification(collection, user)
         await self._audit.record("register", user_id=user.id, ip_address=ip, user_agent=user_agent,
                                  details={"audience": collection_audience(collection.id)})
         await self._emit(CREATE, collection, record)
         return user
+
+    async def _check_still_there(self, collection: Collection, user: CollectionUser) -> None:
+        """After storing a new user: if the collection was deleted meanwhile, drop what this
+        registration left (record and credentials) and raise NotFound (see `drop_if_deleted`)."""
+        try:
+            await drop_if_deleted(self._collections, self._records, collection)
+        except NotFound:
+            await self._users.delete_collection(collection.id)
+            raise
 
     async def login(self, collection_name: str, email: str, password: str, *, ip: str = "",
                     user_agent: str = "") -> LoginResult:
@@ -181,6 +191,7 @@ class CollectionAuthService:
         return await self._sessions.refresh(
             refresh_token, collection_audience(collection.id),
             access_lifetime_s=auth.access_lifetime_s, refresh_lifetime_s=auth.refresh_lifetime_s,
+            reuse_interval_s=auth.refresh_reuse_interval_s,
         )
 
     async def authenticate(self, access_token: str, audience: str) -> Principal:

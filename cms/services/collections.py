@@ -12,6 +12,7 @@ from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import Collection, Principal
 from cms.services.audit import AuditService
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
+from cms.services.schema_changes import apply_schema_change, check_schema_change
 from cms.services.settings import SettingsService
 from cms.store.collections import CollectionRepository
 from cms.store.records import RecordRepository
@@ -74,6 +75,10 @@ class CollectionService:
             raise NotFound("Collection not found")
         return collection
 
+    async def exists(self, collection_id: str) -> bool:
+        """Whether the collection with this id exists (one `_id` look-up)."""
+        return await self._collections.get(collection_id) is not None
+
     async def get_by_name(self, name: str) -> Collection:
         """One collection by name (record paths). Raises NotFound."""
         collection = await self._collections.get_by_name(name)
@@ -114,9 +119,10 @@ class CollectionService:
         self, principal: Principal, collection_id: str, *, name: str | None = None, schema: Any = None, otp_enabled: bool | None = None
     ) -> Collection:
         """Change name, schema and/or otp_enabled. Fields dropped from the schema are removed from
-        every record; unique and text indexes follow the new schema. Raises NotFound,
-        ValidationFailed (including duplicates under a new unique rule), AlreadyExists (name),
-        BadRequest (a concurrent update won)."""
+        every record; unique and text indexes follow the new schema. Values of a changed field are
+        converted to its new type or shape (`schema_changes`). Raises NotFound, ValidationFailed
+        (including duplicates under a new unique rule, and stored values that do not convert; then
+        nothing changes), AlreadyExists (name), BadRequest (a concurrent update won)."""
         current = await self.get(collection_id)
         changed = current
         if name is not None:
@@ -129,6 +135,7 @@ class CollectionService:
             changed = replace(changed, otp_enabled=otp_enabled)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
         await self._check_relations(changed)
+        field_changes = await check_schema_change(self._records, current, changed) if schema is not None else []
         try:
             await self._sync_indexes(changed)
             stored = await self._collections.replace(changed, expected_version=current.version)
@@ -140,6 +147,7 @@ class CollectionService:
             raise
         kept = {f.name for f in stored.fields}
         await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
+        await apply_schema_change(self._records, collection_id, field_changes)
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
         await self._audit.record("collection_updated", user_id=principal.user_id,
                                  details={"collection_id": stored.id, "name": stored.name, "version": stored.version})

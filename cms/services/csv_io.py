@@ -34,6 +34,7 @@ from marshmallow import Schema, ValidationError
 
 from cms.errors import ValidationFailed
 from cms.models import Collection, FieldSpec, Record
+from cms.security.json_input import MAX_JSON_INT_DIGITS, JsonInputError, decode_json
 from cms.services.fields import SYSTEM_FIELDS, TEXT_TYPES, build_record_schema, is_multi, to_json_value
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
@@ -307,6 +308,8 @@ def parse_cell(spec: FieldSpec, cell: str) -> Any:
         raise CellError("Not a valid boolean (true, false, 1, 0, yes or no).")
     if spec.type == "number":
         if INTEGER.match(stripped):
+            if len(stripped.lstrip("+-")) > MAX_JSON_INT_DIGITS:
+                raise CellError(f"Number has more than {MAX_JSON_INT_DIGITS} digits.")
             return int(stripped)
         if DECIMAL.match(stripped):
             return float(stripped)
@@ -315,9 +318,9 @@ def parse_cell(spec: FieldSpec, cell: str) -> Any:
         return stripped
     if spec.type == "json" or is_multi(spec):
         try:
-            value = json.loads(stripped, parse_constant=_refuse_constant)
-        except ValueError:
-            raise CellError("Not valid JSON." if spec.type == "json" else
+            value = decode_json(stripped)
+        except JsonInputError as exc:
+            raise CellError(f"Not valid JSON: {exc}." if spec.type == "json" else
                             'Not a JSON array of values, e.g. ["a","b"].') from None
         if is_multi(spec) and not isinstance(value, list):
             raise CellError('Not a JSON array of values, e.g. ["a","b"].')
@@ -325,14 +328,10 @@ def parse_cell(spec: FieldSpec, cell: str) -> Any:
     # select, relation, file holding one value
     if text.startswith('"'):
         try:
-            value = json.loads(text)
-        except ValueError:
+            value = decode_json(text)
+        except JsonInputError:
             raise CellError("A value starting with '\"' must be a JSON string.") from None
         if not isinstance(value, str):
             raise CellError("A value starting with '\"' must be a JSON string.")
         return value
     return text
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")

@@ -19,6 +19,7 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from cms.errors import ValidationFailed
 from cms.models import Collection, FieldSpec, Validation
+from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
 
 # `\Z`, not `$`: `$` also matches before a trailing newline ("posts\n").
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}\Z")
@@ -30,6 +31,8 @@ FIELD_TYPES = ("text", "editor", "bool", "email", "url", "number", "date", "sele
 MAX_FIELDS = 100
 MAX_SELECT_VALUES = 100
 SCHEMA_CACHE_SIZE = 512
+MAX_JSON_FIELD_DEPTH = 32
+"""Deepest nesting of arrays and objects in the value of a `json` field."""
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """BSON integers are signed 64-bit; a larger JSON integer would fail in the driver (500)."""
 
@@ -50,7 +53,7 @@ class _ValidationDefinition(Schema):
     required = fields.Boolean(load_default=False)
     min = fields.Float(load_default=None, allow_nan=False)
     max = fields.Float(load_default=None, allow_nan=False)
-    pattern = fields.String(load_default=None, validate=[validate.Length(max=500), check_unicode])
+    pattern = fields.String(load_default=None, validate=[validate.Length(max=MAX_PATTERN_LENGTH), check_unicode])
     unique = fields.Boolean(load_default=False)
 
 
@@ -67,14 +70,16 @@ class _FieldDefinition(Schema):
     )
     max_select = fields.Integer(strict=True, validate=validate.Range(min=1, max=1000), load_default=None)
     collection_id = fields.String(load_default=None, validate=[validate.Length(min=1, max=64), check_unicode])
+    cascade_delete = fields.Boolean(load_default=False)
 
 
 def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
     """Parse a schema given as a list of field definitions or as `{"fields": [...]}`.
 
     Each definition is `{name, type, validation?: {required, min, max, pattern, unique},
-    values?, max_select?, collection_id?}`. Raises ValidationFailed (422) with
-    `errors: {"schema": [...]}` on any problem: bad shape, unknown type, invalid or duplicate
+    values?, max_select?, collection_id?, cascade_delete?}`. Raises ValidationFailed (422) with
+    `errors: {"schema": [...]}` on any problem (`cascade_delete` applies to relations and is
+    ignored elsewhere): bad shape, unknown type, invalid or duplicate
     name, reserved name (`id`, `created`, `updated`; in auth collections also `password`,
     `email`, `verified`), a select without `values`, a relation without `collection_id`, a bad
     regex pattern, or `min` above `max`.
@@ -115,9 +120,9 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         if kind not in ("text", "editor", "email", "url"):
             raise _schema_error(f"{where}: pattern applies to text fields only")
         try:
-            re.compile(v["pattern"])
-        except re.error as exc:
-            raise _schema_error(f"{where}: invalid pattern: {exc}") from None
+            compile_pattern(v["pattern"])
+        except PatternError as exc:
+            raise _schema_error(f"{where}: invalid pattern (the linear-time RE2 syntax): {exc}") from None
     if kind == "select" and not d["values"]:
         raise _schema_error(f"{where}: a select field needs 'values'")
     if kind == "relation" and not d["collection_id"]:
@@ -131,6 +136,7 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         values=tuple(d["values"]) if kind == "select" else None,
         max_select=d["max_select"] if kind in MULTI_TYPES else None,
         collection_id=d["collection_id"] if kind == "relation" else None,
+        cascade_delete=d["cascade_delete"] if kind == "relation" else False,
     )
 
 
@@ -219,7 +225,7 @@ class JsonValue(fields.Field[Any]):
 
 
 def _check_json(value: Any, depth: int) -> None:
-    if depth > 32:
+    if depth > MAX_JSON_FIELD_DEPTH:
         raise ValidationError("JSON nested too deeply.")
     if isinstance(value, dict):
         for key, item in value.items():
@@ -240,8 +246,14 @@ def _check_json(value: Any, depth: int) -> None:
 
 def _pattern_check(pattern: str) -> Callable[[str], None]:
     """A validator: the value must contain a match of `pattern` (search semantics, as in JSON
-    Schema and PocketBase; anchor with `^...$` for a whole-value match)."""
-    regex = re.compile(pattern)
+    Schema and PocketBase; anchor with `^...$` for a whole-value match), run by RE2 in linear
+    time. A stored pattern RE2 refuses (one accepted before RE2 was used) matches nothing."""
+    try:
+        regex = compile_pattern(pattern)
+    except PatternError:
+        def refuse(value: str) -> None:
+            raise ValidationError("The field's pattern is not valid RE2 syntax; an admin must fix the schema.")
+        return refuse
 
     def check(value: str) -> None:
         if regex.search(value) is None:
@@ -283,7 +295,9 @@ def _value_field(spec: FieldSpec) -> fields.Field[Any]:
     return fields.String(validate=[validate.Length(min=1, max=64), check_unicode])
 
 
-def _record_field(spec: FieldSpec) -> fields.Field[Any]:
+def record_field(spec: FieldSpec) -> fields.Field[Any]:
+    """The marshmallow field validating the value of `spec` in a record's `data`: a list field for
+    a many-value field, required/nullable by `validation.required`."""
     item = _value_field(spec)
     required = spec.validation.required
     if is_multi(spec):
@@ -300,7 +314,7 @@ def _record_field(spec: FieldSpec) -> fields.Field[Any]:
 
 def build_record_schema(collection: Collection) -> Schema:
     """A marshmallow schema validating the `data` of a record of `collection` (unknown keys raise)."""
-    declared = {spec.name: _record_field(spec) for spec in collection.fields}
+    declared = {spec.name: record_field(spec) for spec in collection.fields}
     schema_class = Schema.from_dict(declared, name=f"Record_{collection.name}")
     return schema_class(unknown=RAISE)
 

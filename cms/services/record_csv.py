@@ -10,7 +10,6 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
@@ -28,7 +27,7 @@ from cms.services.csv_io import (
     render_row,
 )
 from cms.services.fields import value_list
-from cms.store.records import DUPLICATE_KEY, RecordRepository
+from cms.store.records import DUPLICATE_KEY, InsertFailure, RecordRepository
 
 log = logging.getLogger("cms.records")
 
@@ -62,22 +61,34 @@ class RecordCsv:
         self._emit_created = emit_created
         self._clock = clock
 
-    def export(self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]]) -> CsvExport:
-        """The records of `collection` matching `query` in `order` (a prepared MongoDB query and sort)."""
+    async def export(self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]]) -> CsvExport:
+        """The records of `collection` matching `query` in `order` (a prepared MongoDB query and sort).
+
+        The first record is fetched here, so a query the server refuses raises (InvalidFilter)
+        before the caller has sent a byte of the download."""
         filename = f"{collection.name}-{self._clock():%Y%m%d-%H%M%S}.csv"
-        return CsvExport(filename=filename, chunks=self._chunks(collection, query, order))
+        records = self._records.stream(collection.id, query, order, batch_size=EXPORT_BATCH_SIZE)
+        try:
+            first = await anext(records, None)
+        except BaseException:
+            await records.aclose()
+            raise
+        return CsvExport(filename=filename, chunks=self._chunks(collection, first, records))
 
     async def _chunks(
-        self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]]
+        self, collection: Collection, first: Record | None, records: AsyncGenerator[Record, None]
     ) -> AsyncGenerator[str, None]:
         writer = CsvChunkWriter()
         writer.write(csv_header(collection))
-        records = self._records.stream(collection.id, query, order, batch_size=EXPORT_BATCH_SIZE)
         try:
-            async for record in records:
-                chunk = writer.write(render_row(collection, record))
+            if first is not None:
+                chunk = writer.write(render_row(collection, first))
                 if chunk:
                     yield chunk
+                async for record in records:
+                    chunk = writer.write(render_row(collection, record))
+                    if chunk:
+                        yield chunk
         finally:
             await records.aclose()
         yield writer.take()
@@ -87,49 +98,75 @@ class RecordCsv:
 
         The file is checked as a whole first: nothing is stored when it is over 10 MiB
         (PayloadTooLarge) or when `CsvImport` refuses it (ValidationFailed: empty, not UTF-8, bad
-        header, broken quoting, over 50,000 rows). Then each row is parsed and validated; valid rows
-        are stored IMPORT_BATCH_SIZE at a time with one unordered insert_many. Rows that fail
+        header, broken quoting, over 50,000 rows). Then every row is parsed and validated, and the
+        relation ids of all valid rows are looked up, before the first insert; valid rows are then
+        stored IMPORT_BATCH_SIZE at a time with one unordered insert_many. Rows that fail
         validation, name a missing relation target or clash on a unique field are reported in
-        `failed` by 1-based data-row number, with `errors: {field or "_row": [message]}`. Records
-        of one batch share their `created` time."""
+        `failed` by 1-based data-row number, with `errors: {field or "_row": [message]}`.
+
+        If the database fails part-way, the import stops there and still answers: the rows that
+        were stored are counted in `imported` (a batch in doubt is looked up by its record ids),
+        every other valid row is in `failed` with a `_row` message saying it was not stored, so a
+        client can retry exactly those. Only when even that look-up fails are the rows of the batch
+        in doubt reported as possibly stored. Records of one batch share their `created` time."""
         if len(content) > MAX_IMPORT_BYTES:
             raise PayloadTooLarge(f"The CSV file is larger than {MAX_IMPORT_BYTES // 2**20} MiB")
-        upload = await asyncio.to_thread(CsvImport, collection, content)
-        result = ImportResult()
-        # Parsing is CPU-bound: it runs in a worker thread, one batch ahead of the inserts.
-        next_batch = partial(next, upload.batches(IMPORT_BATCH_SIZE), None)
-        pending = asyncio.ensure_future(asyncio.to_thread(next_batch))
-        try:
-            while (batch := await pending) is not None:
-                pending = asyncio.ensure_future(asyncio.to_thread(next_batch))
-                rows, failed = batch
-                result.failed.extend(failed)
-                await self._store_rows(collection, rows, result)
-        finally:  # leaving early (an error): drop the batch parsed ahead, and any error it had
-            pending.cancel()
-            if pending.done() and not pending.cancelled():
-                pending.exception()
+        rows, failed = await asyncio.to_thread(_parse_all, collection, content)
+        result = ImportResult(failed=failed)
+        rows = await self._drop_missing_relations(collection, rows, result.failed)
+        for start in range(0, len(rows), IMPORT_BATCH_SIZE):
+            batch = rows[start:start + IMPORT_BATCH_SIZE]
+            now = self._clock()
+            records = [Record(id=new_id(), created=now, updated=now, data=row.values) for row in batch]
+            try:
+                refused = await self._records.insert_many(collection.id, records)
+            except Exception as exc:  # the database failed: say exactly what is stored
+                log.exception("CSV import into %s failed after %d records", collection.name, result.imported)
+                await self._report_failure(collection, batch, records, rows[start + len(batch):], result, exc)
+                break
+            await self._count_stored(collection, batch, records, refused, result)
         result.failed.sort(key=lambda failure: failure.row)
         return result
 
-    async def _store_rows(self, collection: Collection, rows: list[ParsedRow], result: ImportResult) -> None:
-        """Insert one batch of valid rows; add what was stored and what was refused to `result`."""
-        rows = await self._drop_missing_relations(collection, rows, result.failed)
-        if not rows:
-            return
-        now = self._clock()
-        records = [Record(id=new_id(), created=now, updated=now, data=row.values) for row in rows]
-        refused = {failure.index: failure for failure in await self._records.insert_many(collection.id, records)}
-        for index, failure in sorted(refused.items()):
+    async def _count_stored(self, collection: Collection, batch: list[ParsedRow], records: list[Record],
+                            refused: list[InsertFailure], result: ImportResult) -> None:
+        """Add one inserted batch to `result`: the records that went in (and emit their events), and
+        the rows the database refused (unique clashes) as failures."""
+        by_index = {failure.index: failure for failure in refused}
+        for index, failure in sorted(by_index.items()):
             if failure.code == DUPLICATE_KEY:
                 message = "Value must be unique"
             else:
-                log.error("CSV import into %s: row %d refused: %s", collection.name, rows[index].row, failure.message)
+                log.error("CSV import into %s: row %d refused: %s", collection.name, batch[index].row, failure.message)
                 message = f"Could not be stored (server error {failure.code})"
-            result.failed.append(RowFailure(rows[index].row, {failure.field or ROW_ERROR_KEY: [message]}))
-        stored = [record for index, record in enumerate(records) if index not in refused]
+            result.failed.append(RowFailure(batch[index].row, {failure.field or ROW_ERROR_KEY: [message]}))
+        stored = [record for index, record in enumerate(records) if index not in by_index]
         result.imported += len(stored)
         await self._emit_created(collection, stored)
+
+    async def _report_failure(self, collection: Collection, batch: list[ParsedRow], records: list[Record],
+                              later: list[ParsedRow], result: ImportResult, exc: Exception) -> None:
+        """After a database failure while storing `batch`: count the batch's records that did get
+        stored (looked up by id), and report the rest of `batch` and every row of `later` as not
+        stored."""
+        reason = f"Not stored: the database failed during the import ({type(exc).__name__}); import this row again."
+        stored_ids: set[str] | None
+        try:
+            stored_ids = await self._records.existing_ids(collection.id, [r.id for r in records])
+        except Exception:  # noqa: BLE001 - still down: the batch is in doubt
+            log.warning("CSV import into %s: could not check which rows were stored", collection.name)
+            stored_ids = None
+        if stored_ids is None:
+            doubt = "Unknown whether stored: the database failed during the import; check before importing it again."
+            result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [doubt]}) for row in batch)
+        else:
+            stored = [record for record in records if record.id in stored_ids]
+            result.imported += len(stored)
+            result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [reason]})
+                                 for row, record in zip(batch, records, strict=False) if record.id not in stored_ids)
+            if stored:
+                await self._emit_created(collection, stored)
+        result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [reason]}) for row in later)
 
     async def _drop_missing_relations(
         self, collection: Collection, rows: list[ParsedRow], failed: list[RowFailure]
@@ -149,3 +186,15 @@ class RecordCsv:
                     errors.setdefault(index, {})[spec.name] = [UNKNOWN_RELATION]
         failed.extend(RowFailure(rows[index].row, row_errors) for index, row_errors in errors.items())
         return [row for index, row in enumerate(rows) if index not in errors]
+
+
+def _parse_all(collection: Collection, content: bytes) -> tuple[list[ParsedRow], list[RowFailure]]:
+    """Check the file as a whole, then parse and validate every row: (valid rows, failed rows).
+    CPU-bound: callers run it in a worker thread. Raises ValidationFailed (the file is refused)."""
+    upload = CsvImport(collection, content)
+    rows: list[ParsedRow] = []
+    failed: list[RowFailure] = []
+    for valid, invalid in upload.batches(IMPORT_BATCH_SIZE):
+        rows.extend(valid)
+        failed.extend(invalid)
+    return rows, failed

@@ -10,6 +10,7 @@ realtime subscribe to. Failed writes emit nothing.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,7 +18,7 @@ from functools import partial
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.filters.grammar import parse_filter
 from cms.filters.mongo import (
     ResolvedField,
@@ -28,17 +29,23 @@ from cms.filters.mongo import (
 )
 from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
+from cms.services.access import record_scope
 from cms.services.collections import CollectionService
 from cms.services.csv_io import ImportResult
 from cms.services.events import CREATE, DELETE, UPDATE, EventDispatcher, RecordEvent
 from cms.services.fields import RecordSchemas, text_field_names, to_json_value, value_list
 from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
+from cms.services.relations import RelationRelease
 from cms.store.records import RecordRepository
+
+log = logging.getLogger("cms.records")
 
 MAX_PER_PAGE = 100
 DEFAULT_PER_PAGE = 30
 DEFAULT_SORT: list[tuple[str, int]] = [("created", 1)]
 MAX_BULK_IDS = 1_000
+MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
+"""The query of a list the caller may see nothing of (answered without a database round trip)."""
 
 # Aliases for annotations inside RecordService, whose `list` method shadows the builtin there.
 SortOrder = list[tuple[str, int]]
@@ -87,6 +94,17 @@ def check_record_ids(record_ids: Sequence[str]) -> list[str]:
     return ids
 
 
+def _check_scope(principal: Principal, collection: Collection, record_ids: Sequence[str]) -> None:
+    """Bulk changes are all or nothing: raise Forbidden (403, `errors: {<id>: [reason]}`) when any
+    of `record_ids` is outside what `principal` may change."""
+    refused = record_scope(principal, collection).refused(record_ids)
+    if refused:
+        raise Forbidden(
+            f"You may not change {len(refused)} of these records; nothing was changed",
+            errors={record_id: ["You may not change this record."] for record_id in refused},
+        )
+
+
 def _ids_error(message: str) -> ValidationFailed:
     return ValidationFailed(f"Invalid record_ids: {message}", errors={"record_ids": [message]})
 
@@ -116,6 +134,8 @@ class RecordService:
         self._events = events
         self._clock = clock
         self._csv = RecordCsv(records, partial(self._emit_changed, CREATE), clock=clock)
+        self._relations = RelationRelease(collections, records, partial(self._emit_changed, UPDATE),
+                                          self._emit_deleted, clock=clock)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -128,26 +148,34 @@ class RecordService:
         sort: str | None = None,
         filter_expr: str | None = None,
         search: str | None = None,
+        principal: Principal | None = None,
     ) -> Page[Record]:
-        """One page of the collection's records and the total for the same query.
+        """One page of the records of the collection that `principal` (None: no credentials) may
+        see (`access.record_scope`), and the total for the same query.
 
         `page` >= 1, `per_page` 1..100 (larger values are clamped). `sort` is `a,-b`; `filter_expr`
         follows decisions.md's grammar; `search` requires every word in some text, editor, email or
         url field. Raises NotFound (collection) or InvalidFilter (syntax, unknown field, bad value)."""
         collection = await self._collections.get_by_name(collection_name)
         per_page = min(per_page, MAX_PER_PAGE)
-        query = self.query(collection, filter_expr=filter_expr, search=search)
+        query = self.query(collection, filter_expr=filter_expr, search=search, principal=principal)
         order = self._order(collection, sort)
+        if query == MATCH_NOTHING:
+            return Page(items=[], total=0, page=page, per_page=per_page)
         items, total = await asyncio.gather(
             self._records.find(collection.id, query, order, (page - 1) * per_page, per_page),
             self._records.count(collection.id, query),
         )
         return Page(items=items, total=total, page=page, per_page=per_page)
 
-    def query(self, collection: Collection, *, filter_expr: str | None, search: str | None) -> dict[str, Any]:
-        """The MongoDB query for a filter and a search over `collection` (both optional).
-        Raises InvalidFilter."""
+    def query(self, collection: Collection, *, filter_expr: str | None, search: str | None,
+              principal: Principal | None = None) -> dict[str, Any]:
+        """The MongoDB query for a filter and a search over `collection` (both optional), limited to
+        the records `principal` may see (MATCH_NOTHING when that is none). Raises InvalidFilter."""
         parts: list[dict[str, Any]] = []
+        scope = record_scope(principal, collection)
+        if scope.ids is not None:
+            parts.append({"_id": {"$in": sorted(scope.ids)}} if scope.ids else MATCH_NOTHING)
         if filter_expr and filter_expr.strip():
             parts.append(to_mongo_query(parse_filter(filter_expr), CollectionFields(collection)))
         if search and search.strip():
@@ -156,6 +184,8 @@ class RecordService:
                 parts.append(text_search_query(search))
             else:
                 parts.append(search_query(search, fields))
+        if MATCH_NOTHING in parts:  # the filter and search above are still checked for errors
+            return MATCH_NOTHING
         parts = [p for p in parts if p]
         if not parts:
             return {}
@@ -169,9 +199,12 @@ class RecordService:
             order.append(("_id", 1))
         return order
 
-    async def get(self, collection_name: str, record_id: str) -> Record:
-        """One record. Raises NotFound (collection or record)."""
+    async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> Record:
+        """One record that `principal` (None: no credentials) may see. Raises NotFound (collection,
+        record, or a record the caller may not see)."""
         collection = await self._collections.get_by_name(collection_name)
+        if not record_scope(principal, collection).allows(record_id):
+            raise NotFound("Record not found")
         return await self._get(collection, record_id)
 
     async def _get(self, collection: Collection, record_id: str) -> Record:
@@ -193,13 +226,16 @@ class RecordService:
         now = self._clock()
         record = Record(id=new_id(), created=now, updated=now, data=values)
         await self._records.insert(collection.id, record)
+        await self._check_still_there(collection)
         await self._emit_changed(CREATE, collection, [record])
         return record
 
     async def update(self, principal: Principal, collection_name: str, record_id: str, data: Any) -> Record:
         """Change the fields given in `data` (null clears an optional field); emits `update`.
-        Raises NotFound, ValidationFailed or AlreadyExists."""
+        Raises NotFound (also for a record the caller may not see), ValidationFailed or AlreadyExists."""
         collection = await self._collections.get_by_name(collection_name)
+        if not record_scope(principal, collection).allows(record_id):
+            raise NotFound("Record not found")
         set_values, unset = self._changes(collection, data)
         await self._check_relations(collection, set_values)
         set_values["updated"] = self._clock()
@@ -210,11 +246,18 @@ class RecordService:
         return record
 
     async def delete(self, principal: Principal, collection_name: str, record_id: str) -> None:
-        """Delete one record; emits `delete` with `{id}`. Raises NotFound."""
+        """Delete one record and release the relations that point to it (`relations.py`); emits
+        `delete` with `{id}` (and the events of the records the release changes or deletes).
+        Raises NotFound (also for a record the caller may not see) or BadRequest (a required
+        relation field still needs it)."""
         collection = await self._collections.get_by_name(collection_name)
+        if not record_scope(principal, collection).allows(record_id):
+            raise NotFound("Record not found")
+        plan = await self._relations.plan_release(collection, [record_id])
         if not await self._records.delete(collection.id, record_id):
             raise NotFound("Record not found")
         await self._emit_deleted(collection, [record_id])
+        await self._relations.release(plan)
 
     def _changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], FieldNames]:
         """Validate partial `data`: (values to set, names to clear). Raises ValidationFailed."""
@@ -236,6 +279,7 @@ class RecordService:
         concurrent write took a unique value first)."""
         collection = await self._collections.get_by_name(collection_name)
         ids = check_record_ids(record_ids)
+        _check_scope(principal, collection, ids)
         set_values, unset = self._changes(collection, data)
         await self._check_relations(collection, set_values)
         found = {r.id: r for r in await self._records.find_by_ids(collection.id, ids)}
@@ -281,12 +325,15 @@ class RecordService:
         (subscribers see at least one)."""
         collection = await self._collections.get_by_name(collection_name)
         ids = check_record_ids(record_ids)
+        _check_scope(principal, collection, ids)
         existing = await self._records.existing_ids(collection.id, ids)
         missing = {i: ["Record not found."] for i in ids if i not in existing}
         if missing:
             raise _bulk_refused("deleted", missing, len(ids))
+        plan = await self._relations.plan_release(collection, ids)
         deleted = await self._records.delete_many(collection.id, ids)
         await self._emit_deleted(collection, ids)
+        await self._relations.release(plan)
         return deleted
 
     # --- CSV (the flows live in record_csv.py) -------------------------------------------------
@@ -306,8 +353,8 @@ class RecordService:
         consumed, so memory stays flat however many records match.
         Raises NotFound (collection) or InvalidFilter."""
         collection = await self._collections.get_by_name(collection_name)
-        query = self.query(collection, filter_expr=filter_expr, search=search)
-        return self._csv.export(collection, query, self._order(collection, sort))
+        query = self.query(collection, filter_expr=filter_expr, search=search, principal=principal)
+        return await self._csv.export(collection, query, self._order(collection, sort))
 
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
@@ -315,7 +362,10 @@ class RecordService:
         Raises NotFound (collection), BadRequest (an auth collection), PayloadTooLarge (over 10 MiB)
         or ValidationFailed (the file as a whole is refused; nothing is stored)."""
         collection = await self._writable_for_new_records(collection_name)
-        return await self._csv.import_csv(collection, content)
+        result = await self._csv.import_csv(collection, content)
+        if result.imported:
+            await self._check_still_there(collection)
+        return result
 
     async def _writable_for_new_records(self, collection_name: str) -> Collection:
         """The collection, if records may be created in it through the records API: not an auth
@@ -339,6 +389,12 @@ class RecordService:
     async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
         await check_relations(self._records, collection, values)
 
+    async def _check_still_there(self, collection: Collection) -> None:
+        """After an insert: if the collection was deleted meanwhile (its records dropped before
+        the insert landed, which recreated them), drop what this write left and raise NotFound,
+        so no write to a deleted collection succeeds and none of its documents survive."""
+        await drop_if_deleted(self._collections, self._records, collection)
+
 
 async def emit_changed(events: EventDispatcher, kind: str, collection: Collection, records: Sequence[Record],
                        now: datetime) -> None:
@@ -352,6 +408,17 @@ async def emit_deleted(events: EventDispatcher, collection: Collection, record_i
                        now: datetime) -> None:
     """One `delete` event per record id, carrying `{id}`, stamped `now`."""
     await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now) for rid in record_ids])
+
+
+async def drop_if_deleted(collections: CollectionService, records: RecordRepository, collection: Collection) -> None:
+    """Raise NotFound, after dropping the collection's records, when `collection` no longer exists:
+    the check every insert makes after it lands (a delete may have dropped the records between
+    the writer's look-up and its insert). One `_id` look-up when the collection exists."""
+    if await collections.exists(collection.id):
+        return
+    await records.drop(collection.id)
+    log.info("write to collection %s (%s) undone: the collection was deleted", collection.name, collection.id)
+    raise NotFound(f"Collection '{collection.name}' not found")
 
 
 async def check_relations(records: RecordRepository, collection: Collection, values: dict[str, Any]) -> None:

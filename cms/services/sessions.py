@@ -3,7 +3,9 @@
 Each login creates a session; access and refresh tokens carry its id (`sid`) and are valid only
 while the session is active, so a revocation holds at once on every replica. Refresh rotates:
 the spent refresh token's jti is replaced atomically, and presenting a spent one again revokes
-the whole session (reuse detection).
+the whole session (reuse detection). An operator may allow a grace (`refresh_reuse_interval_s`):
+the token spent by the last rotation, presented again within that many seconds, gets a pair for the
+session's current refresh jti instead (two tabs refreshing at once).
 """
 
 from __future__ import annotations
@@ -66,18 +68,32 @@ class SessionService:
         return TokenPair(access_token=access, refresh_token=refresh, expires_in=access_lifetime_s)
 
     async def refresh(
-        self, refresh_token: str, audience: str, *, access_lifetime_s: int, refresh_lifetime_s: int
+        self, refresh_token: str, audience: str, *, access_lifetime_s: int, refresh_lifetime_s: int,
+        reuse_interval_s: int = 0,
     ) -> TokenPair:
-        """Spend a refresh token for a new pair. Raises Unauthorized if the token is invalid,
-        expired, of another audience, of a revoked session, or already spent (which revokes the
-        session and calls the reuse handler)."""
+        """Spend a refresh token for a new pair (lifetimes in seconds).
+
+        With `reuse_interval_s` > 0, the token spent by the session's last rotation, presented
+        again at most that many seconds after it, gets a pair for the same session whose refresh
+        token carries the current jti (nothing is rotated, revoked or audited). Raises Unauthorized
+        if the token is invalid, expired, of another audience, of a revoked session, or already
+        spent outside that grace (which revokes the session and calls the reuse handler)."""
         claims = self._codec.decode(refresh_token, typ=REFRESH, audience=audience)
         session = await self._sessions.get(claims.sid)
         if session is None or session.revoked_at is not None or session.user_id != claims.sub:
             raise Unauthorized("Session has been revoked")
         rotated = replace(session, refresh_jti=new_id())
-        if not await self._sessions.rotate_refresh(session.id, claims.jti, rotated.refresh_jti, self._clock()):
-            await self._sessions.revoke(session.id, self._clock())
+        now = self._clock()
+        if not await self._sessions.rotate_refresh(session.id, claims.jti, rotated.refresh_jti, now):
+            if reuse_interval_s > 0:
+                # re-read: `session` predates the rotation that spent this token
+                current = await self._sessions.get_if_just_rotated(
+                    session.id, claims.jti, now - timedelta(seconds=reuse_interval_s)
+                )
+                if current is not None:
+                    log.info("refresh token presented again within the reuse interval: session %s", session.id)
+                    return self._pair(current, access_lifetime_s, refresh_lifetime_s)
+            await self._sessions.revoke(session.id, now)
             log.warning("refresh token reuse: session %s revoked", session.id)
             if self._on_reuse is not None:
                 await self._on_reuse(session)

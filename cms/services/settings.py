@@ -15,6 +15,7 @@ SETTINGS_RANGES: dict[str, tuple[int, int]] = {
     "password_min_length": (1, 256),
     "token_expiry_hours": (1, 24 * 365),
     "refresh_token_expiry_days": (1, 3650),
+    "refresh_reuse_interval_s": (0, 600),
     "rate_limit_per_minute": (1, 1_000_000),
     "max_upload_mb": (1, 10_240),
 }
@@ -31,6 +32,8 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "password_require_special": (False, "auth"),
     "token_expiry_hours": (24, "auth"),
     "refresh_token_expiry_days": (7, "auth"),
+    # 0 = off: a spent refresh token always revokes its session (decisions.md)
+    "refresh_reuse_interval_s": (0, "auth"),
     "rate_limit_enabled": (True, "security"),
     "rate_limit_per_minute": (600, "security"),
     "max_upload_mb": (25, "files"),
@@ -39,13 +42,17 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
 
 @dataclass(frozen=True)
 class AuthSettings:
-    """The settings a login or registration needs; lifetimes in seconds."""
+    """The settings a login, registration or refresh needs; lifetimes in seconds.
+
+    `refresh_reuse_interval_s` (0..600, 0 = off) is how long the refresh token spent by a
+    session's last rotation may be presented again without revoking the session."""
 
     password_policy: PasswordPolicy
     access_lifetime_s: int
     refresh_lifetime_s: int
     otp_enabled: bool
     mfa_enabled: bool
+    refresh_reuse_interval_s: int = 0
 
 
 CACHE_TTL_S = 5.0
@@ -87,6 +94,7 @@ class SettingsService:
             refresh_lifetime_s=int(v["refresh_token_expiry_days"]) * 86400,
             otp_enabled=bool(v["otp_enabled"]),
             mfa_enabled=bool(v["mfa_enabled"]),
+            refresh_reuse_interval_s=int(v["refresh_reuse_interval_s"]),
         )
 
     async def set(self, key: str, value: Any) -> None:

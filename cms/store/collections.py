@@ -14,6 +14,8 @@ from cms.store.errors import translate_errors
 
 def _field_document(spec: FieldSpec) -> dict[str, Any]:
     doc = dataclasses.asdict(spec)
+    if not spec.cascade_delete:
+        del doc["cascade_delete"]
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in doc.items() if v is not None}
 
 
@@ -26,6 +28,7 @@ def _field_from_document(doc: dict[str, Any]) -> FieldSpec:
         values=tuple(values) if values is not None else None,
         max_select=doc.get("max_select"),
         collection_id=doc.get("collection_id"),
+        cascade_delete=bool(doc.get("cascade_delete", False)),
     )
 
 

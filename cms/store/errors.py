@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from pymongo.errors import DuplicateKeyError, PyMongoError, ServerSelectionTimeoutError
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError, ServerSelectionTimeoutError
 
-from cms.errors import AlreadyExists, ServiceUnavailable
+from cms.errors import AlreadyExists, InvalidFilter, ServiceUnavailable
+
+log = logging.getLogger("cms.store")
+
+QUERY_REFUSED_CODES = frozenset({2, 9, 51091, 51108, 292})
+"""Server error codes that mean "this query is not acceptable", not "the server is broken":
+BadValue (e.g. the embedded server's 1,000-character regex cap), FailedToParse, invalid regex
+(51091, 51108) and a sort over the memory limit (292)."""
 
 
 def duplicate_field(error: DuplicateKeyError) -> str | None:
@@ -37,3 +45,22 @@ async def translate_errors(what: str = "value") -> AsyncIterator[None]:
         raise ServiceUnavailable("MongoDB is unavailable") from None
     except PyMongoError:
         raise
+
+
+@asynccontextmanager
+async def translate_query_errors() -> AsyncIterator[None]:
+    """Run a read built from a client's filter, sort or search: a server refusal of the query
+    (QUERY_REFUSED_CODES) -> InvalidFilter (400, the server's message logged, not returned), an
+    unreachable server -> ServiceUnavailable. Other errors propagate (500)."""
+    try:
+        yield
+    except OperationFailure as exc:
+        if exc.code not in QUERY_REFUSED_CODES:
+            raise
+        log.info("query refused by the server (code %s): %s", exc.code, (exc.details or {}).get("errmsg", ""))
+        raise InvalidFilter(
+            "The database refused this filter, sort or search (a value may be too long or the sort too large); "
+            "simplify it"
+        ) from None
+    except ServerSelectionTimeoutError:
+        raise ServiceUnavailable("MongoDB is unavailable") from None

@@ -9,16 +9,17 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from pymongo import DeleteMany, ReturnDocument, UpdateMany
+from pymongo import DeleteMany, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, OperationFailure
 
 from cms.errors import AlreadyExists, ValidationFailed
 from cms.models import Record
 from cms.store.client import Capabilities, Database
-from cms.store.errors import translate_errors
+from cms.store.errors import translate_errors, translate_query_errors
 
 log = logging.getLogger("cms.store")
 
@@ -133,6 +134,40 @@ class RecordRepository:
             found.update([d["_id"] async for d in mongo_coll.find({"_id": {"$in": chunk}}, projection={"_id": 1})])
         return found
 
+    async def find_holders(self, collection_id: str, field_name: str, record_ids: Sequence[str]) -> list[Record]:
+        """The records whose relation field `field_name` names any of `record_ids` (a one-value
+        field equal to one, or a list holding one), with `_id` and that field only in `data`."""
+        mongo_coll = self._mongo_coll(collection_id)
+        found: list[Record] = []
+        for chunk in _chunks(record_ids):
+            cursor = mongo_coll.find({field_name: {"$in": chunk}},
+                                     projection={field_name: 1, "created": 1, "updated": 1})
+            found.extend([record_from_document(d) async for d in cursor])
+        return list({r.id: r for r in found}.values())
+
+    async def remove_references(self, collection_id: str, field_name: str, record_ids: Sequence[str], *,
+                                multi: bool, now: datetime, skip_ids: Sequence[str] = ()) -> list[str]:
+        """Remove `record_ids` from relation field `field_name` of every record that holds one
+        (`$pull` from a list when `multi`, else clear the field), stamping `updated` with `now`;
+        records in `skip_ids` are left alone. Returns the ids of the records changed."""
+        changed: list[str] = []
+        mongo_coll = self._mongo_coll(collection_id)
+        for chunk in _chunks(record_ids):
+            query: dict[str, Any] = {field_name: {"$in": chunk}}
+            if skip_ids:
+                query["_id"] = {"$nin": list(skip_ids)}
+            ids = [d["_id"] async for d in mongo_coll.find(query, projection={"_id": 1})]
+            if not ids:
+                continue
+            change: dict[str, Any] = (
+                {"$pull": {field_name: {"$in": chunk}}, "$set": {"updated": now}} if multi
+                else {"$unset": {field_name: ""}, "$set": {"updated": now}}
+            )
+            for id_chunk in _chunks(ids):
+                await mongo_coll.update_many({"_id": {"$in": id_chunk}, field_name: {"$in": chunk}}, change)
+            changed.extend(ids)
+        return list(dict.fromkeys(changed))
+
     async def count_holders(self, collection_id: str, field_name: str, value: Any, exclude_ids: Sequence[str]) -> int:
         """How many records other than `exclude_ids` hold `value` in `field_name` (for a list value:
         any of its items, as a unique index on a list field compares items)."""
@@ -176,21 +211,25 @@ class RecordRepository:
         at a time, so memory stays flat however many match."""
         cursor = self._mongo_coll(collection_id).find(query, sort=sort or None).batch_size(batch_size)
         try:
-            async for doc in cursor:
-                yield record_from_document(doc)
+            async with translate_query_errors():
+                async for doc in cursor:
+                    yield record_from_document(doc)
         finally:
             await cursor.close()
 
     async def find(
         self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int
     ) -> list[Record]:
-        """Records matching `query` in `sort` order, `skip` then at most `limit` of them."""
+        """Records matching `query` in `sort` order, `skip` then at most `limit` of them.
+        Raises InvalidFilter when the server refuses the query (see `translate_query_errors`)."""
         cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
-        return [record_from_document(d) async for d in cursor]
+        async with translate_query_errors():
+            return [record_from_document(d) async for d in cursor]
 
     async def count(self, collection_id: str, query: dict[str, Any]) -> int:
-        """How many records match `query`."""
-        return await self._mongo_coll(collection_id).count_documents(query)
+        """How many records match `query`. Raises InvalidFilter when the server refuses the query."""
+        async with translate_query_errors():
+            return await self._mongo_coll(collection_id).count_documents(query)
 
     async def drop(self, collection_id: str) -> None:
         """Remove every record of the collection and its indexes."""
@@ -247,6 +286,55 @@ class RecordRepository:
             await mongo_coll.drop_index(TEXT_INDEX)
         if wanted_keys:
             await mongo_coll.create_index([(name, "text") for name in wanted_keys], name=TEXT_INDEX)
+
+    async def stream_field_values(
+        self, collection_id: str, names: Sequence[str], *, batch_size: int
+    ) -> AsyncGenerator[list[tuple[str, dict[str, Any]]], None]:
+        """The records holding any of the fields `names`, in `created` order, as lists of at most
+        `batch_size` (record id, {name: value} of the fields present); one cursor, so memory stays
+        flat. Updating these fields between batches is safe: the cursor walks the `created_id`
+        index, whose keys do not change."""
+        query = {"$or": [{name: {"$exists": True}} for name in names]}
+        cursor = self._mongo_coll(collection_id).find(
+            query, projection={name: 1 for name in names}, sort=[("created", 1), ("_id", 1)]
+        ).batch_size(batch_size)
+        batch: list[tuple[str, dict[str, Any]]] = []
+        try:
+            async for doc in cursor:
+                record_id = doc.pop("_id")
+                batch.append((record_id, doc))
+                if len(batch) >= batch_size:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+        finally:
+            await cursor.close()
+
+    async def set_field_values(
+        self, collection_id: str, updates: Sequence[tuple[str, dict[str, Any], Sequence[str]]]
+    ) -> int:
+        """Per record, set some fields and unset others, `updated` untouched: `updates` holds
+        (record id, {name: value}, [names to unset]); one unordered bulk write of one update per
+        record. Returns how many records matched. Raises AlreadyExists on a unique-index conflict
+        (the other updates are still applied)."""
+        requests = []
+        for record_id, set_values, unset in updates:
+            change: dict[str, Any] = {}
+            if set_values:
+                change["$set"] = set_values
+            if unset:
+                change["$unset"] = {name: "" for name in unset}
+            if change:
+                requests.append(UpdateOne({"_id": record_id}, change))
+        if not requests:
+            return 0
+        try:
+            async with translate_errors("record"):
+                result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=False)
+        except BulkWriteError as exc:
+            raise _bulk_write_error(exc) from None
+        return result.matched_count
 
 
 def _write_failure(error: Mapping[str, Any]) -> InsertFailure:

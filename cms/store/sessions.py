@@ -30,14 +30,28 @@ class SessionRepository:
         return [from_document(Session, d) async for d in cursor.sort("created", -1)]
 
     async def rotate_refresh(self, session_id: str, spent_jti: str, new_jti: str, now: datetime) -> bool:
-        """Atomically replace the refresh jti if `spent_jti` is still current and the session is active.
+        """Atomically replace the refresh jti if `spent_jti` is still current and the session is active,
+        remembering `spent_jti` as `previous_refresh_jti` and `now` as `refresh_rotated_at`.
 
         Returns False when the token was already spent (reuse) or the session is revoked."""
         result = await self._mongo_coll.update_one(
             {"_id": session_id, "refresh_jti": spent_jti, "revoked_at": None},
-            {"$set": {"refresh_jti": new_jti, "last_used": now}},
+            {"$set": {"refresh_jti": new_jti, "previous_refresh_jti": spent_jti,
+                      "refresh_rotated_at": now, "last_used": now}},
         )
         return result.modified_count == 1
+
+    async def get_if_just_rotated(self, session_id: str, spent_jti: str, rotated_since: datetime) -> Session | None:
+        """The active session if `spent_jti` is the jti its last rotation spent and that rotation
+        happened at or after `rotated_since`; else None.
+
+        One conditional read of one document, so the returned `refresh_jti` is the current one
+        that this rotation produced (a later rotation changes `previous_refresh_jti` with it)."""
+        doc = await self._mongo_coll.find_one({
+            "_id": session_id, "revoked_at": None, "previous_refresh_jti": spent_jti,
+            "refresh_rotated_at": {"$gte": rotated_since},
+        })
+        return from_document(Session, doc) if doc else None
 
     async def touch(self, session_id: str, now: datetime) -> None:
         """Record use of the session (`last_used`)."""

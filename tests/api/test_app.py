@@ -10,6 +10,7 @@ from aiohttp import web
 from cms.app import create_app
 from cms.embedded import start_redis
 from cms.wiring import open_services
+from tests.conftest import bearer
 
 
 async def test_unknown_path_is_404_in_error_model(client):
@@ -127,9 +128,9 @@ async def test_health_503_names_redis_when_it_is_down(aiohttp_client, config, tm
         assert body["redis"].startswith("error")
 
 
-async def test_stats(client):
+async def test_stats_for_admins_has_every_figure(client, admin_token):
     await client.get("/health")
-    response = await client.get("/api/v1/stats")
+    response = await client.get("/api/v1/stats", headers=bearer(admin_token))
     assert response.status == 200
     body = await response.json()
     assert body["http"]["requests_total"] >= 2
@@ -137,6 +138,16 @@ async def test_stats(client):
     assert "objects" in body["mongodb"]
     assert body["redis"]["connected_clients"] >= 1
     assert body["uptime_s"] >= 0
+
+
+async def test_stats_for_anonymous_and_non_admins_has_only_http_and_uptime(client, user_token):
+    for headers in ({}, bearer(user_token)):
+        response = await client.get("/api/v1/stats", headers=headers)
+        assert response.status == 200
+        body = await response.json()
+        assert set(body) == {"http", "uptime_s"}, body
+        assert body["http"]["requests_total"] >= 1
+        assert "version" not in str(body) and "redis" not in body and "mongodb" not in body
 
 
 async def test_docs_served_offline(client):

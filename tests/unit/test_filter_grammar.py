@@ -271,3 +271,13 @@ def test_parse_sort_errors(text: str, message: str) -> None:
     with pytest.raises(InvalidFilter) as caught:
         parse_sort(text)
     assert message in caught.value.detail
+
+
+@pytest.mark.parametrize("text, position", [
+    ("title='x'", 6), ("title = 'x'", 8), ("a=1 && title ~ word", 15), ("n>=-2", 3), ("f=null", 2),
+], ids=["quoted", "spaced", "second-term", "number", "null"])
+def test_values_carry_their_position(text: str, position: int) -> None:
+    node = parse_filter(text)
+    term = node.items[-1] if isinstance(node, And) else node
+    assert isinstance(term, Compare)
+    assert term.value.position == position

@@ -11,6 +11,7 @@ import pytest
 from cms.errors import InvalidFilter
 from cms.filters.grammar import And, Compare, Literal, Or, parse_filter
 from cms.filters.mongo import (
+    MAX_REGEX_LENGTH,
     MAX_SEARCH_WORDS,
     ResolvedField,
     search_query,
@@ -195,7 +196,19 @@ QUERY_ERRORS: dict[str, tuple[str, str]] = {
     "not-contains-on-bool": ("published!~x", "operator '!~' needs a text field, not bool"),
     "order-with-null": ("title>null", "null can only be used with '=' or '!=' (field 'title' at position 0)"),
     "contains-null": ("title~null", "null can only be used with '=' or '!='"),
+    "contains-too-long": (f"title~'{'a' * (MAX_REGEX_LENGTH + 1)}'",
+                          f"value of 'title' is too long for '~': at most {MAX_REGEX_LENGTH} characters"),
+    "contains-too-long-position": (f"price=1 && title ~ {'a' * (MAX_REGEX_LENGTH + 1)}", "at position 19"),
+    "not-contains-escaped-too-long": (f"title!~'{'.' * (MAX_REGEX_LENGTH // 2 + 1)}'", "too long for '!~'"),
+    "contains-nul-too-long": ("title~'" + "\x00" * (MAX_REGEX_LENGTH // 4 + 1) + "'", "too long for '~'"),
 }
+
+
+@pytest.mark.parametrize("value", ["a" * MAX_REGEX_LENGTH, "." * (MAX_REGEX_LENGTH // 2),
+                                   "\x00" * (MAX_REGEX_LENGTH // 4)], ids=["plain", "escaped", "nul"])
+def test_contains_values_up_to_the_regex_limit_are_accepted(value: str) -> None:
+    result = query(f"title~'{value}'")
+    assert len(result["title"]["$regex"]) == MAX_REGEX_LENGTH
 
 
 @pytest.mark.parametrize("text, message", list(QUERY_ERRORS.values()), ids=list(QUERY_ERRORS))
@@ -328,7 +341,15 @@ def test_text_search_query(text: str, expected: dict[str, Any]) -> None:
 SEARCH_ERRORS: dict[str, str] = {
     "too-many-words": " ".join(["w"] * (MAX_SEARCH_WORDS + 1)),
     "too-long": "x" * 5000,
+    "word-too-long": "ok " + "x" * (MAX_REGEX_LENGTH + 1),
+    "nul-word-too-long": "\x00" * 300,
+    "escaped-word-too-long": "(" * (MAX_REGEX_LENGTH // 2 + 1),
 }
+
+
+def test_search_words_up_to_the_regex_limit_are_accepted() -> None:
+    query = search_query("(" * (MAX_REGEX_LENGTH // 2), ["title"])
+    assert len(query["$and"][0]["$or"][0]["title"]["$regex"]) == MAX_REGEX_LENGTH
 
 
 @pytest.mark.parametrize("text", list(SEARCH_ERRORS.values()), ids=list(SEARCH_ERRORS))

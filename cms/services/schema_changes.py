@@ -1,0 +1,358 @@
+"""Schema changes that records already hold values for (decisions.md: Records; README: API decisions).
+
+A `PATCH /collections/{id}` with a new `schema` must not leave records holding values the new
+schema refuses: the collection's own CSV export would no longer import. For every field present in
+both schemas whose definition changed (`required` and `unique` aside), each stored value is either
+
+- *converted*, when the type or the multiplicity changed. A value converts when it is lossless: its
+  export cell under the old field (`render_cell`) imports under the new field (`parse_cell`) to a
+  value the new field accepts and that exports to the same cell (a formula-guard `'` aside). Failing
+  that, when the field goes from one value to a list (`max_select` 1 -> more), the value becomes a
+  one-item list; from a list to one value, a list's only item is taken (no item: no value). The item
+  converts by the same rule (a text or json field tries its JSON text first); or
+- *checked*, when only the rules changed (select `values`, `min`, `max`, `pattern`, `max_select`):
+  the value is kept if the new field accepts it.
+
+A value that does neither blocks the change, and so do converted values of a unique field that
+would collide (the text "12" and "12.0" both become the number 12) and values of a field that becomes
+a relation, or points to another collection, that name no record there. No value (null or absent) never
+blocks: a newly `required` field may keep records without a value. A newly `unique` field is left to
+the index sync, which refuses duplicates.
+
+The pure part (`field_changes`, `convert_value`, `ChangeCheck`, `convert_batch`) decides; the two
+coroutines read and write through the RecordRepository, a bounded batch at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any
+
+from marshmallow import ValidationError
+from marshmallow import fields as ma_fields
+
+from cms.errors import ValidationFailed
+from cms.models import Collection, FieldSpec
+from cms.services.csv_io import CellError, parse_cell, render_cell, unescape_formula
+from cms.services.fields import MULTI_TYPES, is_multi, record_field, to_json_value, value_list
+from cms.store.records import RecordRepository
+
+log = logging.getLogger("cms.collections")
+
+BATCH_SIZE = 1000
+"""Records read per batch and written per bulk write while checking or converting."""
+EXAMPLE_CHARS = 40
+"""Longest value shown as the example in a refusal message."""
+
+RecordValues = tuple[str, dict[str, Any]]
+"""(record id, {field name: stored value}) for the fields a change touches."""
+RecordUpdate = tuple[str, dict[str, Any], list[str]]
+"""(record id, values to set, field names to unset)."""
+
+
+class ValueRefused(ValueError):
+    """A stored value that the new field definition refuses and that does not convert to it."""
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """A field of both schemas (same name) whose stored values the new definition may refuse.
+
+    `converts` is true when the type or the multiplicity (`is_multi`) changed: values are rewritten.
+    Otherwise values are only checked and stay as stored."""
+
+    old: FieldSpec
+    new: FieldSpec
+
+    @property
+    def name(self) -> str:
+        """The field name (the same in both schemas)."""
+        return self.new.name
+
+    @property
+    def converts(self) -> bool:
+        """True when stored values are rewritten to the new type or shape."""
+        return self.old.type != self.new.type or is_multi(self.old) != is_multi(self.new)
+
+    @property
+    def new_target(self) -> str | None:
+        """The collection id whose records the values must now name: set when the field becomes a
+        relation or its relation points to another collection; None otherwise."""
+        if self.new.type != "relation":
+            return None
+        if self.old.type == "relation" and self.old.collection_id == self.new.collection_id:
+            return None
+        return self.new.collection_id
+
+
+def changed_names(changes: Sequence[FieldChange]) -> list[str]:
+    """The names of the changed fields, in order."""
+    return [change.name for change in changes]
+
+
+def _relaxed(spec: FieldSpec) -> FieldSpec:
+    """`spec` without `required`, `unique` and `cascade_delete`: those never block a change here."""
+    return replace(spec, validation=replace(spec.validation, required=False, unique=False), cascade_delete=False)
+
+
+def field_changes(current: Collection, changed: Collection) -> list[FieldChange]:
+    """The fields of `changed` that `current` has too, under the same name, with a definition
+    that differs in anything but `required`, `unique` and `cascade_delete`, in the new schema's order."""
+    changes: list[FieldChange] = []
+    for new in changed.fields:
+        old = current.field(new.name)
+        if old is not None and _relaxed(old) != _relaxed(new):
+            changes.append(FieldChange(old, new))
+    return changes
+
+
+@lru_cache(maxsize=256)
+def _value_checker(spec: FieldSpec) -> ma_fields.Field[Any]:
+    """The marshmallow field validating a whole stored value of `spec` (a list for multi fields),
+    `required` ignored. Cached: FieldSpec is frozen, and a built field holds no per-call state."""
+    return record_field(_relaxed(spec))
+
+
+def _accepted(spec: FieldSpec, value: Any) -> Any:
+    """`value` as the field `spec` loads it. Raises ValueRefused with the field's message."""
+    try:
+        return _value_checker(spec).deserialize(value)
+    except ValidationError as exc:
+        raise ValueRefused(_first_message(exc.messages)) from None
+
+
+def _first_message(messages: Any) -> str:
+    while isinstance(messages, dict | list) and messages:
+        messages = next(iter(messages.values())) if isinstance(messages, dict) else messages[0]
+    return str(messages)
+
+
+def _round_trip(old: FieldSpec, new: FieldSpec, value: Any) -> Any:
+    """`value` of `old` as the value of `new` its export cell imports to, if that exports to the
+    same cell. Raises ValueRefused."""
+    try:
+        cell = render_cell(old, value)
+    except (TypeError, ValueError):
+        raise ValueRefused("The value has no export cell.") from None
+    try:
+        parsed = parse_cell(new, cell)
+    except CellError as exc:
+        raise ValueRefused(str(exc)) from None
+    converted = _accepted(new, parsed)
+    # Only the formula guard may differ: -5 exports as `-5`, the text "-5" as `'-5`.
+    if unescape_formula(render_cell(new, converted)) != unescape_formula(cell):
+        raise ValueRefused("The value would change.")
+    return converted
+
+
+def _one_value(spec: FieldSpec) -> FieldSpec:
+    """`spec` holding one value (a select, relation or file with `max_select` 1)."""
+    return replace(spec, max_select=None) if is_multi(spec) else spec
+
+
+def convert_value(old: FieldSpec, new: FieldSpec, value: Any) -> Any:
+    """The value to store under `new` for `value` stored under `old` (see the module docstring);
+    None means no value. Same type and shape: `value` itself, once `new` accepts it.
+
+    Raises ValueRefused when the value neither converts losslessly nor is accepted."""
+    if value is None:
+        return None
+    old_multi, new_multi = is_multi(old), is_multi(new)
+    if old.type == new.type and old_multi == new_multi:
+        _accepted(new, value)
+        return value
+    if old_multi == new_multi:
+        return _round_trip(old, new, value)
+    # A text or json field can hold a list as its JSON text; a select, relation or file id cannot.
+    if (old if new_multi else new).type not in MULTI_TYPES:
+        try:
+            return _round_trip(old, new, value)
+        except ValueRefused:
+            pass
+    if new_multi:
+        item = _round_trip(old, _one_value(new), value)
+        return None if item is None else _accepted(new, [item])
+    items = value_list(value)
+    if len(items) > 1:
+        raise ValueRefused(f"The list holds {len(items)} values; the field holds one.")
+    return _round_trip(_one_value(old), new, items[0]) if items else None
+
+
+def _same(stored: Any, converted: Any) -> bool:
+    return type(stored) is type(converted) and stored == converted
+
+
+def convert_batch(changes: Sequence[FieldChange], batch: Sequence[RecordValues]) -> tuple[
+        list[RecordUpdate], list[tuple[str, str, Any]]]:
+    """The updates that convert the values of one batch of records: per record that needs one,
+    (record id, {field: new value}, [fields whose value becomes none]). Values that do not convert
+    are left as stored and returned as (field name, record id, value)."""
+    updates: list[RecordUpdate] = []
+    refused: list[tuple[str, str, Any]] = []
+    for record_id, values in batch:
+        set_values: dict[str, Any] = {}
+        unset: list[str] = []
+        for change in changes:
+            if change.name not in values or values[change.name] is None:
+                continue
+            stored = values[change.name]
+            try:
+                converted = convert_value(change.old, change.new, stored)
+            except ValueRefused:
+                refused.append((change.name, record_id, stored))
+                continue
+            if converted is None:
+                unset.append(change.name)
+            elif not _same(stored, converted):
+                set_values[change.name] = converted
+        if set_values or unset:
+            updates.append((record_id, set_values, unset))
+    return updates, refused
+
+
+@dataclass
+class _Blockers:
+    count: int = 0
+    example: tuple[str, Any] | None = None
+
+    def add(self, record_id: str, value: Any) -> None:
+        self.count += 1
+        if self.example is None:
+            self.example = (record_id, value)
+
+
+@dataclass
+class ChangeCheck:
+    """Counts, over batches of records, the ones that block `changes`: values that do not convert,
+    and converted values of a unique field that would collide (12 and 12.0 are one number).
+
+    Memory: one example per field, plus the converted values of converting unique fields."""
+
+    changes: Sequence[FieldChange]
+    _refused: dict[str, _Blockers] = field(default_factory=dict)
+    _duplicates: dict[str, _Blockers] = field(default_factory=dict)
+    _seen: dict[str, set[Any]] = field(default_factory=dict)
+
+    def add(self, batch: Sequence[RecordValues]) -> list[tuple[FieldChange, str, Any]]:
+        """Check one batch of (record id, {field: stored value}). Returns the converted values
+        whose relation ids the caller must look up (`FieldChange.new_target`): (change, record id,
+        value); `refuse` those that name missing records."""
+        lookups: list[tuple[FieldChange, str, Any]] = []
+        for record_id, values in batch:
+            for change in self.changes:
+                stored = values.get(change.name)
+                if stored is None:
+                    continue
+                try:
+                    converted = convert_value(change.old, change.new, stored)
+                except ValueRefused:
+                    self.refuse(change.name, record_id, stored)
+                    continue
+                if converted is None:
+                    continue
+                if change.converts and change.new.validation.unique:
+                    self._check_unique(change.name, record_id, converted)
+                if change.new_target is not None:
+                    lookups.append((change, record_id, converted))
+        return lookups
+
+    def refuse(self, name: str, record_id: str, value: Any) -> None:
+        """Count the value of field `name` in record `record_id` as blocking."""
+        self._refused.setdefault(name, _Blockers()).add(record_id, value)
+
+    def _check_unique(self, name: str, record_id: str, converted: Any) -> None:
+        # A unique index on a list field compares items, so every item must be new.
+        keys = set(value_list(converted))
+        seen = self._seen.setdefault(name, set())
+        if not keys.isdisjoint(seen):
+            self._duplicates.setdefault(name, _Blockers()).add(record_id, converted)
+        seen.update(keys)
+
+    def problems(self) -> list[str]:
+        """One message per blocked field, in schema order; empty when the change may go ahead."""
+        messages: list[str] = []
+        for change in self.changes:
+            refused = self._refused.get(change.name)
+            if refused is not None:
+                messages.append(f"{change.name}: {_records(refused.count)} values that cannot be converted to "
+                                f"{_describe(change.new)} ({_example(refused)})")
+            duplicates = self._duplicates.get(change.name)
+            if duplicates is not None:
+                messages.append(f"{change.name}: {_records(duplicates.count)} values that would duplicate "
+                                f"another record's once converted to {_describe(change.new)}, and the field "
+                                f"is unique ({_example(duplicates)})")
+        return messages
+
+
+def _records(count: int) -> str:
+    return "1 record holds" if count == 1 else f"{count} records hold"
+
+
+def _describe(spec: FieldSpec) -> str:
+    return f"{spec.type} (up to {spec.max_select} values)" if is_multi(spec) else spec.type
+
+
+def _example(blockers: _Blockers) -> str:
+    assert blockers.example is not None
+    record_id, value = blockers.example
+    text = json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"), default=str)
+    if len(text) > EXAMPLE_CHARS:
+        text = text[:EXAMPLE_CHARS - 1] + "…"
+    return f"e.g. record {record_id}: {text}"
+
+
+async def _check_targets(records: RecordRepository, check: ChangeCheck,
+                         lookups: Sequence[tuple[FieldChange, str, Any]]) -> None:
+    """Refuse the relation values among `lookups` that name no record of their new target."""
+    by_target: dict[str, list[tuple[FieldChange, str, Any]]] = {}
+    for lookup in lookups:
+        by_target.setdefault(str(lookup[0].new_target), []).append(lookup)
+    for target, items in by_target.items():
+        wanted = sorted({record_id for _, _, value in items for record_id in value_list(value)})
+        found = await records.existing_ids(target, wanted)
+        for change, record_id, value in items:
+            if not found.issuperset(value_list(value)):
+                check.refuse(change.name, record_id, value)
+
+
+async def check_schema_change(records: RecordRepository, current: Collection, changed: Collection) -> list[
+        FieldChange]:
+    """The field changes from `current` to `changed` (same collection id) once every stored value
+    converts or is accepted; reads the records BATCH_SIZE at a time, changes nothing.
+
+    Raises ValidationFailed (422) with `errors: {"schema": ["<field>: <n> records hold values that
+    cannot be converted to <type> (e.g. record <id>: <value>)", ...]}` otherwise."""
+    changes = field_changes(current, changed)
+    if not changes:
+        return []
+    check = ChangeCheck(changes)
+    async for batch in records.stream_field_values(current.id, changed_names(changes), batch_size=BATCH_SIZE):
+        lookups = await asyncio.to_thread(check.add, batch)  # marshmallow over 1,000 values: off the loop
+        await _check_targets(records, check, lookups)
+    problems = check.problems()
+    if problems:
+        raise ValidationFailed("Existing records hold values the new schema refuses", errors={"schema": problems})
+    return changes
+
+
+async def apply_schema_change(records: RecordRepository, collection_id: str, changes: Sequence[FieldChange]) -> int:
+    """Rewrite the values of the converting `changes` (after the new schema is stored), BATCH_SIZE
+    records per bulk write; `updated` is not touched and no record events are emitted. Returns how
+    many records were rewritten. A value that no longer converts (written under the old schema
+    after the check) is logged and left as stored. Raises AlreadyExists on a unique-index clash."""
+    converting = [c for c in changes if c.converts]
+    if not converting:
+        return 0
+    rewritten = 0
+    async for batch in records.stream_field_values(collection_id, changed_names(converting), batch_size=BATCH_SIZE):
+        updates, refused = await asyncio.to_thread(convert_batch, converting, batch)
+        for name, record_id, _value in refused:
+            log.warning("collection %s: record %s keeps a value of %s that does not convert",
+                        collection_id, record_id, name)
+        rewritten += await records.set_field_values(collection_id, updates)
+    return rewritten
