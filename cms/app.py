@@ -13,6 +13,7 @@ from aiohttp.typedefs import Handler
 
 from cms.api.context import SERVICES
 from cms.api.http_server import CmsAppRunner
+from cms.api.guards import principal_middleware
 from cms.api.middlewares import error_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
@@ -40,7 +41,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
 
     JSON bodies are limited to `config.max_json_bytes` (413 above)."""
     app = web.Application(
-        middlewares=[stats_middleware, error_middleware, rate_limit_middleware],
+        middlewares=[stats_middleware, error_middleware, rate_limit_middleware, principal_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}

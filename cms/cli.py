@@ -1,9 +1,9 @@
-"""The `cms` command: `serve`, `worker`, `admin create` (decisions.md, Running it).
+"""The `cms` command: `serve`, `worker`, `admin create`, `backup ...` (decisions.md, Running it).
 
 `cms serve` with no MONGODB_URL / REDIS_URL starts SecantusDB and redis-server as child processes
 under `--data-dir` and runs the arq worker in-process; the children stop when serve stops.
 While serving embedded, the child URLs are kept in `<data-dir>/embedded.json` so that
-`cms admin create` in another shell reaches the same servers.
+`cms admin create` and `cms backup` in another shell reach the same servers.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,89 @@ async def _create_admin(config: Config, email: str, password: str, name: str) ->
     print(f"admin {user.email} created (id {user.id})")
 
 
+CLI_USER_AGENT = "cms-cli"
+PROGRESS_UNITS = {"verify": "bytes", "dump": "documents", "load": "documents"}
+
+
+def backup(args: argparse.Namespace) -> int:
+    """`cms backup create|list|restore FILE|delete FILE`: through the running embedded server's
+    databases (`<data-dir>/embedded.json`), else MONGODB_URL / REDIS_URL or embedded servers started
+    for the command. Restore asks for confirmation on a terminal and needs `--yes` otherwise."""
+    config = _config(args)
+    _setup_logging(config)
+    if args.backup_command == "restore" and not args.yes:
+        question = (f"Replace every collection of database {config.mongodb_db!r} with {args.filename}? "
+                    "This cannot be undone. [y/N] ")
+        if not sys.stdin.isatty():
+            print("cms: error: restore replaces every collection; pass --yes to confirm", file=sys.stderr)
+            return 2
+        if input(question).strip().lower() not in ("y", "yes"):
+            print("restore cancelled")
+            return 1
+    running = _running_embedded(config)
+    if running is not None:
+        return asyncio.run(_backup(running, args))
+    with _servers(config, announce=False) as config:
+        return asyncio.run(_backup(config, args))
+
+
+async def _backup(config: Config, args: argparse.Namespace) -> int:
+    progress = ProgressLine(sys.stderr)
+    async with open_services(config) as services:
+        backups = services.backups
+        if args.backup_command == "create":
+            made = await backups.create(None, user_agent=CLI_USER_AGENT, progress=progress)
+            progress.finish()
+            print(f"{made.filename} written to {backups.backup_dir} ({made.size:,} bytes)")
+        elif args.backup_command == "list":
+            for item in await backups.list(None):
+                print(f"{item.filename}  {item.size:>15,} bytes  {item.created:%Y-%m-%d %H:%M:%S} UTC")
+        elif args.backup_command == "restore":
+            result = await backups.restore(None, args.filename, user_agent=CLI_USER_AGENT, progress=progress)
+            progress.finish()
+            print(result.message)
+        else:
+            await backups.delete(None, args.filename, user_agent=CLI_USER_AGENT)
+            print(f"{args.filename} deleted")
+    return 0
+
+
+class ProgressLine:
+    """Progress of a backup or restore on `stream` (stderr): on a terminal one line redrawn in
+    place (at most 10 times a second), otherwise a plain line per 10% of each stage.
+    Called as `progress(stage, done, total)` (see `cms.services.backups.Progress`)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._stage = ""
+        self._step = -1
+        self._shown_at = 0.0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage != self._stage:
+            self.finish()
+            self._stage, self._step, self._shown_at = stage, -1, 0.0
+        percent = min(100, done * 100 // total) if total else 0
+        text = f"{stage}: {done:,} of {total:,} {PROGRESS_UNITS.get(stage, '')} ({percent}%)"
+        if self._tty:
+            now = time.monotonic()
+            if now - self._shown_at >= 0.1 or done >= total:
+                self._shown_at = now
+                self._stream.write("\r" + text.ljust(72))
+                self._stream.flush()
+        elif percent // 10 != self._step:
+            self._step = percent // 10
+            print(text, file=self._stream, flush=True)
+
+    def finish(self) -> None:
+        """End the current stage's line (terminal only)."""
+        if self._tty and self._stage:
+            self._stream.write("\n")
+            self._stream.flush()
+        self._stage = ""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `cms` command."""
     parser = argparse.ArgumentParser(prog="cms", description="Headless CMS backend")
@@ -190,6 +274,19 @@ def build_parser() -> argparse.ArgumentParser:
     create_parser.add_argument("--name", default="")
     create_parser.add_argument("--data-dir", default=None, help="default: $CMS_DATA_DIR or ./cms_data")
     create_parser.set_defaults(run=admin_create)
+
+    backup_parser = commands.add_parser("backup", help="create, list, restore and delete backups")
+    backup_commands = backup_parser.add_subparsers(dest="backup_command", required=True)
+    for name, text in (("create", "back up the whole database"), ("list", "list backups, newest first"),
+                       ("restore", "replace every collection with a backup's contents"),
+                       ("delete", "delete a backup")):
+        sub = backup_commands.add_parser(name, help=text)
+        if name in ("restore", "delete"):
+            sub.add_argument("filename", help="backup-YYYYmmdd-HHMMSS.tar.gz")
+        if name == "restore":
+            sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        sub.add_argument("--data-dir", default=None, help="default: $CMS_DATA_DIR or ./cms_data")
+        sub.set_defaults(run=backup)
     return parser
 
 

@@ -54,6 +54,18 @@ class Config:
     queue_name: str = QUEUE_NAME
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     rate_limit_window_s: int = 60
+    webhook_allow_private: bool = False
+    webhook_timeout_s: float = 10.0
+    """Time-out of one webhook delivery request, in seconds (decisions.md: 10 s)."""
+    """Deliver webhooks to loopback, link-local and private addresses in production mode too
+    (`WEBHOOK_ALLOW_PRIVATE`); embedded mode always allows them."""
+    backup_dir: Path | None = None
+    """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
+
+    @property
+    def backups_path(self) -> Path:
+        """The backup directory: `BACKUP_DIR`, else `<data_dir>/backups`."""
+        return self.backup_dir or self.data_dir / "backups"
 
     @property
     def base_url(self) -> str:
@@ -128,6 +140,8 @@ class Config:
             cors_origins=origins or ("*",),
             embedded=embedded,
             trusted_proxies=trusted_proxies,
+            webhook_allow_private=_bool(env, "WEBHOOK_ALLOW_PRIVATE", False),
+            backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
         )
 
 

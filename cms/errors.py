@@ -167,3 +167,31 @@ class RequestHeaderTooLarge(CmsError):
     """A request header is over the server's size limit, or there are too many headers."""
 
     status, code, default_detail = 431, "request_header_too_large", "The request headers are too large"
+
+
+def flatten_errors(messages: Any, *, prefix: str = "", root_key: str = "_schema") -> dict[str, list[str]]:
+    """Flatten marshmallow-style error messages into the 422 `errors` shape: `{key: [str, ...]}`.
+
+    Nested dicts (nested schemas, list items keyed by index, `many=True` loads) become dotted keys:
+    `{"0": {"name": ["Invalid."]}}` with `prefix="schema"` is `{"schema.0.name": ["Invalid."]}`.
+    Messages found at the top (a bare list or string) go under `prefix`, or `root_key` when there is
+    no prefix; a nested `_schema` key (marshmallow's "the object itself") names its parent
+    (`{"0": {"_schema": [...]}}` -> `schema.0`). Non-string leaves are rendered with `str()`.
+    Never raises."""
+    flat: dict[str, list[str]] = {}
+
+    def walk(node: Any, key: str) -> None:
+        if isinstance(node, dict):
+            for child_key, child in node.items():
+                if child_key == "_schema" and key:  # marshmallow's "the object itself" key
+                    walk(child, key)
+                else:
+                    walk(child, f"{key}.{child_key}" if key else str(child_key))
+        elif isinstance(node, list | tuple):
+            for item in node:
+                walk(item, key)
+        else:
+            flat.setdefault(key or root_key, []).append(str(node))
+
+    walk(messages, prefix)
+    return flat

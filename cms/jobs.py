@@ -1,5 +1,5 @@
 """JobQueue: the one way services hand work to the arq workers (emails, password-reset and OTP
-requests; webhooks later)."""
+requests, webhook deliveries)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from arq.connections import ArqRedis
 SEND_EMAIL = "send_email"
 SEND_PASSWORD_RESET = "send_password_reset"
 SEND_OTP = "send_otp"
+DELIVER_WEBHOOK = "deliver_webhook"
 
 
 @dataclass(frozen=True)
@@ -42,4 +43,11 @@ class JobQueue:
     async def enqueue_otp(self, collection_id: str, email: str, ip: str, user_agent: str) -> None:
         """Queue the `send_otp` job: if the address is a user of the auth collection, email a login code."""
         await self._pool.enqueue_job(SEND_OTP, collection_id, email, ip, user_agent,
+                                     _queue_name=self._queue_name)
+
+    async def enqueue_webhook_delivery(self, delivery_id: str) -> None:
+        """Queue the `deliver_webhook` job for one outbox delivery. The arq job id is the delivery
+        id, so a delivery handed on twice (by the web request and by a relay, or by two relays)
+        runs once."""
+        await self._pool.enqueue_job(DELIVER_WEBHOOK, delivery_id, _job_id=f"webhook:{delivery_id}",
                                      _queue_name=self._queue_name)

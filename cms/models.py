@@ -251,3 +251,86 @@ class OtpCode:
     expires_at: datetime
     attempts: int = 0
     used_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook (spec: Webhook): POSTs the record events `events` (create/update/delete) of the
+    collection `collection_name` (id `collection_id`) to `url`, signed when `secret` is set, retried
+    up to `retry_count` times. `created_by` / `created_by_role` are the admin-table user who made it
+    (deliveries carry only records that user may view)."""
+
+    id: str
+    url: str
+    collection_name: str
+    collection_id: str
+    events: tuple[str, ...]
+    active: bool
+    retry_count: int
+    created: datetime
+    updated: datetime
+    created_by: str = ""
+    created_by_role: str = ROLE_USER
+    secret: str | None = field(default=None, repr=False)
+
+    @property
+    def signed(self) -> bool:
+        """Whether deliveries are signed (a secret is set)."""
+        return bool(self.secret)
+
+
+@dataclass(frozen=True)
+class WebhookDelivery:
+    """One delivery of one event to one webhook, as its outbox entry: `body` is the exact JSON
+    text sent on every attempt; `status` is "pending" (written with the change, not yet handed
+    to a worker), "enqueued" (an arq job exists) or "done" (delivered, failed for good, or dropped).
+    `id` is the delivery id (`X-Webhook-Delivery`, `webhook-id`), stable across retries."""
+
+    id: str
+    webhook_id: str
+    event: str
+    collection: str
+    record_id: str
+    body: str
+    created: datetime
+    status: str = "pending"
+    enqueued_at: datetime | None = None
+    done_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class DeliveryAttempt:
+    """A delivery log entry (spec: Webhook delivery log entry): one attempt of a delivery.
+    `attempt` is 1 for the first; `response_body` holds at most 2 KiB; `error` says why an attempt
+    failed without a status (time-out, connection, refused address)."""
+
+    id: str
+    webhook_id: str
+    delivery_id: str
+    event_type: str
+    record_id: str
+    url: str
+    status_code: int | None
+    response_body: str
+    attempt: int
+    success: bool
+    duration_ms: int
+    error: str | None
+    created: datetime
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    """An API key (spec: API key): acts for the admin-table user `user_id` on records and files,
+    with `scopes` ("read": GET/HEAD, "write": POST/PATCH/DELETE). Only the SHA-256 `key_hash` of
+    the secret is stored; the secret is shown once, at creation. `expires_at` None never expires;
+    `last_used` is written at most once a minute."""
+
+    id: str
+    name: str
+    scopes: tuple[str, ...]
+    user_id: str
+    created: datetime
+    key_hash: str = field(repr=False, default="")
+    expires_at: datetime | None = None
+    last_used: datetime | None = None

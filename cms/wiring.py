@@ -6,25 +6,28 @@ gets one AsyncMongoClient and one ArqRedis pool, closed in reverse order on exit
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 
 from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.jobs import JobQueue
-from cms.models import Session
 from cms.security.tokens import TokenCodec
 from cms.services.accounts import AccountService
+from cms.services.api_keys import ApiKeyService
 from cms.services.audit import AuditService
+from cms.services.authn import Authenticator
+from cms.services.backups import BackupService
 from cms.services.collection_auth import CollectionAuthService
 from cms.services.collections import CollectionService
 from cms.services.email_verification import EmailVerificationService
-from cms.services.events import EventDispatcher
+from cms.services.events import CollectionEvent, EventBus, SessionEvent
 from cms.services.fields import RecordSchemas
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
@@ -35,9 +38,14 @@ from cms.services.records import RecordService
 from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
 from cms.services.system import SystemService
+from cms.services.webhook_sender import WebhookSender, address_check
+from cms.services.webhook_sender import connector as webhook_connector
+from cms.services.webhooks import WebhookService
 from cms.store.admin_users import AdminUserRepository
+from cms.store.api_keys import ApiKeyRepository
 from cms.store.audit import AuditRepository
-from cms.store.client import database_stats, detect_capabilities, ensure_indexes, open_client
+from cms.store.backups import DumpRepository
+from cms.store.client import Database, database_stats, detect_capabilities, ensure_indexes, open_client
 from cms.store.collection_users import CollectionUserRepository
 from cms.store.collections import CollectionRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
@@ -45,6 +53,8 @@ from cms.store.otp_codes import OtpCodeRepository
 from cms.store.records import RecordRepository
 from cms.store.sessions import SessionRepository
 from cms.store.settings import SettingsRepository
+from cms.store.transactions import Transactions
+from cms.store.webhooks import DeliveryLog, DeliveryOutbox, WebhookRepository
 
 
 @dataclass
@@ -54,7 +64,7 @@ class Services:
     config: Config
     redis: ArqRedis
     jobs: JobQueue
-    events: EventDispatcher
+    events: EventBus
     settings: SettingsService
     audit: AuditService
     rate_limits: RateLimitService
@@ -67,6 +77,10 @@ class Services:
     email_verification: EmailVerificationService
     password_resets: PasswordResetService
     otp: OtpService
+    webhooks: WebhookService
+    backups: BackupService
+    api_keys: ApiKeyService
+    authenticator: Authenticator
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -77,10 +91,39 @@ def redis_settings(url: str) -> RedisSettings:
     return settings
 
 
-async def redis_stats(pool: ArqRedis) -> dict[str, Any]:
-    """A few figures from Redis INFO: clients, memory (bytes), uptime (seconds)."""
+REDIS_INFO_FIGURES = (
+    "redis_version", "uptime_in_seconds", "connected_clients", "blocked_clients", "maxclients",
+    "used_memory", "used_memory_peak", "maxmemory", "total_connections_received", "rejected_connections",
+    "total_commands_processed", "instantaneous_ops_per_sec", "keyspace_hits", "keyspace_misses",
+    "evicted_keys", "expired_keys",
+)
+
+
+async def redis_stats(pool: ArqRedis, queue_name: str) -> dict[str, Any]:
+    """Figures from Redis INFO (REDIS_INFO_FIGURES: clients, memory in bytes, uptime in seconds,
+    command and keyspace counters; None when the server lacks one) and `queue_depth`, the number of
+    arq jobs waiting in `queue_name` (ZCARD of the queue's sorted set)."""
     info = await pool.info()
-    return {k: info.get(k) for k in ("connected_clients", "used_memory", "uptime_in_seconds", "redis_version")}
+    figures: dict[str, Any] = {k: info.get(k) for k in REDIS_INFO_FIGURES}
+    figures["queue_depth"] = await pool.zcard(queue_name)
+    return figures
+
+
+async def _webhook_service(db: Database, config: Config, collections: CollectionService, jobs: JobQueue,
+                           http: aiohttp.ClientSession, clock: Clock) -> WebhookService:
+    """The webhook service; the SSRF rule is on in production mode unless WEBHOOK_ALLOW_PRIVATE."""
+    allow_private = config.embedded or config.webhook_allow_private
+    webhooks, outbox, delivery_log = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
+    for repository in (webhooks, outbox, delivery_log):
+        await repository.ensure_indexes()
+    return WebhookService(webhooks, outbox, delivery_log, collections, jobs,
+                          WebhookSender(http, allow_private=allow_private, timeout_s=config.webhook_timeout_s),
+                          address_check(allow_private=allow_private), clock=clock)
+
+
+async def _webhook_stats(webhooks: WebhookService) -> dict[str, Any]:
+    """`{outbox_backlog}`: deliveries written but not yet finished."""
+    return {"outbox_backlog": await webhooks.backlog()}
 
 
 @asynccontextmanager
@@ -97,24 +140,37 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
         await ensure_indexes(db)
         capabilities = await detect_capabilities(db)
         pool = await create_pool(redis_settings(config.redis_url), default_queue_name=config.queue_name)
+        allow_private = config.embedded or config.webhook_allow_private
+        http = aiohttp.ClientSession(connector=webhook_connector(allow_private=allow_private))
         try:
             jobs = JobQueue(pool, config.queue_name)
-            events = EventDispatcher()
-            settings = SettingsService(SettingsRepository(db))
+            events = EventBus()
             audit = AuditService(AuditRepository(db), clock=clock)
+            settings = SettingsService(SettingsRepository(db), pool, audit,
+                                       version_key=f"cms:settings:version:{config.mongodb_db}")
+            settings.on_change("audit_retention_days", audit.apply_retention)
+            await audit.apply_retention(int((await settings.values())["audit_retention_days"]))
 
-            async def on_refresh_reuse(session: Session) -> None:
-                await audit.record("refresh_token_reuse", user_id=session.user_id,
-                                   details={"session_id": session.id, "audience": session.audience})
+            async def on_session_events(batch: Sequence[SessionEvent]) -> None:
+                for event in batch:
+                    await audit.record(event.event, user_id=event.session.user_id,
+                                       details={"session_id": event.session.id, "audience": event.session.audience})
 
-            sessions = SessionService(SessionRepository(db), TokenCodec(config.secret_key, clock=clock), clock=clock,
-                                      on_reuse=on_refresh_reuse)
+            events.subscribe(on_session_events, SessionEvent)
+            codec = TokenCodec(config.secret_key, clock=clock)
+            sessions = SessionService(SessionRepository(db), codec, clock=clock,
+                                      events=events)
             mailer = Mailer(jobs, config.base_url)
             one_time = OneTimeTokens(OneTimeTokenRepository(db), clock=clock)
             record_repository = RecordRepository(db, capabilities)
-            collections = CollectionService(CollectionRepository(db), record_repository, settings, audit, clock=clock)
+            collections = CollectionService(CollectionRepository(db), record_repository, settings, audit, events,
+                                            clock=clock)
             schemas = RecordSchemas()
-            accounts = AccountService(AdminUserRepository(db), sessions, one_time, mailer, settings, audit, clock=clock)
+            admin_users = AdminUserRepository(db)
+            accounts = AccountService(admin_users, sessions, one_time, mailer, settings, audit, clock=clock)
+            api_key_repository = ApiKeyRepository(db)
+            await api_key_repository.ensure_indexes()
+            api_keys = ApiKeyService(api_key_repository, admin_users, audit, clock=clock)
             collection_users = CollectionUserRepository(db)
             otp_codes = OtpCodeRepository(db)
             await collection_users.ensure_indexes()
@@ -124,7 +180,10 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 audit, events, clock=clock,
             )
             events.subscribe(collection_auth.on_record_events)
-            collections.on_deleted(collection_auth.forget_collection)
+            events.subscribe(collection_auth.on_collection_events, CollectionEvent)
+            webhooks = await _webhook_service(db, config, collections, jobs, http, clock)
+            events.attach_outbox(webhooks)
+            events.subscribe(webhooks.on_collection_events, CollectionEvent)
             yield Services(
                 config=config,
                 redis=pool,
@@ -139,17 +198,26 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 sessions=sessions,
                 accounts=accounts,
                 collections=collections,
-                records=RecordService(collections, record_repository, schemas, events, clock=clock),
+                records=RecordService(collections, record_repository, schemas, events, clock=clock,
+                                      transactions=Transactions(client, enabled=capabilities.transactions),
+                                      needs_transaction=webhooks.wants),
                 system=SystemService(
                     pings={"mongodb": lambda: client.admin.command("ping"), "redis": pool.ping},
-                    stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(pool)},
+                    stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(pool, config.queue_name),
+                           "webhooks": lambda: _webhook_stats(webhooks)},
                 ),
                 collection_auth=collection_auth,
                 email_verification=EmailVerificationService(accounts, collection_auth, one_time),
                 password_resets=PasswordResetService(accounts, collection_auth, one_time, jobs, mailer, settings, audit),
                 otp=OtpService(collection_auth, otp_codes, jobs, mailer, audit, clock=clock),
+                webhooks=webhooks,
+                api_keys=api_keys,
+                authenticator=Authenticator(codec, accounts, collection_auth, api_keys),
+                backups=BackupService(DumpRepository(db), audit, config.backups_path, clock=clock,
+                                      on_restored=[settings.invalidate]),
             )
         finally:
+            await http.close()
             await pool.aclose()
     finally:
         await client.close()

@@ -285,3 +285,21 @@ async def seed_collection(client: Any, token: str, name: str, fields: Sequence[d
         created.append(await create_record(client, token, name, row))
         clock.advance(seconds=1)
     return created
+
+
+def names_field(errors: dict[str, list[str]], field_name: str) -> bool:
+    """Whether 422 `errors` name `field_name`: the key itself, or a dotted key inside it
+    (`tags.1` for the second item of `tags`; decisions.md, Errors)."""
+    return any(key == field_name or key.startswith(field_name + ".") for key in errors)
+
+
+@pytest.fixture
+async def collection_user_token(client: TestClient, admin_token: str) -> str:
+    """An access token of a user of the auth collection `people` (created here)."""
+    await create_collection(client, admin_token, "people", [], type="auth")
+    credentials = {"email": "person@example.com", "password": USER_PASSWORD}
+    response = await client.post(f"{COLLECTIONS}/people/auth/register", json=credentials)
+    assert response.status == 201, await response.text()
+    response = await client.post(f"{COLLECTIONS}/people/auth/login", json=credentials)
+    assert response.status == 200, await response.text()
+    return str((await response.json())["token"]["access_token"])

@@ -3,24 +3,30 @@ embedded `cms serve`, and burst workers in tests all build their Worker here."""
 
 from __future__ import annotations
 
+import logging
 import os
 from contextlib import AsyncExitStack
 from typing import Any
 
 from arq import Worker
+from arq.cron import cron
 from arq.worker import func
 
 from cms.config import QUEUE_NAME, Config
-from cms.jobs import SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
+from cms.jobs import DELIVER_WEBHOOK, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
 from cms.wiring import Services, open_services, redis_settings
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
+from workers.webhooks import RELAY_EVERY_S, WEBHOOK_MAX_TRIES, deliver_webhook, relay_webhook_outbox
 
 FUNCTIONS = [
     func(send_email, name=SEND_EMAIL, max_tries=EMAIL_MAX_TRIES),
     func(send_password_reset, name=SEND_PASSWORD_RESET, max_tries=AUTH_JOB_MAX_TRIES),
     func(send_otp, name=SEND_OTP, max_tries=AUTH_JOB_MAX_TRIES),
+    func(deliver_webhook, name=DELIVER_WEBHOOK, max_tries=WEBHOOK_MAX_TRIES),
 ]
+CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)), run_at_startup=True,
+                  unique=True, timeout=60)]
 
 
 async def on_startup(ctx: dict[str, Any]) -> None:
@@ -31,6 +37,12 @@ async def on_startup(ctx: dict[str, Any]) -> None:
         stack = AsyncExitStack()
         ctx["services"] = await stack.enter_async_context(open_services(ctx["config"]))
         ctx["exit_stack"] = stack
+    # Deliveries whose enqueue was lost (a web process died after writing them) go out now; a burst
+    # worker, which runs no cron jobs, relies on this.
+    try:
+        await ctx["services"].webhooks.relay()
+    except Exception:
+        logging.getLogger("cms.workers").warning("webhook relay at start-up failed", exc_info=True)
 
 
 async def on_shutdown(ctx: dict[str, Any]) -> None:
@@ -54,6 +66,7 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
         redis_settings=redis_settings(config.redis_url),
         on_startup=on_startup,
         on_shutdown=on_shutdown,
+        cron_jobs=None if burst else CRON_JOBS,
         ctx=ctx,
         burst=burst,
         handle_signals=handle_signals,
@@ -67,6 +80,7 @@ class WorkerSettings:
     """For `arq workers.WorkerSettings`: reads the configuration from the environment."""
 
     functions = FUNCTIONS
+    cron_jobs = CRON_JOBS
     on_startup = on_startup
     on_shutdown = on_shutdown
     queue_name = QUEUE_NAME

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from aiohttp import web
 from marshmallow import EXCLUDE, Schema, ValidationError
 
-from cms.errors import BadRequest, ValidationFailed
+from cms.errors import BadRequest, ValidationFailed, flatten_errors
 from cms.security.json_input import JsonInputError, decode_json
 from cms.wiring import Services
 
@@ -57,12 +57,12 @@ def parse_query(request: web.Request, schema: Schema) -> dict[str, Any]:
 
 
 def load(schema: Schema, data: dict[str, Any], *, unknown: Literal["exclude", "include", "raise"] | None = None) -> dict[str, Any]:
-    """`schema.load(data)` with marshmallow errors turned into ValidationFailed (422)."""
+    """`schema.load(data)` with marshmallow errors turned into ValidationFailed (422); nested
+    errors get dotted keys (`flatten_errors`), so every `errors` value is a list of strings."""
     try:
         loaded: dict[str, Any] = schema.load(data, unknown=unknown)
     except ValidationError as exc:
-        errors = exc.messages if isinstance(exc.messages, dict) else {"_schema": exc.messages}
-        raise ValidationFailed("Validation failed", errors=errors) from None
+        raise ValidationFailed("Validation failed", errors=flatten_errors(exc.messages)) from None
     return loaded
 
 

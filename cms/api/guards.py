@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from cms.api.context import services
 from cms.errors import Forbidden, Unauthorized
-from cms.models import ADMIN_AUDIENCE, Principal, audience_collection_id
-from cms.security.tokens import unverified_audience
+from cms.models import Principal
 
 PRINCIPAL_KEY = "principal"
+AUTH_ERROR_KEY = "auth_error"
+API_KEY_HEADER = "X-API-Key"
+API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files)(/.*)?$")
+"""What an API key may reach: records and files (decisions.md); anything else under /api is 403."""
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def bearer_token(request: web.Request) -> str | None:
@@ -24,25 +31,57 @@ def bearer_token(request: web.Request) -> str | None:
     return token.strip()
 
 
+def presented_credential(request: web.Request) -> str | None:
+    """The credential of the request: `X-API-Key`, else the bearer token, else None. Raises
+    Unauthorized for a malformed Authorization header or an empty X-API-Key."""
+    api_key = request.headers.get(API_KEY_HEADER)
+    if api_key is not None:
+        if not api_key.strip():
+            raise Unauthorized("X-API-Key is empty")
+        return api_key.strip()
+    return bearer_token(request)
+
+
+@web.middleware
+async def principal_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Resolve the request's credential once (`Authenticator`) and keep the Principal, or the
+    reason it is invalid, for the route's guard: a public route ignores a bad credential it does
+    not need, a protected one answers 401. An API key is refused (403) outside records and files
+    and for a method its scopes do not allow."""
+    principal: Principal | None = None
+    try:
+        credential = presented_credential(request)
+        if credential is not None:
+            principal = await services(request).authenticator.authenticate(credential)
+    except Unauthorized as exc:
+        request[AUTH_ERROR_KEY] = exc
+    request[PRINCIPAL_KEY] = principal
+    if principal is not None and principal.kind == "api_key" and request.path.startswith("/api/"):
+        check_api_key_scope(principal, request.method, request.path)
+    return await handler(request)
+
+
+def check_api_key_scope(principal: Principal, method: str, path: str) -> None:
+    """Raise Forbidden unless an API key `principal` may call `method` on `path`: records and files
+    only; `read` for GET/HEAD, `write` for POST/PATCH/PUT/DELETE."""
+    if not API_KEY_PATHS.match(path):
+        raise Forbidden("API keys may be used on records and files only")
+    needed = "read" if method in READ_METHODS else "write"
+    if needed not in principal.scopes:
+        raise Forbidden(f"This API key lacks the '{needed}' scope")
+
+
 async def optional_principal(request: web.Request) -> Principal | None:
     """The caller, or None without credentials. Raises Unauthorized for a credential that is
-    invalid (bad, expired, revoked). The result is cached on the request."""
-    if PRINCIPAL_KEY in request:
-        cached: Principal | None = request[PRINCIPAL_KEY]
-        return cached
-    token = bearer_token(request)
-    principal = None
-    if token is not None:
-        # The unverified `aud` only picks the user system; that system then verifies the token for
-        # exactly that audience (signature, typ, expiry, active session, user still there).
-        audience = unverified_audience(token)
-        if audience == ADMIN_AUDIENCE:
-            principal = await services(request).accounts.authenticate(token)
-        elif audience is not None and audience_collection_id(audience) is not None:
-            principal = await services(request).collection_auth.authenticate(token, audience)
-        else:
-            raise Unauthorized("Token is not valid here")
-    request[PRINCIPAL_KEY] = principal
+    invalid (bad, expired, revoked)."""
+    if AUTH_ERROR_KEY in request:
+        error: Unauthorized = request[AUTH_ERROR_KEY]
+        raise error
+    if PRINCIPAL_KEY not in request:  # an app without the principal middleware (never in create_app)
+        credential = presented_credential(request)
+        request[PRINCIPAL_KEY] = (
+            None if credential is None else await services(request).authenticator.authenticate(credential))
+    principal: Principal | None = request[PRINCIPAL_KEY]
     return principal
 
 

@@ -8,7 +8,18 @@ from dataclasses import dataclass
 from aiohttp import web
 from marshmallow import Schema
 
-from cms.api import admin_auth, collection_auth, collections, records, system
+from cms.api import (
+    admin_auth,
+    api_keys,
+    audit,
+    backups,
+    collection_auth,
+    collections,
+    records,
+    settings,
+    system,
+    webhooks,
+)
 from cms.api import schemas as s
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -69,6 +80,34 @@ ROUTES: tuple[Route, ...] = (
           auth="admin", body=s.CollectionUpdateSchema, response=s.CollectionSchema),
     Route("DELETE", V1 + "/collections/{collection_id}", collections.delete_collection,
           "Delete a collection and its records", "collections", auth="admin", status=204),
+    # --- audit, settings (issue 9)
+    Route("GET", V1 + "/audit", audit.list_audit,
+          "Audit log entries, newest first (limit, offset, event_type, severity, user_id, ip_address, "
+          "from_date, to_date)", "audit", auth="admin", query=s.AuditListQuerySchema, response=s.AuditPageSchema),
+    Route("GET", V1 + "/audit/security", audit.security_audit,
+          "Warning and critical audit entries (or one `severity`), newest first", "audit",
+          auth="admin", query=s.AuditSecurityQuerySchema, response=s.AuditPageSchema),
+    Route("GET", V1 + "/audit/statistics", audit.audit_statistics,
+          "Audit entry counts: total, by event type, by severity, last 24 hours", "audit",
+          auth="admin", response=s.AuditStatisticsSchema),
+    Route("GET", V1 + "/settings", settings.list_settings, "List every setting (values as strings)", "settings",
+          auth="admin", response=s.SettingSchema, many=True),
+    Route("POST", V1 + "/settings", settings.update_setting,
+          "Change one setting (value as a string or a JSON boolean or integer); audited", "settings",
+          auth="admin", body=s.SettingUpdateSchema, response=s.SettingSchema),
+    # --- end audit, settings
+    # --- backups (issue 9)
+    Route("POST", V1 + "/backups", backups.create_backup,
+          "Back up the whole database (mongodump layout in a .tar.gz); answers when it is written", "backups",
+          auth="admin", response=s.BackupSchema, status=201),
+    Route("GET", V1 + "/backups", backups.list_backups, "List backups, newest first", "backups",
+          auth="admin", response=s.BackupSchema, many=True),
+    Route("POST", V1 + "/backups/{filename}/restore", backups.restore_backup,
+          "Replace every collection with the backup's contents (the archive is verified first)", "backups",
+          auth="admin", response=s.MessageSchema),
+    Route("DELETE", V1 + "/backups/{filename}", backups.delete_backup, "Delete a backup", "backups",
+          auth="admin", status=204),
+    # --- end backups
     # records
     Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search)", "records",
           query=s.RecordListQuerySchema, response=s.RecordPageSchema),
@@ -95,6 +134,33 @@ ROUTES: tuple[Route, ...] = (
           "at most 10 MiB and 50,000 rows", "records",
           auth="bearer", response=s.CsvImportResultSchema, upload_field="file"),
     # --- end records: bulk and CSV
+    # --- API keys (issue 9)
+    Route("POST", V1 + "/api-keys", api_keys.create_api_key,
+          "Create an API key (admin-table users); the secret `key` is returned only here", "api keys",
+          auth="bearer", body=s.ApiKeyCreateSchema, response=s.ApiKeyCreatedSchema, status=201),
+    Route("GET", V1 + "/api-keys", api_keys.list_api_keys, "List API keys (yours; an admin sees all)", "api keys",
+          auth="bearer", response=s.ApiKeySchema, many=True),
+    Route("DELETE", V1 + "/api-keys/{key_id}", api_keys.delete_api_key, "Revoke an API key", "api keys",
+          auth="bearer", status=204),
+    # --- webhooks (issue 8)
+    Route("POST", V1 + "/webhooks", webhooks.create_webhook, "Create a webhook (admin-table users)", "webhooks",
+          auth="bearer", body=s.WebhookCreateSchema, response=s.WebhookSchema, status=201),
+    Route("GET", V1 + "/webhooks", webhooks.list_webhooks, "List webhooks (`?collection_name=`)", "webhooks",
+          auth="bearer", query=s.WebhookListQuerySchema, response=s.WebhookSchema, many=True),
+    Route("GET", V1 + "/webhooks/deliveries/recent", webhooks.recent_deliveries,
+          "Recent delivery attempts of every webhook, newest first", "webhooks",
+          auth="bearer", query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+    Route("GET", V1 + "/webhooks/{webhook_id}", webhooks.get_webhook, "Get a webhook", "webhooks",
+          auth="bearer", response=s.WebhookSchema),
+    Route("PATCH", V1 + "/webhooks/{webhook_id}", webhooks.update_webhook,
+          "Change a webhook (url, collection_name, events, secret, retry_count, active)", "webhooks",
+          auth="bearer", body=s.WebhookUpdateSchema, response=s.WebhookSchema),
+    Route("DELETE", V1 + "/webhooks/{webhook_id}", webhooks.delete_webhook, "Delete a webhook", "webhooks",
+          auth="bearer", status=204),
+    Route("GET", V1 + "/webhooks/{webhook_id}/deliveries", webhooks.webhook_deliveries,
+          "Delivery attempts of a webhook, newest first", "webhooks",
+          auth="bearer", query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+    # --- end webhooks
     # --- password reset and auth collections (issue 3)
     Route("POST", V1 + "/auth/request-password-reset", admin_auth.request_password_reset,
           "Email a password-reset link (admin-table user, or auth-collection user with `collection`)", "auth",

@@ -9,7 +9,8 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from cms.services.fields import StrictBoolean, to_json_value
+from cms.services.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
+from cms.services.fields import IsoDateTime, StrictBoolean, to_json_value
 from cms.services.records import DEFAULT_PER_PAGE
 
 MAX_PASSWORD = 256
@@ -307,3 +308,171 @@ class HealthSchema(Schema):
     mongodb = fields.String()
     redis = fields.String()
     version = fields.String()
+
+
+# --- webhooks --------------------------------------------------------------------------------------
+
+_EVENT_KINDS = ["create", "update", "delete"]
+
+
+class WebhookCreateSchema(Schema):
+    url = fields.String(required=True, metadata={"description": "http or https URL receiving the POSTs"})
+    collection_name = fields.String(required=True)
+    events = fields.List(fields.String(validate=validate.OneOf(_EVENT_KINDS)), required=True,
+                         validate=validate.Length(min=1, max=3))
+    secret = fields.String(load_default=None, allow_none=True, validate=validate.Length(max=256),
+                           metadata={"description": "signs deliveries; never returned"})
+    retry_count = fields.Integer(strict=True, load_default=3, validate=validate.Range(min=0, max=10))
+
+
+class WebhookUpdateSchema(Schema):
+    url = fields.String()
+    collection_name = fields.String()
+    events = fields.List(fields.String(validate=validate.OneOf(_EVENT_KINDS)), validate=validate.Length(min=1, max=3))
+    secret = fields.String(allow_none=True, validate=validate.Length(max=256))
+    retry_count = fields.Integer(strict=True, validate=validate.Range(min=0, max=10))
+    active = fields.Boolean()
+
+
+class WebhookSchema(Schema):
+    id = fields.String()
+    url = fields.String()
+    collection_name = fields.String()
+    events = fields.List(fields.String())
+    active = fields.Boolean()
+    signed = fields.Boolean()
+    retry_count = fields.Integer()
+    created = Timestamp()
+    updated = Timestamp()
+
+
+class WebhookListQuerySchema(Schema):
+    collection_name = fields.String(load_default=None)
+
+
+class DeliveryQuerySchema(Schema):
+    skip = fields.Integer(load_default=0, validate=validate.Range(min=0))
+    limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
+
+
+class DeliveryAttemptSchema(Schema):
+    id = fields.String()
+    webhook_id = fields.String()
+    event_type = fields.String()
+    record_id = fields.String()
+    url = fields.String()
+    status_code = fields.Integer(allow_none=True)
+    response_body = fields.String()
+    attempt = fields.Integer()
+    success = fields.Boolean()
+    duration_ms = fields.Integer()
+    error = fields.String(allow_none=True)
+    created = Timestamp()
+
+
+class DeliveryPageSchema(Schema):
+    items = fields.List(fields.Nested(DeliveryAttemptSchema))
+    total = fields.Integer()
+
+
+# --- audit and settings (issue 9) --------------------------------------------------------------
+
+MAX_AUDIT_OFFSET = 1_000_000_000
+_LIMIT_DESCRIPTION = f"1..{MAX_LIMIT}, default {DEFAULT_LIMIT}; larger values are clamped to {MAX_LIMIT}"
+
+
+class AuditPageQuerySchema(Schema):
+    limit = fields.Integer(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1),
+                           metadata={"description": _LIMIT_DESCRIPTION})
+    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=MAX_AUDIT_OFFSET))
+
+
+class AuditListQuerySchema(AuditPageQuerySchema):
+    event_type = fields.String(load_default=None, validate=validate.OneOf(sorted(SEVERITIES)))
+    severity = fields.String(load_default=None, validate=validate.OneOf(SEVERITY_LEVELS))
+    user_id = fields.String(load_default=None, validate=validate.Length(min=1, max=128))
+    ip_address = fields.String(load_default=None, validate=validate.Length(min=1, max=64))
+    from_date = IsoDateTime(load_default=None, metadata={"description": "ISO 8601, inclusive (naive = UTC)"})
+    to_date = IsoDateTime(load_default=None, metadata={"description": "ISO 8601, exclusive (naive = UTC)"})
+
+
+class AuditSecurityQuerySchema(AuditPageQuerySchema):
+    severity = fields.String(load_default=None, validate=validate.OneOf(SEVERITY_LEVELS),
+                             metadata={"description": "only this severity (default: warning and critical)"})
+
+
+class AuditEntrySchema(Schema):
+    id = fields.String()
+    event_type = fields.String()
+    severity = fields.String(metadata={"enum": list(SEVERITY_LEVELS)})
+    user_id = fields.String(allow_none=True)
+    ip_address = fields.String()
+    user_agent = fields.String()
+    details = fields.Dict()
+    created = Timestamp()
+
+
+class AuditPageSchema(Schema):
+    items = fields.List(fields.Nested(AuditEntrySchema), metadata={"description": "newest first"})
+    total = fields.Integer()
+    limit = fields.Integer()
+    offset = fields.Integer()
+
+
+class AuditStatisticsSchema(Schema):
+    total = fields.Integer()
+    by_event_type = fields.Dict(keys=fields.String(), values=fields.Integer())
+    by_severity = fields.Dict(keys=fields.String(), values=fields.Integer())
+    last_24h = fields.Integer(metadata={"description": "entries written in the last 24 hours"})
+
+
+class SettingSchema(Schema):
+    key = fields.String()
+    value = fields.String(metadata={"description": "always a string: `true`, `false`, `8`"})
+    category = fields.String()
+
+
+class SettingUpdateSchema(Schema):
+    key = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    value = fields.Raw(required=True, metadata={
+        "description": "a JSON boolean or integer, or its string form (`\"true\"`, `\"8\"`)"})
+    category = fields.String(load_default=None, metadata={"description": "optional; must be the key's category"})
+
+
+# --- end audit and settings
+
+
+# --- backups (issue 9) ------------------------------------------------------------------------
+
+
+class BackupSchema(Schema):
+    filename = fields.String(metadata={"description": "`backup-YYYYmmdd-HHMMSS.tar.gz` (UTC)"})
+    size = fields.Integer(metadata={"description": "bytes"})
+    created = Timestamp(metadata={"description": "the time in the filename"})
+
+
+# --- end backups
+
+
+# --- API keys ---------------------------------------------------------------------------------------
+
+
+class ApiKeyCreateSchema(Schema):
+    name = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    scopes = fields.List(fields.String(validate=validate.OneOf(["read", "write"])), required=True,
+                         validate=validate.Length(min=1, max=2))
+    expires_at = fields.DateTime(load_default=None, allow_none=True,
+                                 metadata={"description": "ISO 8601; without a zone it is UTC; must be in the future"})
+
+
+class ApiKeySchema(Schema):
+    id = fields.String()
+    name = fields.String()
+    scopes = fields.List(fields.String())
+    expires_at = Timestamp(allow_none=True)
+    created = Timestamp()
+    last_used = Timestamp(allow_none=True)
+
+
+class ApiKeyCreatedSchema(ApiKeySchema):
+    key = fields.String(metadata={"description": "the secret, shown only in this answer"})

@@ -127,6 +127,28 @@ class TokenCodec:
         return claims
 
 
+    def verified_audience(self, token: str) -> str:
+        """The `aud` of `token` after checking its signature and algorithm (and nothing else): what
+        picks the user system that then decodes the token fully with `decode`. Raises Unauthorized
+        for a malformed token, a bad signature, a disallowed algorithm or a missing `aud`."""
+        if not token.isascii():
+            raise Unauthorized("Token is malformed")
+        try:
+            payload = jwt.decode(token, self._secret_key, algorithms=[ALGORITHM],
+                                 options={"verify_signature": True, "verify_exp": False, "verify_aud": False,
+                                          "verify_iat": False, "verify_nbf": False})
+        except jwt.InvalidAlgorithmError as exc:
+            raise Unauthorized("Token algorithm is not allowed") from exc
+        except jwt.InvalidSignatureError as exc:
+            raise Unauthorized("Token signature is invalid") from exc
+        except jwt.PyJWTError as exc:
+            raise Unauthorized("Token is malformed") from exc
+        aud = payload.get("aud") if isinstance(payload, dict) else None
+        if not isinstance(aud, str) or not aud:
+            raise Unauthorized("Token is missing the 'aud' claim")
+        return aud
+
+
 def _claims_from_payload(payload: Any) -> TokenClaims:
     """Build TokenClaims from a decoded payload; raises Unauthorized for a missing or ill-typed claim."""
     if not isinstance(payload, dict):

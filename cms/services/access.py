@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cms.models import Collection, Principal
+from cms.models import ROLE_ADMIN, Collection, Principal
 
 AUTH_TYPE = "auth"
 
@@ -43,12 +43,17 @@ EVERYTHING = RecordScope()
 NOTHING = RecordScope(frozenset())
 
 
+def acts_as_admin(principal: Principal) -> bool:
+    """An admin-table user with role `admin`, or an API key acting for one (records and files)."""
+    return principal.kind in ("admin_user", "api_key") and principal.role == ROLE_ADMIN
+
+
 def record_scope(principal: Principal | None, collection: Collection) -> RecordScope:
     """The records of `collection` that `principal` (None: no credentials) may list, view, change
     and delete. Admins reach every record; in an auth collection anyone else reaches only their
-    own user record (a user of that collection), or nothing; in a base collection everyone
+    own user record (a user of that collection), or nothing (an API key acts as its user); in a base collection everyone
     reaches every record."""
-    if collection.type != AUTH_TYPE or (principal is not None and principal.is_admin):
+    if collection.type != AUTH_TYPE or (principal is not None and acts_as_admin(principal)):
         return EVERYTHING
     if principal is not None and principal.kind == "collection_user" and principal.collection_id == collection.id:
         return RecordScope(frozenset({principal.user_id}))

@@ -1,16 +1,21 @@
 """Audit log: security-relevant events with a fixed severity per type (decisions.md, Audit events).
 
-Recording never fails the request that caused it: a storage error is logged and swallowed.
+Recording never fails the request that caused it: a storage error is logged and swallowed. Admins
+read the log through `list`, `security` and `statistics` (spec: Audit logs); entries are never
+changed, and leave only through the TTL index set by `apply_retention` (`audit_retention_days`).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.models import AuditEntry
-from cms.store.audit import AuditRepository
+from cms.errors import Forbidden
+from cms.models import AuditEntry, Principal
+from cms.store.audit import AuditFilter, AuditRepository, AuditStatistics
 
 log = logging.getLogger("cms.audit")
 
@@ -23,6 +28,29 @@ SEVERITIES: dict[str, str] = {
     "api_key_revoked": "info", "setting_changed": "warning", "backup_created": "info",
     "backup_restored": "critical", "backup_deleted": "warning",
 }
+SEVERITY_LEVELS = ("info", "warning", "critical")
+SECURITY_SEVERITIES = ("warning", "critical")
+"""What `/audit/security` shows unless a `severity` is given."""
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 200
+"""Audit lists: `limit` default and maximum (larger values are clamped)."""
+RECENT_WINDOW = timedelta(hours=24)
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    """One slice of the audit log, newest first: `total` counts every match; `offset` >= 0 and
+    `limit` 1..MAX_LIMIT are the values used."""
+
+    items: list[AuditEntry]
+    total: int
+    limit: int
+    offset: int
+
+
+def _require_admin(principal: Principal) -> None:
+    if not principal.is_admin:
+        raise Forbidden("Admin role required")
 
 
 class AuditService:
@@ -48,3 +76,43 @@ class AuditService:
     async def count(self, **equals: str) -> int:
         """How many entries match the given field values."""
         return await self._repository.count(**equals)
+
+    async def list(self, principal: Principal, *, limit: int = DEFAULT_LIMIT, offset: int = 0,
+                   event_type: str | None = None, severity: str | None = None, user_id: str | None = None,
+                   ip_address: str | None = None, from_date: datetime | None = None,
+                   to_date: datetime | None = None) -> AuditPage:
+        """Entries matching every filter given, newest first. `limit` is clamped to 1..MAX_LIMIT and
+        `offset` to >= 0; `from_date` is inclusive, `to_date` exclusive (aware datetimes). The API
+        has validated each value (known `event_type` and `severity`). Raises Forbidden unless
+        `principal` is an admin."""
+        _require_admin(principal)
+        audit_filter = AuditFilter(
+            event_type=event_type, severities=(severity,) if severity is not None else None, user_id=user_id,
+            ip_address=ip_address, from_date=from_date, to_date=to_date,
+        )
+        return await self._page(audit_filter, limit, offset)
+
+    async def security(self, principal: Principal, *, severity: str | None = None, limit: int = DEFAULT_LIMIT,
+                       offset: int = 0) -> AuditPage:
+        """Security-relevant entries, newest first: severity `warning` and `critical`, or only
+        `severity` when given. `limit`/`offset` as in `list`. Raises Forbidden unless admin."""
+        _require_admin(principal)
+        severities = (severity,) if severity is not None else SECURITY_SEVERITIES
+        return await self._page(AuditFilter(severities=severities), limit, offset)
+
+    async def statistics(self, principal: Principal) -> AuditStatistics:
+        """`total`, counts `by_event_type` and `by_severity`, and `last_24h` (entries of the last 24
+        hours by this service's clock), from one aggregation. Raises Forbidden unless admin."""
+        _require_admin(principal)
+        return await self._repository.statistics(self._clock() - RECENT_WINDOW)
+
+    async def apply_retention(self, days: int) -> None:
+        """Make entries expire `days` days after they were written (the TTL index on `created`).
+        Raises driver errors (the caller decides; a setting change reports them)."""
+        await self._repository.ensure_retention(days * 86400)
+
+    async def _page(self, audit_filter: AuditFilter, limit: int, offset: int) -> AuditPage:
+        limit = max(1, min(limit, MAX_LIMIT))
+        offset = max(0, offset)
+        items, total = await self._repository.find(audit_filter, offset=offset, limit=limit)
+        return AuditPage(items=items, total=total, limit=limit, offset=offset)

@@ -40,7 +40,7 @@ from cms.security.passwords import hash_password, is_unicode_text
 from cms.services.accounts import check_login_password, check_password, check_text, normalize_email
 from cms.services.audit import AuditService
 from cms.services.collections import CollectionService
-from cms.services.events import CREATE, DELETE, UPDATE, EventDispatcher, RecordEvent
+from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus, RecordEvent
 from cms.services.fields import RecordSchemas
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import EMAIL_CHANGE, VERIFY_EMAIL, OneTimeTokens
@@ -69,7 +69,7 @@ class CollectionAuthService:
         mailer: Mailer,
         settings: SettingsService,
         audit: AuditService,
-        events: EventDispatcher,
+        events: EventBus,
         *,
         clock: Clock = utcnow,
     ) -> None:
@@ -387,6 +387,12 @@ class CollectionAuthService:
         return count
 
     # --- record events ----------------------------------------------------------------------------
+
+    async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
+        """Subscriber of the collection events: a deleted auth collection is forgotten."""
+        for event in events:
+            if event.event == DELETE:
+                await self.forget_collection(event.collection)
 
     async def forget_collection(self, collection: Collection) -> None:
         """After an auth collection is deleted: revoke its sessions and drop its credentials."""

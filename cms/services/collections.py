@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +10,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import Collection, Principal
 from cms.services.audit import AuditService
+from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.schema_changes import apply_schema_change, check_schema_change
 from cms.services.settings import SettingsService
@@ -50,19 +50,16 @@ class CollectionService:
         records: RecordRepository,
         settings: SettingsService,
         audit: AuditService,
+        events: EventBus,
         *,
         clock: Clock = utcnow,
     ) -> None:
         self._audit = audit
-        self._deleted_handlers: list[Callable[[Collection], Awaitable[None]]] = []
+        self._events = events
         self._collections = collections
         self._records = records
         self._settings = settings
         self._clock = clock
-
-    def on_deleted(self, handler: Callable[[Collection], Awaitable[None]]) -> None:
-        """Call `handler(collection)` after each collection deletion (e.g. auth clean-up)."""
-        self._deleted_handlers.append(handler)
 
     async def list(self) -> list[Collection]:
         """Every collection, by name."""
@@ -111,6 +108,7 @@ class CollectionService:
             await self._collections.delete(collection.id)
             raise
         log.info("collection %s (%s) created", name, collection.id)
+        await self._events.emit([CollectionEvent(CREATE, collection)])
         await self._audit.record("collection_created", user_id=principal.user_id,
                                  details={"collection_id": collection.id, "name": name})
         return collection
@@ -149,6 +147,7 @@ class CollectionService:
         await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
         await apply_schema_change(self._records, collection_id, field_changes)
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
+        await self._events.emit([CollectionEvent(UPDATE, stored)])
         await self._audit.record("collection_updated", user_id=principal.user_id,
                                  details={"collection_id": stored.id, "name": stored.name, "version": stored.version})
         return stored
@@ -182,8 +181,7 @@ class CollectionService:
             )
         await self._collections.delete(collection.id)
         await self._records.drop(collection.id)
-        for handler in self._deleted_handlers:
-            await handler(collection)
+        await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._audit.record("collection_deleted", user_id=principal.user_id,
                                  details={"collection_id": collection.id, "name": collection.name})

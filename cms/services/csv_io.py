@@ -32,7 +32,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError
 
-from cms.errors import ValidationFailed
+from cms.errors import ValidationFailed, flatten_errors
 from cms.models import Collection, FieldSpec, Record
 from cms.security.json_input import MAX_JSON_INT_DIGITS, JsonInputError, decode_json
 from cms.services.fields import SYSTEM_FIELDS, TEXT_TYPES, build_record_schema, is_multi, to_json_value
@@ -269,7 +269,7 @@ class CsvImport:
             return RowFailure(number, {ROW_ERROR_KEY: [
                 f"The row has {len(cells)} cells; the header has {len(self.columns)}."]})
         data: dict[str, Any] = {}
-        errors: dict[str, Any] = {}
+        errors: dict[str, list[str]] = {}
         for spec, cell in zip(self.columns, cells, strict=True):
             if spec is None:  # id, created, updated
                 continue
@@ -283,8 +283,7 @@ class CsvImport:
         try:
             values: dict[str, Any] = schema.load(data, partial=False)
         except ValidationError as exc:
-            messages = exc.messages if isinstance(exc.messages, dict) else {ROW_ERROR_KEY: exc.messages}
-            errors = {**messages, **errors}
+            errors = {**flatten_errors(exc.messages, root_key=ROW_ERROR_KEY), **errors}
         if errors:
             return RowFailure(number, errors)
         return ParsedRow(number, {k: v for k, v in values.items() if v is not None})

@@ -17,7 +17,7 @@ from typing import Any
 
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
-from cms.errors import ValidationFailed
+from cms.errors import ValidationFailed, flatten_errors
 from cms.models import Collection, FieldSpec, Validation
 from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
 
@@ -78,7 +78,8 @@ def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
 
     Each definition is `{name, type, validation?: {required, min, max, pattern, unique},
     values?, max_select?, collection_id?, cascade_delete?}`. Raises ValidationFailed (422) with
-    `errors: {"schema": [...]}` on any problem (`cascade_delete` applies to relations and is
+    `errors: {"schema": [...]}` on any problem, or dotted keys for a bad definition
+    (`{"schema.0.name": [...]}`, `{"schema.1.validation.min": [...]}`; `cascade_delete` applies to relations and is
     ignored elsewhere): bad shape, unknown type, invalid or duplicate
     name, reserved name (`id`, `created`, `updated`; in auth collections also `password`,
     `email`, `verified`), a select without `values`, a relation without `collection_id`, a bad
@@ -95,7 +96,7 @@ def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
     try:
         definitions = _FieldDefinition(many=True, unknown=RAISE).load(raw)
     except ValidationError as exc:
-        raise ValidationFailed("Invalid schema", errors={"schema": exc.messages}) from None
+        raise ValidationFailed("Invalid schema", errors=flatten_errors(exc.messages, prefix="schema")) from None
     specs: list[FieldSpec] = []
     seen: set[str] = set()
     reserved = SYSTEM_FIELDS | AUTH_FIELDS if auth else SYSTEM_FIELDS
@@ -353,8 +354,8 @@ class RecordSchemas:
         try:
             loaded: dict[str, Any] = self.schema_for(collection).load(data, partial=partial)
         except ValidationError as exc:
-            messages = exc.messages if isinstance(exc.messages, dict) else {"data": exc.messages}
-            raise ValidationFailed("Record validation failed", errors=messages) from None
+            raise ValidationFailed("Record validation failed",
+                                   errors=flatten_errors(exc.messages, root_key="data")) from None
         return loaded
 
 

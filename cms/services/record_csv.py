@@ -142,7 +142,11 @@ class RecordCsv:
             result.failed.append(RowFailure(batch[index].row, {failure.field or ROW_ERROR_KEY: [message]}))
         stored = [record for index, record in enumerate(records) if index not in by_index]
         result.imported += len(stored)
-        await self._emit_created(collection, stored)
+        try:
+            await self._emit_created(collection, stored)
+        except Exception:  # the rows are stored: the answer must say so (no 5xx after storing)
+            log.exception("CSV import into %s: events of %d stored records could not be written to the outbox",
+                          collection.name, len(stored))
 
     async def _report_failure(self, collection: Collection, batch: list[ParsedRow], records: list[Record],
                               later: list[ParsedRow], result: ImportResult, exc: Exception) -> None:

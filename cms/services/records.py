@@ -3,7 +3,7 @@ within a collection (spec: Records; decisions.md: Records, Limits).
 
 Every change, one at a time, in bulk or by CSV import (record_csv.py, handed `_emit_changed`),
 emits one RecordEvent per changed record after the write succeeded, through `_emit_changed` /
-`_emit_deleted`: the only two places that talk to the EventDispatcher, the seam webhooks and
+`_emit_deleted`: the only two places that talk to the EventBus, the seam webhooks and
 realtime subscribe to. Failed writes emit nothing.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -32,11 +33,12 @@ from cms.models import Collection, Page, Principal, Record
 from cms.services.access import record_scope
 from cms.services.collections import CollectionService
 from cms.services.csv_io import ImportResult
-from cms.services.events import CREATE, DELETE, UPDATE, EventDispatcher, RecordEvent
+from cms.services.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
 from cms.services.fields import RecordSchemas, text_field_names, to_json_value, value_list
 from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
 from cms.services.relations import RelationRelease
 from cms.store.records import RecordRepository
+from cms.store.transactions import Transactions
 
 log = logging.getLogger("cms.records")
 
@@ -124,15 +126,19 @@ class RecordService:
         collections: CollectionService,
         records: RecordRepository,
         schemas: RecordSchemas,
-        events: EventDispatcher,
+        events: EventBus,
         *,
         clock: Clock = utcnow,
+        transactions: Transactions | None = None,
+        needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         self._collections = collections
         self._records = records
         self._schemas = schemas
         self._events = events
         self._clock = clock
+        self._transactions = transactions
+        self._needs_transaction = needs_transaction
         self._csv = RecordCsv(records, partial(self._emit_changed, CREATE), clock=clock)
         self._relations = RelationRelease(collections, records, partial(self._emit_changed, UPDATE),
                                           self._emit_deleted, clock=clock)
@@ -225,9 +231,10 @@ class RecordService:
         await self._check_relations(collection, values)
         now = self._clock()
         record = Record(id=new_id(), created=now, updated=now, data=values)
-        await self._records.insert(collection.id, record)
+        async with await self._unit(collection):
+            await self._records.insert(collection.id, record)
+            await self._emit_changed(CREATE, collection, [record])
         await self._check_still_there(collection)
-        await self._emit_changed(CREATE, collection, [record])
         return record
 
     async def update(self, principal: Principal, collection_name: str, record_id: str, data: Any) -> Record:
@@ -239,10 +246,11 @@ class RecordService:
         set_values, unset = self._changes(collection, data)
         await self._check_relations(collection, set_values)
         set_values["updated"] = self._clock()
-        record = await self._records.update(collection.id, record_id, set_values, unset)
-        if record is None:
-            raise NotFound("Record not found")
-        await self._emit_changed(UPDATE, collection, [record])
+        async with await self._unit(collection):
+            record = await self._records.update(collection.id, record_id, set_values, unset)
+            if record is None:
+                raise NotFound("Record not found")
+            await self._emit_changed(UPDATE, collection, [record])
         return record
 
     async def delete(self, principal: Principal, collection_name: str, record_id: str) -> None:
@@ -254,10 +262,11 @@ class RecordService:
         if not record_scope(principal, collection).allows(record_id):
             raise NotFound("Record not found")
         plan = await self._relations.plan_release(collection, [record_id])
-        if not await self._records.delete(collection.id, record_id):
-            raise NotFound("Record not found")
-        await self._emit_deleted(collection, [record_id])
-        await self._relations.release(plan)
+        async with await self._unit(collection):
+            if not await self._records.delete(collection.id, record_id):
+                raise NotFound("Record not found")
+            await self._emit_deleted(collection, [record_id])
+            await self._relations.release(plan)
 
     def _changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], FieldNames]:
         """Validate partial `data`: (values to set, names to clear). Raises ValidationFailed."""
@@ -289,12 +298,13 @@ class RecordService:
         if failures:
             raise _bulk_refused("updated", failures, len(ids))
         now = self._clock()
-        matched = await self._records.update_many(collection.id, ids, {**set_values, "updated": now}, unset)
-        if matched == len(ids):
-            changed = [_changed_record(found[i], set_values, unset, now) for i in ids]
-        else:  # some were deleted meanwhile: report the ones still there
-            changed = await self._records.find_by_ids(collection.id, ids)
-        await self._emit_changed(UPDATE, collection, changed)
+        async with await self._unit(collection):
+            matched = await self._records.update_many(collection.id, ids, {**set_values, "updated": now}, unset)
+            if matched == len(ids):
+                changed = [_changed_record(found[i], set_values, unset, now) for i in ids]
+            else:  # some were deleted meanwhile: report the ones still there
+                changed = await self._records.find_by_ids(collection.id, ids)
+            await self._emit_changed(UPDATE, collection, changed)
         return matched
 
     async def _unique_conflicts(
@@ -331,9 +341,10 @@ class RecordService:
         if missing:
             raise _bulk_refused("deleted", missing, len(ids))
         plan = await self._relations.plan_release(collection, ids)
-        deleted = await self._records.delete_many(collection.id, ids)
-        await self._emit_deleted(collection, ids)
-        await self._relations.release(plan)
+        async with await self._unit(collection):
+            deleted = await self._records.delete_many(collection.id, ids)
+            await self._emit_deleted(collection, ids)
+            await self._relations.release(plan)
         return deleted
 
     # --- CSV (the flows live in record_csv.py) -------------------------------------------------
@@ -389,6 +400,15 @@ class RecordService:
     async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
         await check_relations(self._records, collection, values)
 
+    async def _unit(self, collection: Collection) -> AbstractAsyncContextManager[None]:
+        """The event unit of one write to `collection` (`EventBus.unit`): in a transaction with its
+        webhook outbox entries when the server supports transactions and the collection has an
+        active webhook, else the outbox entries are written right after the change; either way
+        before the write is acknowledged."""
+        transactional = (self._transactions is not None and self._transactions.enabled
+                         and self._needs_transaction is not None and await self._needs_transaction(collection.id))
+        return self._events.unit(self._transactions if transactional else None)
+
     async def _check_still_there(self, collection: Collection) -> None:
         """After an insert: if the collection was deleted meanwhile (its records dropped before
         the insert landed, which recreated them), drop what this write left and raise NotFound,
@@ -396,7 +416,7 @@ class RecordService:
         await drop_if_deleted(self._collections, self._records, collection)
 
 
-async def emit_changed(events: EventDispatcher, kind: str, collection: Collection, records: Sequence[Record],
+async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
                        now: datetime) -> None:
     """The one way record events are made: one `create` or `update` event per record, carrying the
     full record as the API shows it (`record_json`), stamped `now`. Used by every service that
@@ -404,7 +424,7 @@ async def emit_changed(events: EventDispatcher, kind: str, collection: Collectio
     await events.emit([RecordEvent(kind, collection.name, r.id, record_json(r), now) for r in records])
 
 
-async def emit_deleted(events: EventDispatcher, collection: Collection, record_ids: Sequence[str],
+async def emit_deleted(events: EventBus, collection: Collection, record_ids: Sequence[str],
                        now: datetime) -> None:
     """One `delete` event per record id, carrying `{id}`, stamped `now`."""
     await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now) for rid in record_ids])

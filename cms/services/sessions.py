@@ -11,7 +11,6 @@ session's current refresh jti instead (two tabs refreshing at once).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import timedelta
 
@@ -19,14 +18,12 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import Unauthorized
 from cms.models import Session, TokenPair
 from cms.security.tokens import ACCESS, REFRESH, TokenClaims, TokenCodec
+from cms.services.events import REFRESH_TOKEN_REUSE, EventBus, SessionEvent
 from cms.store.sessions import SessionRepository
 
 log = logging.getLogger("cms.sessions")
 
 TOUCH_INTERVAL = timedelta(seconds=60)
-
-ReuseHandler = Callable[[Session], Awaitable[None]]
-
 
 class SessionService:
     """Issues, refreshes, checks and revokes sessions and their tokens."""
@@ -37,12 +34,12 @@ class SessionService:
         codec: TokenCodec,
         *,
         clock: Clock = utcnow,
-        on_reuse: ReuseHandler | None = None,
+        events: EventBus | None = None,
     ) -> None:
         self._sessions = sessions
         self._codec = codec
         self._clock = clock
-        self._on_reuse = on_reuse
+        self._events = events
 
     async def start(
         self, user_id: str, audience: str, *, access_lifetime_s: int, refresh_lifetime_s: int,
@@ -95,8 +92,8 @@ class SessionService:
                     return self._pair(current, access_lifetime_s, refresh_lifetime_s)
             await self._sessions.revoke(session.id, now)
             log.warning("refresh token reuse: session %s revoked", session.id)
-            if self._on_reuse is not None:
-                await self._on_reuse(session)
+            if self._events is not None:  # the audit log subscribes (a `critical` entry)
+                await self._events.emit([SessionEvent(REFRESH_TOKEN_REUSE, session)])
             raise Unauthorized("Refresh token has already been used; the session is revoked")
         return self._pair(rotated, access_lifetime_s, refresh_lifetime_s)
 

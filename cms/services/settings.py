@@ -1,14 +1,31 @@
-"""Settings: the spec's defaults overlaid with stored values (spec: Authentication, settings table)."""
+"""Settings: the spec's defaults overlaid with stored values (spec: Authentication, settings table).
+
+Every process keeps the settings in memory; a change bumps a version counter in Redis, and each
+process compares that counter at most every VERSION_CHECK_INTERVAL_S seconds (one Redis GET), so
+a change made through any replica is seen by every replica within about half a second, and the
+hot path (the rate limiter, on every request) never reads MongoDB.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cms.errors import ValidationFailed
+from redis.asyncio import Redis
+
+from cms.errors import Forbidden, ValidationFailed
+from cms.models import Principal
 from cms.security.passwords import PasswordPolicy
+from cms.services.audit import AuditService
+from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from cms.store.settings import SettingsRepository
+
+log = logging.getLogger("cms.settings")
 
 # key -> (lowest, highest) for integer settings; values outside would break logins or the limiter
 SETTINGS_RANGES: dict[str, tuple[int, int]] = {
@@ -18,6 +35,10 @@ SETTINGS_RANGES: dict[str, tuple[int, int]] = {
     "refresh_reuse_interval_s": (0, 600),
     "rate_limit_per_minute": (1, 1_000_000),
     "max_upload_mb": (1, 10_240),
+    "audit_retention_days": (1, 3650),
+    "csv_import_max_rows": (1, 1_000_000),
+    "csv_import_max_mb": (1, 1024),
+    "bulk_max_ids": (1, 100_000),
 }
 
 # key -> (default, category)
@@ -36,8 +57,23 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "refresh_reuse_interval_s": (0, "auth"),
     "rate_limit_enabled": (True, "security"),
     "rate_limit_per_minute": (600, "security"),
+    "audit_retention_days": (90, "security"),
     "max_upload_mb": (25, "files"),
+    # decisions.md, Limits; the records code still uses its constants (cms.services.csv_io, records)
+    "csv_import_max_rows": (MAX_IMPORT_ROWS, "limits"),
+    "csv_import_max_mb": (MAX_IMPORT_BYTES // (1024 * 1024), "limits"),
+    "bulk_max_ids": (1_000, "limits"),  # records.MAX_BULK_IDS (not imported: records imports this module)
 }
+
+VERSION_CHECK_INTERVAL_S = 0.5
+"""How often (seconds) a process asks Redis whether the settings changed."""
+VERSION_READ_TIMEOUT_S = 1.0
+REDIS_DOWN_RELOAD_S = 5.0
+"""Without Redis, settings are re-read from MongoDB at most this often (seconds)."""
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,12}")
+_UNKNOWN = object()  # the version when Redis could not be asked
+
+SettingListener = Callable[[Any], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -55,30 +91,117 @@ class AuthSettings:
     refresh_reuse_interval_s: int = 0
 
 
-CACHE_TTL_S = 5.0
+@dataclass(frozen=True)
+class Setting:
+    """A setting as the API shows it (spec: Setting): `value` is always a string (`"true"`, `"8"`)."""
+
+    key: str
+    value: str
+    category: str
+
+
+def render_value(value: Any) -> str:
+    """A setting value as its API string: booleans as `true`/`false`, integers in decimal."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _value_error(message: str) -> ValidationFailed:
+    return ValidationFailed(f"Invalid value: {message}", errors={"value": [message]})
+
+
+def _check_key(key: str) -> tuple[Any, str]:
+    if key not in SETTINGS_DEFAULTS:
+        raise ValidationFailed(f"Unknown setting '{key}'", errors={"key": ["Unknown setting."]})
+    return SETTINGS_DEFAULTS[key]
+
+
+def parse_value(key: str, raw: Any) -> bool | int:
+    """The typed value of setting `key` from what a client sent: a JSON bool or integer, or its
+    string form (`"true"`, `"false"`, `"8"`). Raises ValidationFailed (422): `errors.key` for an
+    unknown key, `errors.value` (a list of strings) for a wrong type or an integer out of range."""
+    default, _ = _check_key(key)
+    if isinstance(default, bool):
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        raise _value_error("Must be true or false.")
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    elif isinstance(raw, str) and INTEGER_TEXT.fullmatch(raw.strip()):
+        value = int(raw.strip())
+    else:
+        raise _value_error("Must be a whole number.")
+    _check_range(key, value)
+    return value
+
+
+def _check_range(key: str, value: int) -> None:
+    low, high = SETTINGS_RANGES.get(key, (None, None))
+    if low is not None and high is not None and not low <= value <= high:
+        raise _value_error(f"Must be between {low} and {high}.")
 
 
 class SettingsService:
-    """Reads settings (stored value, else the default).
+    """Reads and changes settings (stored value, else the default).
 
-    Reads are cached in-process for `cache_ttl_s` seconds, so hot paths (the rate limiter runs on
-    every request) cost no database round trip; a change made through another replica is seen
-    within that time, one made here at once."""
+    `redis` holds the version counter `version_key` (INCR on every change); a process re-reads
+    MongoDB only when that counter moved, checking it at most every `check_interval_s` seconds.
+    A change made here is seen here at once. Listeners registered with `on_change` run after a
+    change of their key is stored (the audit TTL index follows `audit_retention_days`)."""
 
-    def __init__(self, repository: SettingsRepository, *, cache_ttl_s: float = CACHE_TTL_S) -> None:
+    def __init__(self, repository: SettingsRepository, redis: Redis, audit: AuditService, *,
+                 version_key: str = "cms:settings:version",
+                 check_interval_s: float = VERSION_CHECK_INTERVAL_S) -> None:
         self._repository = repository
-        self._cache_ttl_s = cache_ttl_s
+        self._redis = redis
+        self._audit = audit
+        self._version_key = version_key
+        self._check_interval_s = check_interval_s
         self._cached: dict[str, Any] | None = None
-        self._cached_at = 0.0
+        self._version: Any = _UNKNOWN
+        self._checked_at = 0.0
+        self._loaded_at = 0.0
+        self._lock = asyncio.Lock()
+        self._listeners: dict[str, list[SettingListener]] = {}
 
     async def values(self) -> dict[str, Any]:
-        """Every known setting as {key: value}, defaults filled in."""
-        now = time.monotonic()
-        if self._cached is None or now - self._cached_at > self._cache_ttl_s:
-            stored = await self._repository.all()
-            self._cached = {key: stored.get(key, default) for key, (default, _) in SETTINGS_DEFAULTS.items()}
-            self._cached_at = now
-        return dict(self._cached)
+        """Every known setting as {key: value}, defaults filled in. Costs nothing most of the time,
+        one Redis GET every `check_interval_s`, and a MongoDB read only after a change."""
+        cached = self._cached
+        if cached is None or time.monotonic() - self._checked_at >= self._check_interval_s:
+            cached = await self._refresh()
+        return dict(cached)
+
+    async def _refresh(self) -> dict[str, Any]:
+        if self._lock.locked() and self._cached is not None:
+            return self._cached  # another request is checking; this one need not wait
+        async with self._lock:
+            now = time.monotonic()
+            if self._cached is not None and now - self._checked_at < self._check_interval_s:
+                return self._cached
+            version = await self._read_version()
+            stale = self._cached is None or version != self._version
+            if version is _UNKNOWN:
+                stale = stale or now - self._loaded_at >= REDIS_DOWN_RELOAD_S
+            if stale or self._cached is None:
+                stored = await self._repository.all()
+                self._cached = {key: stored.get(key, default) for key, (default, _) in SETTINGS_DEFAULTS.items()}
+                self._loaded_at = now
+            self._version = version
+            self._checked_at = now
+            return self._cached
+
+    async def _read_version(self) -> Any:
+        try:
+            return await asyncio.wait_for(self._redis.get(self._version_key), VERSION_READ_TIMEOUT_S)
+        except Exception:  # without Redis, fall back to a time-based reload
+            if self._version is not _UNKNOWN:
+                log.warning("settings version unavailable; re-reading settings every %s s", REDIS_DOWN_RELOAD_S,
+                            exc_info=True)
+            return _UNKNOWN
 
     async def auth(self) -> AuthSettings:
         """The auth settings snapshot (one read)."""
@@ -97,20 +220,62 @@ class SettingsService:
             refresh_reuse_interval_s=int(v["refresh_reuse_interval_s"]),
         )
 
+    def on_change(self, key: str, listener: SettingListener) -> None:
+        """Call `listener(new value)` after every change of `key` made through this process."""
+        self._listeners.setdefault(key, []).append(listener)
+
     async def set(self, key: str, value: Any) -> None:
-        """Store one setting. Raises ValidationFailed for an unknown key, a value whose type
-        differs from the default's (bool for bool, int for int), or an integer out of its range."""
-        if key not in SETTINGS_DEFAULTS:
-            raise ValidationFailed(f"Unknown setting '{key}'", errors={"key": ["Unknown setting."]})
-        default, category = SETTINGS_DEFAULTS[key]
+        """Store one setting and tell every replica (version INCR). Raises ValidationFailed for an
+        unknown key, a value whose type differs from the default's (bool for bool, int for int), or
+        an integer out of its range; Redis and listener errors propagate (the value is stored; the
+        same call can be repeated)."""
+        default, category = _check_key(key)
         if type(value) is not type(default):
-            raise ValidationFailed(
-                f"Setting '{key}' takes a {type(default).__name__}", errors={"value": ["Wrong type."]}
-            )
-        low, high = SETTINGS_RANGES.get(key, (None, None))
-        if low is not None and high is not None and not low <= value <= high:
-            raise ValidationFailed(
-                f"Setting '{key}' must be between {low} and {high}", errors={"value": [f"Must be {low}..{high}."]}
-            )
+            raise _value_error(f"Must be a {'boolean' if isinstance(default, bool) else 'whole number'}.")
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check_range(key, value)
         await self._repository.put(key, value, category)
         self._cached = None
+        await self._redis.incr(self._version_key)
+        for listener in self._listeners.get(key, []):
+            await listener(value)
+
+    async def invalidate(self) -> None:
+        """Make every replica re-read the settings from MongoDB (a version INCR), e.g. after a
+        restore replaced them. Redis errors propagate."""
+        self._cached = None
+        await self._redis.incr(self._version_key)
+
+    async def list(self, principal: Principal) -> list[Setting]:
+        """Every setting, in a fixed order, read from MongoDB (not the cache). Raises Forbidden
+        unless `principal` is an admin."""
+        _require_admin(principal)
+        stored = await self._repository.all()
+        return [Setting(key, render_value(stored.get(key, default)), category)
+                for key, (default, category) in SETTINGS_DEFAULTS.items()]
+
+    async def change(self, principal: Principal, key: str, raw_value: Any, *, category: str | None = None,
+                     ip: str = "", user_agent: str = "") -> Setting:
+        """Upsert one setting from what a client sent (see `parse_value`) and audit it
+        (`setting_changed` with the old and new value, the user, `ip` and `user_agent`). A given
+        `category` must be the key's. Returns the stored setting. Raises Forbidden (not an admin)
+        or ValidationFailed (422: `errors.key`, `errors.value` or `errors.category`)."""
+        _require_admin(principal)
+        value = parse_value(key, raw_value)
+        default, key_category = SETTINGS_DEFAULTS[key]
+        if category is not None and category != key_category:
+            raise ValidationFailed(f"Setting '{key}' is in category '{key_category}'",
+                                   errors={"category": [f"Must be '{key_category}'."]})
+        old_value = await self._repository.get(key)
+        await self.set(key, value)
+        await self._audit.record(
+            "setting_changed", user_id=principal.user_id, ip_address=ip, user_agent=user_agent,
+            details={"key": key, "old_value": render_value(default if old_value is None else old_value),
+                     "new_value": render_value(value)},
+        )
+        return Setting(key, render_value(value), key_category)
+
+
+def _require_admin(principal: Principal) -> None:
+    if not principal.is_admin:
+        raise Forbidden("Admin role required")

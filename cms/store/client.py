@@ -9,7 +9,7 @@ from typing import Any
 
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
-from pymongo.errors import OperationFailure
+from pymongo.errors import OperationFailure, PyMongoError
 
 log = logging.getLogger("cms.store")
 
@@ -21,6 +21,7 @@ class Capabilities:
     """What the connected server supports; detected by trying, never by server name."""
 
     text_index: bool
+    transactions: bool = False
 
 
 def open_client(url: str, *, timeout_s: float = 10.0) -> AsyncMongoClient[dict[str, Any]]:
@@ -42,17 +43,26 @@ def open_client(url: str, *, timeout_s: float = 10.0) -> AsyncMongoClient[dict[s
 
 
 async def detect_capabilities(db: Database) -> Capabilities:
-    """Try to build a text index on a scratch collection: servers without text search refuse."""
+    """Try what the server supports on a scratch collection: a text index (servers without text
+    search refuse) and a multi-document transaction (a standalone server refuses)."""
     probe = db["_capability_probe"]
     try:
         await probe.create_index([("t", "text")], name="probe_text")
         text_index = True
     except OperationFailure:
         text_index = False
+    try:
+        async with db.client.start_session() as session:
+            await session.start_transaction()
+            await probe.insert_one({"t": "probe"}, session=session)
+            await session.commit_transaction()
+        transactions = True
+    except PyMongoError:
+        transactions = False
     finally:
         await probe.drop()
-    log.info("MongoDB capabilities: text_index=%s", text_index)
-    return Capabilities(text_index=text_index)
+    log.info("MongoDB capabilities: text_index=%s transactions=%s", text_index, transactions)
+    return Capabilities(text_index=text_index, transactions=transactions)
 
 
 async def ensure_indexes(db: Database) -> None:
@@ -63,11 +73,57 @@ async def ensure_indexes(db: Database) -> None:
     await db.one_time_tokens.create_index("expires_at", expireAfterSeconds=7 * 24 * 3600)
     await db.collections.create_index("name_lower", unique=True)
     await db.settings.create_index("key", unique=True)
-    await db.audit_log.create_index([("created", -1)])
+    # `created` alone is the audit TTL index (cms.store.audit.AuditRepository.ensure_retention)
     await db.audit_log.create_index([("event_type", 1), ("created", -1)])
+    await db.audit_log.create_index([("severity", 1), ("created", -1)])
+    await db.audit_log.create_index([("user_id", 1), ("created", -1)])
+
+
+SERVER_STATUS_SKIP = ("metrics", "locks", "wiredTiger", "tcmalloc", "repl", "transactions")
+"""serverStatus sections left out: large, and not shown by the stats endpoint."""
 
 
 async def database_stats(db: Database) -> dict[str, Any]:
-    """Figures from `dbStats`: collections, objects, data and index sizes (bytes)."""
+    """Figures for admins' `/api/v1/stats`:
+
+    - from `dbStats`: `collections`, `objects`, `dataSize`, `indexSize` (bytes);
+    - `pool`: this client's connection pool settings (`max_size`, `min_size`, `max_connecting`,
+      `max_idle_time_s`, `wait_queue_timeout_s`; None = no limit) and `topology` (type, servers);
+    - `server`: from `serverStatus` when the server has it (`version`, `uptime_s`, `connections`
+      `{current, available, totalCreated}`, `opcounters`, `mem` (MiB), `network` (bytes)); absent
+      when the server refuses or lacks the command (detected by trying, never by name).
+    Raises driver errors of `dbStats` (the caller reports them per dependency)."""
     stats = await db.command("dbStats")
-    return {k: stats.get(k) for k in ("collections", "objects", "dataSize", "indexSize")}
+    figures: dict[str, Any] = {k: stats.get(k) for k in ("collections", "objects", "dataSize", "indexSize")}
+    client = db.client
+    options = client.options.pool_options
+    topology = client.topology_description
+    figures["pool"] = {
+        "max_size": options.max_pool_size,
+        "min_size": options.min_pool_size,
+        "max_connecting": options.max_connecting,
+        "max_idle_time_s": options.max_idle_time_seconds,
+        "wait_queue_timeout_s": options.wait_queue_timeout,
+        "topology": topology.topology_type_name,
+        "servers": len(topology.server_descriptions()),
+    }
+    server = await _server_status(db)
+    if server is not None:
+        figures["server"] = server
+    return figures
+
+
+async def _server_status(db: Database) -> dict[str, Any] | None:
+    try:
+        command: dict[str, Any] = {"serverStatus": 1, **{name: 0 for name in SERVER_STATUS_SKIP}}
+        status = await db.client.admin.command(command)
+    except OperationFailure:  # no such command, or not authorized for it
+        return None
+    return {
+        "version": status.get("version"),
+        "uptime_s": status.get("uptime"),
+        "connections": status.get("connections"),
+        "opcounters": status.get("opcounters"),
+        "mem": status.get("mem"),
+        "network": {k: v for k, v in (status.get("network") or {}).items() if k in ("bytesIn", "bytesOut", "numRequests")},
+    }

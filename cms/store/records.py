@@ -20,6 +20,7 @@ from cms.errors import AlreadyExists, ValidationFailed
 from cms.models import Record
 from cms.store.client import Capabilities, Database
 from cms.store.errors import translate_errors, translate_query_errors
+from cms.store.transactions import current_session
 
 log = logging.getLogger("cms.store")
 
@@ -75,7 +76,7 @@ class RecordRepository:
     async def insert(self, collection_id: str, record: Record) -> None:
         """Store a new record. Raises AlreadyExists naming a field whose unique index refused it."""
         async with translate_errors("record"):
-            await self._mongo_coll(collection_id).insert_one(record_to_document(record))
+            await self._mongo_coll(collection_id).insert_one(record_to_document(record), session=current_session())
 
     async def insert_many(self, collection_id: str, records: Sequence[Record]) -> list[InsertFailure]:
         """Store new records in one unordered bulk insert: every record that can be stored is.
@@ -85,7 +86,7 @@ class RecordRepository:
         try:
             async with translate_errors("record"):
                 await self._mongo_coll(collection_id).insert_many(
-                    [record_to_document(r) for r in records], ordered=False
+                    [record_to_document(r) for r in records], ordered=False, session=current_session()
                 )
         except BulkWriteError as exc:
             failures = [_write_failure(e) for e in exc.details.get("writeErrors", [])]
@@ -96,7 +97,7 @@ class RecordRepository:
 
     async def get(self, collection_id: str, record_id: str) -> Record | None:
         """The record, or None."""
-        doc = await self._mongo_coll(collection_id).find_one({"_id": record_id})
+        doc = await self._mongo_coll(collection_id).find_one({"_id": record_id}, session=current_session())
         return record_from_document(doc) if doc else None
 
     async def update(
@@ -109,13 +110,13 @@ class RecordRepository:
             change["$unset"] = {name: "" for name in unset}
         async with translate_errors("record"):
             doc = await self._mongo_coll(collection_id).find_one_and_update(
-                {"_id": record_id}, change, return_document=ReturnDocument.AFTER
+                {"_id": record_id}, change, return_document=ReturnDocument.AFTER, session=current_session()
             )
         return record_from_document(doc) if doc else None
 
     async def delete(self, collection_id: str, record_id: str) -> bool:
         """Remove one record. Returns False if it did not exist."""
-        result = await self._mongo_coll(collection_id).delete_one({"_id": record_id})
+        result = await self._mongo_coll(collection_id).delete_one({"_id": record_id}, session=current_session())
         return result.deleted_count == 1
 
     async def find_by_ids(self, collection_id: str, record_ids: Sequence[str]) -> list[Record]:
@@ -123,7 +124,7 @@ class RecordRepository:
         mongo_coll = self._mongo_coll(collection_id)
         found: list[Record] = []
         for chunk in _chunks(record_ids):
-            found.extend([record_from_document(d) async for d in mongo_coll.find({"_id": {"$in": chunk}})])
+            found.extend([record_from_document(d) async for d in mongo_coll.find({"_id": {"$in": chunk}}, session=current_session())])
         return found
 
     async def existing_ids(self, collection_id: str, record_ids: Sequence[str]) -> set[str]:
@@ -131,7 +132,8 @@ class RecordRepository:
         mongo_coll = self._mongo_coll(collection_id)
         found: set[str] = set()
         for chunk in _chunks(record_ids):
-            found.update([d["_id"] async for d in mongo_coll.find({"_id": {"$in": chunk}}, projection={"_id": 1})])
+            found.update([d["_id"] async for d in mongo_coll.find({"_id": {"$in": chunk}}, projection={"_id": 1},
+                                                                   session=current_session())])
         return found
 
     async def find_holders(self, collection_id: str, field_name: str, record_ids: Sequence[str]) -> list[Record]:
@@ -140,7 +142,7 @@ class RecordRepository:
         mongo_coll = self._mongo_coll(collection_id)
         found: list[Record] = []
         for chunk in _chunks(record_ids):
-            cursor = mongo_coll.find({field_name: {"$in": chunk}},
+            cursor = mongo_coll.find({field_name: {"$in": chunk}}, session=current_session(),
                                      projection={field_name: 1, "created": 1, "updated": 1})
             found.extend([record_from_document(d) async for d in cursor])
         return list({r.id: r for r in found}.values())
@@ -156,7 +158,7 @@ class RecordRepository:
             query: dict[str, Any] = {field_name: {"$in": chunk}}
             if skip_ids:
                 query["_id"] = {"$nin": list(skip_ids)}
-            ids = [d["_id"] async for d in mongo_coll.find(query, projection={"_id": 1})]
+            ids = [d["_id"] async for d in mongo_coll.find(query, projection={"_id": 1}, session=current_session())]
             if not ids:
                 continue
             change: dict[str, Any] = (
@@ -164,7 +166,8 @@ class RecordRepository:
                 else {"$unset": {field_name: ""}, "$set": {"updated": now}}
             )
             for id_chunk in _chunks(ids):
-                await mongo_coll.update_many({"_id": {"$in": id_chunk}, field_name: {"$in": chunk}}, change)
+                await mongo_coll.update_many({"_id": {"$in": id_chunk}, field_name: {"$in": chunk}}, change,
+                                             session=current_session())
             changed.extend(ids)
         return list(dict.fromkeys(changed))
 
@@ -190,7 +193,8 @@ class RecordRepository:
         requests = [UpdateMany({"_id": {"$in": chunk}}, change) for chunk in _chunks(record_ids)]
         try:
             async with translate_errors("record"):
-                result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True)
+                result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True,
+                                                                          session=current_session())
         except BulkWriteError as exc:
             raise _bulk_write_error(exc) from None
         return result.matched_count
@@ -201,7 +205,8 @@ class RecordRepository:
             return 0
         requests = [DeleteMany({"_id": {"$in": chunk}}) for chunk in _chunks(record_ids)]
         async with translate_errors("record"):
-            result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True)
+            result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True,
+                                                                      session=current_session())
         return result.deleted_count
 
     async def stream(

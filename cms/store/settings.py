@@ -22,3 +22,8 @@ class SettingsRepository:
         await self._mongo_coll.update_one(
             {"key": key}, {"$set": {"value": value, "category": category}}, upsert=True
         )
+
+    async def get(self, key: str) -> Any:
+        """The stored value of `key`, or None when it is not stored (the default applies)."""
+        doc = await self._mongo_coll.find_one({"key": key}, {"value": 1})
+        return None if doc is None else doc["value"]

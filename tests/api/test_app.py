@@ -190,3 +190,16 @@ async def test_openapi_documents_csv_upload_and_download(client):
     assert upload["schema"]["properties"]["file"] == {"type": "string", "format": "binary"}
     download = document["paths"][base + "/export/csv"]["get"]["responses"]["200"]["content"]
     assert set(download) == {"text/csv"}
+
+
+async def test_stats_for_admins_has_pool_server_redis_and_queue_figures(client, services, config, admin_token):
+    await services.redis.enqueue_job("no_such_job", _queue_name=config.queue_name)
+    await services.redis.enqueue_job("no_such_job", _queue_name=config.queue_name)
+    body = await (await client.get("/api/v1/stats", headers=bearer(admin_token))).json()
+    mongodb, redis = body["mongodb"], body["redis"]
+    assert mongodb["pool"]["max_size"] == 100 and mongodb["pool"]["servers"] >= 1
+    assert mongodb["server"]["connections"]["current"] >= 1  # serverStatus: the embedded server has it
+    assert mongodb["server"]["version"] and mongodb["server"]["opcounters"]["insert"] >= 1
+    assert redis["queue_depth"] == 2
+    assert redis["total_commands_processed"] > 0 and redis["used_memory_peak"] >= 1
+    assert redis["keyspace_hits"] is not None and redis["maxclients"] >= 1

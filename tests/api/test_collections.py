@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.conftest import bearer, error_of
+from tests.conftest import bearer, error_of, names_field
 
 COLLECTIONS = "/api/v1/collections"
 
@@ -217,7 +217,7 @@ async def test_bad_schema_shapes_are_422_with_errors(client, admin_token):
         assert response.status == 422, (case, await response.text())
         body = await response.json()
         assert body["code"] == "validation_error", case
-        assert body["errors"].get("schema"), (case, body)
+        assert names_field(body["errors"], "schema"), (case, body)
     assert await (await client.get(COLLECTIONS)).json() == []
 
 
@@ -448,3 +448,15 @@ async def test_collection_changes_are_audited(client, admin_token, services):
     await client.delete(f"{COLLECTIONS}/{collection_id}", headers=bearer(admin_token))
     for event_type in ("collection_created", "collection_updated", "collection_deleted"):
         assert await services.audit.count(event_type=event_type) == 1, event_type
+
+
+async def test_bad_field_definition_errors_are_flat_dotted_keys(client, admin_token):
+    response = await create(client, admin_token, {"name": "posts", "schema": [
+        {"name": "1bad", "type": "text"},
+        {"name": "ok", "type": "text", "validation": {"min": "a"}},
+    ]})
+    body = await error_of(response, 422, "validation_error")
+    assert body["errors"]["schema.0.name"] == ["Invalid field name."], body
+    assert isinstance(body["errors"]["schema.1.validation.min"], list), body
+    for messages in body["errors"].values():
+        assert isinstance(messages, list) and all(isinstance(m, str) for m in messages), body

@@ -331,7 +331,8 @@ async def test_no_write_outlives_a_deleted_collection(services, client, admin_to
         created = asyncio.Event()
         statuses: list[int] = []
 
-        async def writer(number: int) -> None:
+        async def writer(number: int, path: str = path, statuses: list[int] = statuses,
+                         created: asyncio.Event = created) -> None:
             for attempt in range(200):
                 response = await client.post(path, headers=auth,
                                              json={"data": {"title": f"w{number}-{attempt}", "author": "p1"}})

@@ -1,0 +1,32 @@
+"""Handlers of `/api/v1/api-keys` (spec: API key; decisions.md: Identity and tokens). Admin-table
+users manage their own keys (an admin sees all); the service checks the principal."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.api.context import client_ip, parse_body, services, user_agent
+from cms.api.guards import require_user
+from cms.api.schemas import ApiKeyCreateSchema, ApiKeySchema
+
+
+async def create_api_key(request: web.Request) -> web.Response:
+    """POST /api-keys: 201 `{id, name, scopes, expires_at, created, last_used, key}`; `key` is shown once."""
+    principal = await require_user(request)
+    body = await parse_body(request, ApiKeyCreateSchema())
+    key, secret = await services(request).api_keys.create(
+        principal, body["name"], body["scopes"], body["expires_at"], ip=client_ip(request),
+        user_agent=user_agent(request))
+    return web.json_response({**ApiKeySchema().dump(key), "key": secret}, status=201)
+
+
+async def list_api_keys(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    return web.json_response(ApiKeySchema(many=True).dump(await services(request).api_keys.list_keys(principal)))
+
+
+async def delete_api_key(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    await services(request).api_keys.revoke(principal, request.match_info["key_id"], ip=client_ip(request),
+                                            user_agent=user_agent(request))
+    return web.Response(status=204)

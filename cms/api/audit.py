@@ -1,0 +1,37 @@
+"""Handlers of `/api/v1/audit` (spec: Audit logs): admin tokens only (401 without, 403 otherwise)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.api.context import parse_query, services
+from cms.api.guards import require_admin
+from cms.api.schemas import (
+    AuditListQuerySchema,
+    AuditPageSchema,
+    AuditSecurityQuerySchema,
+    AuditStatisticsSchema,
+)
+
+
+async def list_audit(request: web.Request) -> web.Response:
+    """GET /api/v1/audit: `{items, total, limit, offset}`, newest first, filtered by the query."""
+    principal = await require_admin(request)
+    query = parse_query(request, AuditListQuerySchema())
+    page = await services(request).audit.list(principal, **query)
+    return web.json_response(AuditPageSchema().dump(page))
+
+
+async def security_audit(request: web.Request) -> web.Response:
+    """GET /api/v1/audit/security: warning and critical entries (or `severity`), newest first."""
+    principal = await require_admin(request)
+    query = parse_query(request, AuditSecurityQuerySchema())
+    page = await services(request).audit.security(principal, **query)
+    return web.json_response(AuditPageSchema().dump(page))
+
+
+async def audit_statistics(request: web.Request) -> web.Response:
+    """GET /api/v1/audit/statistics: `{total, by_event_type, by_severity, last_24h}`."""
+    principal = await require_admin(request)
+    statistics = await services(request).audit.statistics(principal)
+    return web.json_response(AuditStatisticsSchema().dump(statistics))

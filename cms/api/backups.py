@@ -1,0 +1,37 @@
+"""Handlers of `/api/v1/backups` (decisions.md, Backups): admin only. Each request waits until
+its backup or restore is complete."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.api.context import client_ip, services, user_agent
+from cms.api.guards import require_admin
+from cms.api.schemas import BackupSchema, MessageSchema
+
+
+async def create_backup(request: web.Request) -> web.Response:
+    principal = await require_admin(request)
+    backup = await services(request).backups.create(principal, ip=client_ip(request),
+                                                    user_agent=user_agent(request))
+    return web.json_response(BackupSchema().dump(backup), status=201)
+
+
+async def list_backups(request: web.Request) -> web.Response:
+    principal = await require_admin(request)
+    backups = await services(request).backups.list(principal)
+    return web.json_response(BackupSchema(many=True).dump(backups))
+
+
+async def restore_backup(request: web.Request) -> web.Response:
+    principal = await require_admin(request)
+    result = await services(request).backups.restore(principal, request.match_info["filename"],
+                                                     ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response(MessageSchema().dump({"message": result.message}))
+
+
+async def delete_backup(request: web.Request) -> web.Response:
+    principal = await require_admin(request)
+    await services(request).backups.delete(principal, request.match_info["filename"], ip=client_ip(request),
+                                           user_agent=user_agent(request))
+    return web.Response(status=204)

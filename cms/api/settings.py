@@ -1,0 +1,28 @@
+"""Handlers of `/api/v1/settings` (spec: System, Setting): admin tokens only (401 without, 403 otherwise)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.api.context import client_ip, parse_body, services, user_agent
+from cms.api.guards import require_admin
+from cms.api.schemas import SettingSchema, SettingUpdateSchema
+
+
+async def list_settings(request: web.Request) -> web.Response:
+    """GET /api/v1/settings: every setting as `{key, value, category}`, `value` a string."""
+    principal = await require_admin(request)
+    settings = await services(request).settings.list(principal)
+    return web.json_response(SettingSchema(many=True).dump(settings))
+
+
+async def update_setting(request: web.Request) -> web.Response:
+    """POST /api/v1/settings `{key, value, category?}`: upsert one setting; 200 with it, 422 for an
+    unknown key or a bad value. The change is audited with the caller's address and user agent."""
+    principal = await require_admin(request)
+    body = await parse_body(request, SettingUpdateSchema())
+    setting = await services(request).settings.change(
+        principal, body["key"], body["value"], category=body["category"],
+        ip=client_ip(request), user_agent=user_agent(request),
+    )
+    return web.json_response(SettingSchema().dump(setting))

@@ -1,0 +1,68 @@
+"""Handlers of `/api/v1/webhooks` (spec: Webhooks endpoints; decisions.md: Webhook deliveries).
+Admin-table users of either role; the service checks the principal."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.api.context import parse_body, parse_query, services
+from cms.api.guards import require_user
+from cms.api.schemas import (
+    DeliveryAttemptSchema,
+    DeliveryQuerySchema,
+    WebhookCreateSchema,
+    WebhookListQuerySchema,
+    WebhookSchema,
+    WebhookUpdateSchema,
+)
+
+
+async def create_webhook(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    body = await parse_body(request, WebhookCreateSchema())
+    webhook = await services(request).webhooks.create(principal, **body)
+    return web.json_response(WebhookSchema().dump(webhook), status=201)
+
+
+async def list_webhooks(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    query = parse_query(request, WebhookListQuerySchema())
+    webhooks = await services(request).webhooks.list_webhooks(principal, collection_name=query["collection_name"])
+    return web.json_response(WebhookSchema(many=True).dump(webhooks))
+
+
+async def get_webhook(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    webhook = await services(request).webhooks.get(principal, request.match_info["webhook_id"])
+    return web.json_response(WebhookSchema().dump(webhook))
+
+
+async def update_webhook(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    body = await parse_body(request, WebhookUpdateSchema())
+    webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"], body)
+    return web.json_response(WebhookSchema().dump(webhook))
+
+
+async def delete_webhook(request: web.Request) -> web.Response:
+    principal = await require_user(request)
+    await services(request).webhooks.delete(principal, request.match_info["webhook_id"])
+    return web.Response(status=204)
+
+
+async def webhook_deliveries(request: web.Request) -> web.Response:
+    """GET /webhooks/{webhook_id}/deliveries: `{items, total}`, newest first."""
+    return await _deliveries(request, request.match_info["webhook_id"])
+
+
+async def recent_deliveries(request: web.Request) -> web.Response:
+    """GET /webhooks/deliveries/recent: every webhook's attempts the caller manages, newest first."""
+    return await _deliveries(request, None)
+
+
+async def _deliveries(request: web.Request, webhook_id: str | None) -> web.Response:
+    principal = await require_user(request)
+    query = parse_query(request, DeliveryQuerySchema())
+    items, total = await services(request).webhooks.deliveries(principal, webhook_id, skip=query["skip"],
+                                                               limit=query["limit"])
+    return web.json_response({"items": DeliveryAttemptSchema(many=True).dump(items), "total": total})

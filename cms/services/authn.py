@@ -1,0 +1,40 @@
+"""Authentication: one place that turns a presented credential into a Principal (decisions.md,
+Identity and tokens), called once per request by the API's principal middleware.
+
+Credentials: an access token of the admin table (audience `admin`), an access token of an auth
+collection (audience `collection:<id>`), or an API key (`cms_...`, in `X-API-Key` or as a bearer
+token). A JWT's signature is verified before its audience picks the user system, which then checks
+the rest (type, expiry, active session, user still there).
+"""
+
+from __future__ import annotations
+
+from cms.errors import Unauthorized
+from cms.models import ADMIN_AUDIENCE, Principal, audience_collection_id
+from cms.security.tokens import TokenCodec
+from cms.services.accounts import AccountService
+from cms.services.api_keys import ApiKeyService, is_api_key
+from cms.services.collection_auth import CollectionAuthService
+
+
+class Authenticator:
+    """Resolves credentials of every kind with the user systems and the API key service."""
+
+    def __init__(self, codec: TokenCodec, accounts: AccountService, collection_auth: CollectionAuthService,
+                 api_keys: ApiKeyService) -> None:
+        self._codec = codec
+        self._accounts = accounts
+        self._collection_auth = collection_auth
+        self._api_keys = api_keys
+
+    async def authenticate(self, credential: str) -> Principal:
+        """The principal behind `credential` (a bearer token or an API key). Raises Unauthorized
+        when it is not valid anywhere (bad, expired, revoked, unknown audience)."""
+        if is_api_key(credential):
+            return await self._api_keys.authenticate(credential)
+        audience = self._codec.verified_audience(credential)
+        if audience == ADMIN_AUDIENCE:
+            return await self._accounts.authenticate(credential)
+        if audience_collection_id(audience) is not None:
+            return await self._collection_auth.authenticate(credential, audience)
+        raise Unauthorized("Token is not valid here")

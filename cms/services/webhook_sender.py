@@ -1,0 +1,172 @@
+"""The HTTP side of webhook deliveries: one POST per attempt, signed, with a time-out, no
+redirects, and the SSRF rule applied to the address actually connected to (decisions.md, Webhook
+deliveries). The aiohttp client session is injected (one per process, STYLE rule 12).
+
+In production mode (`WEBHOOK_ALLOW_PRIVATE` unset) the session resolves host names through
+`GuardedResolver`, which drops every address that is not public, so a name whose DNS changes to a
+private address after the webhook was saved is still refused at delivery; an IP literal in the
+URL is checked before sending, since aiohttp does not resolve those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
+
+from cms import __version__
+from cms.models import Webhook, WebhookDelivery
+from cms.security.addresses import is_public_address
+from cms.security.signing import SIGNATURE_HEADER, sign, sign_standard
+
+REQUEST_TIMEOUT_S = 10.0
+"""Time-out of one delivery request (connect, send, response), in seconds."""
+MAX_RESPONSE_BYTES = 2048
+"""How much of a receiver's response body the delivery log keeps."""
+USER_AGENT = f"cms-webhooks/{__version__}"
+REFUSED_ADDRESS = "refused: the URL resolves to a loopback, link-local or private address"
+
+AddressCheck = Callable[[str], Awaitable[str | None]]
+"""hostname -> None when a webhook may target it, else why not (a message for a 422)."""
+
+
+class AddressRefused(OSError):
+    """Every address of a host is refused by the SSRF rule."""
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp resolver that keeps only public addresses (raises AddressRefused when none is left)."""
+
+    def __init__(self) -> None:
+        self._resolver = DefaultResolver()
+
+    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+                      ) -> list[ResolveResult]:
+        """The public addresses of `host`. Raises AddressRefused or OSError (no such host)."""
+        results = [r for r in await self._resolver.resolve(host, port, family) if is_public_address(r["host"])]
+        if not results:
+            raise AddressRefused(REFUSED_ADDRESS)
+        return results
+
+    async def close(self) -> None:
+        """Close the wrapped resolver."""
+        await self._resolver.close()
+
+
+def address_check(*, allow_private: bool) -> AddressCheck:
+    """The check made when a webhook is saved: with `allow_private`, every host passes; otherwise
+    every address the host resolves to must be public (a host that does not resolve is refused)."""
+
+    async def check(hostname: str) -> str | None:
+        if allow_private:
+            return None
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(hostname, None, type=socket.SOCK_STREAM)
+        except OSError:
+            return f"The host '{hostname[:100]}' does not resolve."
+        if not infos or not all(is_public_address(str(info[4][0])) for info in infos):
+            return "The URL resolves to a loopback, link-local or private address (WEBHOOK_ALLOW_PRIVATE is off)."
+        return None
+
+    return check
+
+
+def connector(*, allow_private: bool) -> aiohttp.TCPConnector:
+    """The connector of the delivery session: guarded name resolution unless `allow_private`."""
+    return aiohttp.TCPConnector(resolver=None if allow_private else GuardedResolver(), limit=100)
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """One attempt's outcome: the receiver's status and the start of its body, or `error`;
+    `retryable` for 5xx, time-outs and connection errors; `duration_ms` of the whole exchange."""
+
+    status_code: int | None
+    response_body: str
+    duration_ms: int
+    error: str | None
+
+    @property
+    def success(self) -> bool:
+        """A 2xx answer."""
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+    @property
+    def retryable(self) -> bool:
+        """5xx, time-out or connection error (not a refused address, 3xx or 4xx)."""
+        if self.status_code is not None:
+            return self.status_code >= 500
+        return self.error is not None and not self.error.startswith("refused")
+
+
+class WebhookSender:
+    """POSTs deliveries with `session` (whose connector applies the SSRF rule), `allow_private` for
+    IP literals, and a time-out of `timeout_s` seconds per request."""
+
+    def __init__(self, session: aiohttp.ClientSession, *, allow_private: bool,
+                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._session = session
+        self._allow_private = allow_private
+        self._timeout_s = timeout_s
+
+    async def send(self, webhook: Webhook, delivery: WebhookDelivery) -> SendResult:
+        """One attempt: POST `delivery.body` to `webhook.url` with the headers of decisions.md and
+        the Standard Webhooks headers. Never raises for network trouble: it is in the result."""
+        body = delivery.body.encode("utf-8")
+        started = time.monotonic()
+        host = urlsplit(webhook.url).hostname or ""
+        if not self._allow_private and _is_ip_literal(host) and not is_public_address(host):
+            return SendResult(None, "", 0, REFUSED_ADDRESS)
+        try:
+            async with self._session.post(webhook.url, data=body, headers=delivery_headers(webhook, delivery, body),
+                                          allow_redirects=False,
+                                          timeout=aiohttp.ClientTimeout(total=self._timeout_s)) as response:
+                excerpt = await response.content.read(MAX_RESPONSE_BYTES)
+                return SendResult(response.status, excerpt.decode("utf-8", "replace"), _ms_since(started), None)
+        except TimeoutError:
+            return SendResult(None, "", _ms_since(started), f"timed out after {self._timeout_s:g} s")
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, AddressRefused):
+                return SendResult(None, "", _ms_since(started), REFUSED_ADDRESS)
+            return SendResult(None, "", _ms_since(started), f"connection failed: {type(exc).__name__}")
+        except (aiohttp.ClientError, OSError) as exc:
+            return SendResult(None, "", _ms_since(started), f"request failed: {type(exc).__name__}")
+
+
+def delivery_headers(webhook: Webhook, delivery: WebhookDelivery, body: bytes) -> dict[str, Any]:
+    """The request headers of one attempt: Content-Type, User-Agent, X-Webhook-Event,
+    X-Webhook-Delivery, X-Webhook-Signature (with a secret), and the Standard Webhooks
+    `webhook-id` (the delivery id), `webhook-timestamp` (Unix seconds, now) and `webhook-signature`."""
+    timestamp_s = int(time.time())
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Webhook-Event": delivery.event,
+        "X-Webhook-Delivery": delivery.id,
+        "webhook-id": delivery.id,
+        "webhook-timestamp": str(timestamp_s),
+    }
+    if webhook.secret:
+        headers[SIGNATURE_HEADER] = sign(webhook.secret, body)
+        headers["webhook-signature"] = sign_standard(webhook.secret, delivery.id, timestamp_s, body)
+    return headers
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host.split("%", 1)[0])
+    except OSError:
+        return False
+    return True
+
+
+def _ms_since(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)
