@@ -12,8 +12,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from cms.api.context import SERVICES
-from cms.api.http_server import CmsAppRunner
 from cms.api.guards import principal_middleware
+from cms.api.http_server import CmsAppRunner
 from cms.api.middlewares import error_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware

@@ -200,7 +200,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 collections=collections,
                 records=RecordService(collections, record_repository, schemas, events, clock=clock,
                                       transactions=Transactions(client, enabled=capabilities.transactions),
-                                      needs_transaction=webhooks.wants),
+                                      needs_transaction=webhooks.wants, settings=settings),
                 system=SystemService(
                     pings={"mongodb": lambda: client.admin.command("ping"), "redis": pool.ping},
                     stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(pool, config.queue_name),

@@ -16,7 +16,6 @@ from cms.api.schemas import (
     RecordWriteSchema,
 )
 from cms.api.uploads import read_upload
-from cms.services.csv_io import MAX_IMPORT_BYTES
 from cms.services.records import record_json
 
 log = logging.getLogger("cms.api")
@@ -128,7 +127,7 @@ async def export_records_csv(request: web.Request) -> web.StreamResponse:
 
 async def import_records_csv(request: web.Request) -> web.Response:
     principal = await require_user(request)
-    content = await read_upload(request, "file", MAX_IMPORT_BYTES)
+    content = await read_upload(request, "file", await services(request).records.import_max_bytes())
     result = await services(request).records.import_csv(principal, request.match_info["collection_name"], content)
     return web.json_response(
         {"imported": result.imported, "failed": [{"row": f.row, "errors": f.errors} for f in result.failed]}

@@ -39,6 +39,8 @@ from cms.services.fields import SYSTEM_FIELDS, TEXT_TYPES, build_record_schema, 
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
 MAX_IMPORT_ROWS = 50_000
+MAX_FIELD_BYTES = 1024 * 1024 * 1024
+"""csv's cell size limit: the largest upload the `csv_import_max_mb` setting allows (its cap)."""
 SYSTEM_COLUMNS = ("id", "created", "updated")
 FORMULA_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 FLUSH_CHARS = 64 * 1024
@@ -175,8 +177,8 @@ def decode_csv(content: bytes) -> str:
 
 def _reader(text: str) -> Any:
     # Fields are bounded by the upload limit, not csv's default of 128 KiB (a long editor text).
-    if csv.field_size_limit() < MAX_IMPORT_BYTES:
-        csv.field_size_limit(MAX_IMPORT_BYTES)
+    if csv.field_size_limit() < MAX_FIELD_BYTES:
+        csv.field_size_limit(MAX_FIELD_BYTES)
     return csv.reader(io.StringIO(text, newline=""), strict=True)
 
 

@@ -17,6 +17,7 @@ from cms.errors import PayloadTooLarge
 from cms.models import Collection, Record
 from cms.services.csv_io import (
     MAX_IMPORT_BYTES,
+    MAX_IMPORT_ROWS,
     ROW_ERROR_KEY,
     CsvChunkWriter,
     CsvImport,
@@ -93,7 +94,8 @@ class RecordCsv:
             await records.aclose()
         yield writer.take()
 
-    async def import_csv(self, collection: Collection, content: bytes) -> ImportResult:
+    async def import_csv(self, collection: Collection, content: bytes, *, max_bytes: int = MAX_IMPORT_BYTES,
+                         max_rows: int = MAX_IMPORT_ROWS) -> ImportResult:
         """Store the rows of CSV `content` as new records of `collection`.
 
         The file is checked as a whole first: nothing is stored when it is over 10 MiB
@@ -109,9 +111,9 @@ class RecordCsv:
         every other valid row is in `failed` with a `_row` message saying it was not stored, so a
         client can retry exactly those. Only when even that look-up fails are the rows of the batch
         in doubt reported as possibly stored. Records of one batch share their `created` time."""
-        if len(content) > MAX_IMPORT_BYTES:
-            raise PayloadTooLarge(f"The CSV file is larger than {MAX_IMPORT_BYTES // 2**20} MiB")
-        rows, failed = await asyncio.to_thread(_parse_all, collection, content)
+        if len(content) > max_bytes:
+            raise PayloadTooLarge(f"The CSV file is larger than {max_bytes // 2**20} MiB")
+        rows, failed = await asyncio.to_thread(_parse_all, collection, content, max_rows)
         result = ImportResult(failed=failed)
         rows = await self._drop_missing_relations(collection, rows, result.failed)
         for start in range(0, len(rows), IMPORT_BATCH_SIZE):
@@ -192,10 +194,10 @@ class RecordCsv:
         return [row for index, row in enumerate(rows) if index not in errors]
 
 
-def _parse_all(collection: Collection, content: bytes) -> tuple[list[ParsedRow], list[RowFailure]]:
+def _parse_all(collection: Collection, content: bytes, max_rows: int) -> tuple[list[ParsedRow], list[RowFailure]]:
     """Check the file as a whole, then parse and validate every row: (valid rows, failed rows).
     CPU-bound: callers run it in a worker thread. Raises ValidationFailed (the file is refused)."""
-    upload = CsvImport(collection, content)
+    upload = CsvImport(collection, content, max_rows=max_rows)
     rows: list[ParsedRow] = []
     failed: list[RowFailure] = []
     for valid, invalid in upload.batches(IMPORT_BATCH_SIZE):

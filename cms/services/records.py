@@ -32,11 +32,12 @@ from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
 from cms.services.access import record_scope
 from cms.services.collections import CollectionService
-from cms.services.csv_io import ImportResult
+from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
 from cms.services.fields import RecordSchemas, text_field_names, to_json_value, value_list
 from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
 from cms.services.relations import RelationRelease
+from cms.services.settings import RecordLimits, SettingsService
 from cms.store.records import RecordRepository
 from cms.store.transactions import Transactions
 
@@ -81,14 +82,15 @@ def record_json(record: Record) -> dict[str, Any]:
     return body
 
 
-def check_record_ids(record_ids: Sequence[str]) -> list[str]:
-    """The ids of a bulk request: 1..MAX_BULK_IDS, each listed once. Raises ValidationFailed
-    (422, `errors: {"record_ids": [...]}`) for an empty list, too many ids or a repeated id."""
+def check_record_ids(record_ids: Sequence[str], max_ids: int = MAX_BULK_IDS) -> list[str]:
+    """The ids of a bulk request: 1..`max_ids` (the `bulk_max_ids` setting), each listed once.
+    Raises ValidationFailed (422, `errors: {"record_ids": [...]}`) for an empty list, too many ids
+    or a repeated id."""
     ids = list(record_ids)
     if not ids:
         raise _ids_error("At least one id is required.")
-    if len(ids) > MAX_BULK_IDS:
-        raise _ids_error(f"At most {MAX_BULK_IDS:,} ids per request; {len(ids):,} given.")
+    if len(ids) > max_ids:
+        raise _ids_error(f"At most {max_ids:,} ids per request; {len(ids):,} given.")
     repeated = [i for i, n in Counter(ids).items() if n > 1]
     if repeated:
         shown = ", ".join(repeated[:20]) + (", ..." if len(repeated) > 20 else "")
@@ -131,7 +133,9 @@ class RecordService:
         clock: Clock = utcnow,
         transactions: Transactions | None = None,
         needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
+        settings: SettingsService | None = None,
     ) -> None:
+        self._settings = settings
         self._collections = collections
         self._records = records
         self._schemas = schemas
@@ -287,7 +291,7 @@ class RecordService:
         `errors.<record id>` for the records that would fail; nothing changes) or AlreadyExists (a
         concurrent write took a unique value first)."""
         collection = await self._collections.get_by_name(collection_name)
-        ids = check_record_ids(record_ids)
+        ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         _check_scope(principal, collection, ids)
         set_values, unset = self._changes(collection, data)
         await self._check_relations(collection, set_values)
@@ -334,7 +338,7 @@ class RecordService:
         request between the check and the delete is not counted, but still gets a `delete` event
         (subscribers see at least one)."""
         collection = await self._collections.get_by_name(collection_name)
-        ids = check_record_ids(record_ids)
+        ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         _check_scope(principal, collection, ids)
         existing = await self._records.existing_ids(collection.id, ids)
         missing = {i: ["Record not found."] for i in ids if i not in existing}
@@ -373,7 +377,9 @@ class RecordService:
         Raises NotFound (collection), BadRequest (an auth collection), PayloadTooLarge (over 10 MiB)
         or ValidationFailed (the file as a whole is refused; nothing is stored)."""
         collection = await self._writable_for_new_records(collection_name)
-        result = await self._csv.import_csv(collection, content)
+        limits = await self._limits()
+        result = await self._csv.import_csv(collection, content, max_bytes=limits.import_max_bytes,
+                                            max_rows=limits.import_max_rows)
         if result.imported:
             await self._check_still_there(collection)
         return result
@@ -399,6 +405,15 @@ class RecordService:
 
     async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
         await check_relations(self._records, collection, values)
+
+    async def import_max_bytes(self) -> int:
+        """The largest CSV upload accepted, in bytes (setting `csv_import_max_mb`)."""
+        return (await self._limits()).import_max_bytes
+
+    async def _limits(self) -> RecordLimits:
+        if self._settings is None:
+            return RecordLimits(MAX_BULK_IDS, MAX_IMPORT_ROWS, MAX_IMPORT_BYTES)
+        return await self._settings.record_limits()
 
     async def _unit(self, collection: Collection) -> AbstractAsyncContextManager[None]:
         """The event unit of one write to `collection` (`EventBus.unit`): in a transaction with its

@@ -77,6 +77,16 @@ SettingListener = Callable[[Any], Awaitable[None]]
 
 
 @dataclass(frozen=True)
+class RecordLimits:
+    """The limits of bulk changes and CSV imports (settings `bulk_max_ids`, `csv_import_max_rows`,
+    `csv_import_max_mb`); `import_max_bytes` in bytes."""
+
+    bulk_max_ids: int
+    import_max_rows: int
+    import_max_bytes: int
+
+
+@dataclass(frozen=True)
 class AuthSettings:
     """The settings a login, registration or refresh needs; lifetimes in seconds.
 
@@ -202,6 +212,12 @@ class SettingsService:
                 log.warning("settings version unavailable; re-reading settings every %s s", REDIS_DOWN_RELOAD_S,
                             exc_info=True)
             return _UNKNOWN
+
+    async def record_limits(self) -> RecordLimits:
+        """The bulk and CSV limits snapshot (one read)."""
+        v = await self.values()
+        return RecordLimits(bulk_max_ids=int(v["bulk_max_ids"]), import_max_rows=int(v["csv_import_max_rows"]),
+                            import_max_bytes=int(v["csv_import_max_mb"]) * 1024 * 1024)
 
     async def auth(self) -> AuthSettings:
         """The auth settings snapshot (one read)."""
