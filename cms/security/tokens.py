@@ -90,34 +90,7 @@ class TokenCodec:
         Raises Unauthorized for a malformed token, a bad signature, any algorithm but HS256 (`none`
         included), a missing or ill-typed claim, a wrong `typ` (a refresh token is never an access
         token), a wrong `aud`, or expiry ("Token has expired": the clock's time is at or past `exp`)."""
-        if not token.isascii():
-            # A JWT is base64url and dots; pyjwt would fail to encode lone surrogates (500, not 401).
-            raise Unauthorized("Token is malformed")
-        try:
-            # pyjwt checks only the signature and the pinned algorithm; every claim is checked here,
-            # so the injected clock (not the wall clock) decides expiry and the details stay ours.
-            payload = jwt.decode(
-                token,
-                self._secret_key,
-                algorithms=[ALGORITHM],
-                options={
-                    "verify_signature": True,
-                    "verify_exp": False,
-                    "verify_nbf": False,
-                    "verify_iat": False,
-                    "verify_aud": False,
-                    "verify_iss": False,
-                    "verify_sub": False,
-                    "verify_jti": False,
-                },
-            )
-        except jwt.InvalidAlgorithmError as exc:
-            raise Unauthorized("Token algorithm is not allowed") from exc
-        except jwt.InvalidSignatureError as exc:
-            raise Unauthorized("Token signature is invalid") from exc
-        except jwt.PyJWTError as exc:
-            raise Unauthorized("Token is malformed") from exc
-        claims = _claims_from_payload(payload)
+        claims = _claims_from_payload(self._verified_payload(token))
         if claims.typ != typ:
             raise Unauthorized(f"Wrong token type: expected '{typ}'")
         if claims.aud != audience:
@@ -131,22 +104,31 @@ class TokenCodec:
         """The `aud` of `token` after checking its signature and algorithm (and nothing else): what
         picks the user system that then decodes the token fully with `decode`. Raises Unauthorized
         for a malformed token, a bad signature, a disallowed algorithm or a missing `aud`."""
+        payload = self._verified_payload(token)
+        aud = payload.get("aud") if isinstance(payload, dict) else None
+        if not isinstance(aud, str) or not aud:
+            raise Unauthorized("Token is missing the 'aud' claim")
+        return aud
+
+    def _verified_payload(self, token: str) -> Any:
+        """The payload of `token` once its signature and pinned algorithm are checked; no claim is
+        checked here. Raises Unauthorized (malformed, bad signature, other algorithm)."""
         if not token.isascii():
+            # A JWT is base64url and dots; pyjwt would fail to encode lone surrogates (500, not 401).
             raise Unauthorized("Token is malformed")
         try:
-            payload = jwt.decode(token, self._secret_key, algorithms=[ALGORITHM],
-                                 options={"verify_signature": True, "verify_exp": False, "verify_aud": False,
-                                          "verify_iat": False, "verify_nbf": False})
+            # pyjwt checks only the signature and the pinned algorithm; every claim is checked by
+            # the callers, so the injected clock (not the wall clock) decides expiry.
+            return jwt.decode(token, self._secret_key, algorithms=[ALGORITHM], options={
+                "verify_signature": True, "verify_exp": False, "verify_nbf": False, "verify_iat": False,
+                "verify_aud": False, "verify_iss": False, "verify_sub": False, "verify_jti": False,
+            })
         except jwt.InvalidAlgorithmError as exc:
             raise Unauthorized("Token algorithm is not allowed") from exc
         except jwt.InvalidSignatureError as exc:
             raise Unauthorized("Token signature is invalid") from exc
         except jwt.PyJWTError as exc:
             raise Unauthorized("Token is malformed") from exc
-        aud = payload.get("aud") if isinstance(payload, dict) else None
-        if not isinstance(aud, str) or not aud:
-            raise Unauthorized("Token is missing the 'aud' claim")
-        return aud
 
 
 def _claims_from_payload(payload: Any) -> TokenClaims:
