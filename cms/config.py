@@ -55,6 +55,11 @@ class Config:
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     rate_limit_window_s: int = 60
     webhook_allow_private: bool = False
+    worker_max_jobs: int = 20
+    """Jobs one worker runs at once (`WORKER_MAX_JOBS`)."""
+    worker_poll_delay_s: float = 0.05
+    """Seconds a worker waits between looks at the queue (`WORKER_POLL_DELAY_S`, in milliseconds
+    there): arq starts at most `worker_max_jobs` jobs per look, so this bounds its rate."""
     webhook_timeout_s: float = 10.0
     """Time-out of one webhook delivery request, in seconds (decisions.md: 10 s)."""
     """Deliver webhooks to loopback, link-local and private addresses in production mode too
@@ -141,6 +146,8 @@ class Config:
             embedded=embedded,
             trusted_proxies=trusted_proxies,
             webhook_allow_private=_bool(env, "WEBHOOK_ALLOW_PRIVATE", False),
+            worker_max_jobs=_int(env, "WORKER_MAX_JOBS", 20, 1, 1000),
+            worker_poll_delay_s=_int(env, "WORKER_POLL_DELAY_MS", 50, 1, 10_000) / 1000,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
         )
 

@@ -53,9 +53,11 @@ async def on_shutdown(ctx: dict[str, Any]) -> None:
 
 
 def build_worker(config: Config, *, services: Services | None = None, burst: bool = False,
-                 handle_signals: bool = True, poll_delay_s: float = 0.5) -> Worker:
-    """An arq Worker for `config`'s queue with every job function. It opens its own Redis pool;
-    `services` may be shared with the web app in the same process."""
+                 handle_signals: bool = True, poll_delay_s: float | None = None) -> Worker:
+    """An arq Worker for `config`'s queue with every job function, running up to
+    `config.worker_max_jobs` jobs at once and looking at the queue every `poll_delay_s` seconds
+    (default `config.worker_poll_delay_s`). It opens its own Redis pool; `services` may be shared
+    with the web app in the same process."""
     assert config.redis_url, "redis_url must be set"
     ctx: dict[str, Any] = {"config": config}
     if services is not None:
@@ -70,7 +72,8 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
         ctx=ctx,
         burst=burst,
         handle_signals=handle_signals,
-        poll_delay=poll_delay_s,
+        poll_delay=config.worker_poll_delay_s if poll_delay_s is None else poll_delay_s,
+        max_jobs=config.worker_max_jobs,
         max_tries=EMAIL_MAX_TRIES,
         job_timeout=120,
     )
@@ -86,3 +89,5 @@ class WorkerSettings:
     queue_name = QUEUE_NAME
     redis_settings = redis_settings(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     max_tries = EMAIL_MAX_TRIES
+    max_jobs = Config.worker_max_jobs
+    poll_delay = Config.worker_poll_delay_s

@@ -20,6 +20,7 @@ How a record change reaches a receiver, at least once:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -53,6 +54,8 @@ RELAY_GRACE_S = 2.0
 RELAY_STALE_S = 15 * 60
 """An enqueued delivery not finished after this long is handed on again (its job was lost)."""
 RELAY_BATCH = 1_000
+ENQUEUE_BATCH = 100
+"""Deliveries handed to the queue concurrently at a time."""
 MAX_LOG_PAGE = 200
 _ATTEMPT_NAMESPACE = uuid.UUID("6f1c3c1e-8f0e-4f43-9b8e-3c9f2b7f2a10")
 
@@ -249,9 +252,10 @@ class WebhookService:
     async def _hand_on(self, deliveries: Sequence[WebhookDelivery]) -> None:
         handed: list[str] = []
         try:
-            for delivery in deliveries:
-                await self._jobs.enqueue_webhook_delivery(delivery.id)
-                handed.append(delivery.id)
+            for start in range(0, len(deliveries), ENQUEUE_BATCH):  # concurrent round trips, bounded
+                batch = [d.id for d in deliveries[start:start + ENQUEUE_BATCH]]
+                await asyncio.gather(*(self._jobs.enqueue_webhook_delivery(i) for i in batch))
+                handed.extend(batch)
         except Exception:  # Redis down: the relay hands the rest on later
             log.warning("could not enqueue %d webhook deliveries; the relay will", len(deliveries) - len(handed),
                         exc_info=True)
@@ -279,7 +283,8 @@ class WebhookService:
         if delivery is None or delivery.status == "done":
             return DeliveryOutcome()
         webhook = await self._webhooks.get(delivery.webhook_id)
-        if webhook is None or not webhook.active or await self._log.succeeded(delivery.id):
+        # A job re-run after a crash has a higher attempt number: only then can an attempt have succeeded.
+        if webhook is None or not webhook.active or (attempt > 1 and await self._log.succeeded(delivery.id)):
             await self._outbox.mark_done(delivery.id, self._clock())
             return DeliveryOutcome()
         result = await self._sender.send(webhook, delivery)

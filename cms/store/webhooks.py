@@ -14,6 +14,7 @@ from cms.models import DeliveryAttempt, Webhook, WebhookDelivery
 from cms.store.client import Database
 from cms.store.documents import from_document, to_document
 from cms.store.errors import translate_errors
+from cms.store.records import ID_CHUNK
 from cms.store.transactions import current_session
 
 DELIVERY_LOG_TTL_S = 30 * 24 * 3600
@@ -106,8 +107,9 @@ class DeliveryOutbox:
 
     async def mark_enqueued(self, delivery_ids: Sequence[str], now: datetime) -> None:
         """Pending deliveries among `delivery_ids` become enqueued (done ones stay done)."""
-        if delivery_ids:
-            await self._mongo_coll.update_many({"_id": {"$in": list(delivery_ids)}, "status": PENDING},
+        ids = list(delivery_ids)
+        for start in range(0, len(ids), ID_CHUNK):  # long `$in` lists are slow on the embedded server
+            await self._mongo_coll.update_many({"_id": {"$in": ids[start:start + ID_CHUNK]}, "status": PENDING},
                                                {"$set": {"status": ENQUEUED, "enqueued_at": now}})
 
     async def mark_done(self, delivery_id: str, now: datetime) -> None:
