@@ -184,7 +184,8 @@ class WorkerProcess:
 
 def worker_label(spec: str) -> str:
     if spec == DEFAULT_WORKER:
-        return "`cms worker` (max_jobs 10, poll 0.5 s)"
+        return (f"`cms worker` (max_jobs {Config.worker_max_jobs}, "
+                f"poll {Config.worker_poll_delay_s:g} s)")
     max_jobs, poll_delay_s = parse_worker_spec(spec)
     return f"max_jobs {max_jobs}, poll {poll_delay_s:g} s"
 
