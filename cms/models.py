@@ -334,3 +334,22 @@ class ApiKey:
     key_hash: str = field(repr=False, default="")
     expires_at: datetime | None = None
     last_used: datetime | None = None
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file attached to a record (spec: Files), its bytes in GridFS.
+
+    `size` is in bytes; `sha256` is the hex SHA-256 of the bytes, computed while uploading;
+    `collection` is the collection's name and `collection_id` its id; `content_type` is a
+    validated `type/subtype` (with an optional charset)."""
+
+    id: str
+    filename: str
+    content_type: str
+    size: int
+    collection_id: str
+    collection: str
+    record_id: str
+    sha256: str
+    created: datetime

@@ -29,6 +29,7 @@ from cms.services.collections import CollectionService
 from cms.services.email_verification import EmailVerificationService
 from cms.services.events import CollectionEvent, EventBus, SessionEvent
 from cms.services.fields import RecordSchemas
+from cms.services.files import FileService
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
 from cms.services.otp import OtpService
@@ -48,6 +49,7 @@ from cms.store.backups import DumpRepository
 from cms.store.client import Database, database_stats, detect_capabilities, ensure_indexes, open_client
 from cms.store.collection_users import CollectionUserRepository
 from cms.store.collections import CollectionRepository
+from cms.store.files import FileRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
 from cms.store.otp_codes import OtpCodeRepository
 from cms.store.records import RecordRepository
@@ -81,6 +83,7 @@ class Services:
     backups: BackupService
     api_keys: ApiKeyService
     authenticator: Authenticator
+    files: FileService
 
 
 def redis_settings(url: str) -> RedisSettings:
@@ -184,6 +187,11 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
             webhooks = await _webhook_service(db, config, collections, jobs, http, clock)
             events.attach_outbox(webhooks)
             events.subscribe(webhooks.on_collection_events, CollectionEvent)
+            file_repository = FileRepository(db)
+            await file_repository.ensure_indexes()
+            files = FileService(file_repository, collections, record_repository, settings, clock=clock)
+            events.subscribe(files.on_record_events)
+            events.subscribe(files.on_collection_events, CollectionEvent)
             yield Services(
                 config=config,
                 redis=pool,
@@ -215,6 +223,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 authenticator=Authenticator(codec, accounts, collection_auth, api_keys),
                 backups=BackupService(DumpRepository(db), audit, config.backups_path, clock=clock,
                                       on_restored=[settings.invalidate]),
+                files=files,
             )
         finally:
             await http.close()

@@ -15,6 +15,7 @@ from cms.api import (
     backups,
     collection_auth,
     collections,
+    files,
     records,
     settings,
     system,
@@ -108,6 +109,17 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", V1 + "/backups/{filename}", backups.delete_backup, "Delete a backup", "backups",
           auth="admin", status=204),
     # --- end backups
+    # --- files (issue 9)
+    Route("POST", V1 + "/files", files.upload_file,
+          "Attach a file to a record: multipart/form-data with `file`, `collection` (name) and `record_id`; "
+          "at most `max_upload_mb` MiB (default 25)", "files",
+          auth="bearer", response=s.FileSchema, status=201, upload_field="file"),
+    Route("GET", V1 + "/files/{file_id}", files.get_file,
+          "Download a file (ETag, If-None-Match, one byte range); visible like its record", "files",
+          produces="application/octet-stream"),
+    Route("DELETE", V1 + "/files/{file_id}", files.delete_file, "Delete a file (the right to change its record)",
+          "files", auth="bearer", status=204),
+    # --- end files
     # records
     Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search)", "records",
           query=s.RecordListQuerySchema, response=s.RecordPageSchema),

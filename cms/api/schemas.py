@@ -476,3 +476,21 @@ class ApiKeySchema(Schema):
 
 class ApiKeyCreatedSchema(ApiKeySchema):
     key = fields.String(metadata={"description": "the secret, shown only in this answer"})
+
+
+# --- files (issue 9) -----------------------------------------------------------------------------
+
+
+class FileSchema(Schema):
+    id = fields.String()
+    filename = fields.String(metadata={"description": "the uploaded name without path parts or control "
+                                                      "characters, at most 255 characters"})
+    content_type = fields.String(metadata={"description": "from the part's Content-Type (`type/subtype`), "
+                                                          "else application/octet-stream"})
+    size = fields.Integer(metadata={"description": "bytes"})
+    collection = fields.String(metadata={"description": "collection name"})
+    record_id = fields.String()
+    created = Timestamp()
+
+
+# --- end files

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from aiohttp import BodyPartReader, web
+from collections.abc import AsyncIterator
+
+from aiohttp import BodyPartReader, hdrs, web
 
 from cms.errors import BadRequest, PayloadTooLarge, ValidationFailed
+from cms.services.files import FormPart
 
 CHUNK_BYTES = 64 * 1024
 OTHER_PARTS_BYTES = 64 * 1024
@@ -48,3 +51,38 @@ async def read_upload(request: web.Request, field_name: str, max_bytes: int) -> 
         f"No form field '{field_name}' in the upload",
         errors={field_name: [f"Missing: send the file in the multipart form field '{field_name}'."]},
     )
+
+
+FILE_CHUNK_BYTES = 256 * 1024
+
+
+async def form_parts(request: web.Request) -> AsyncIterator[FormPart]:
+    """The parts of a multipart/form-data body, one at a time, each with its body streamed in
+    chunks of at most 256 KiB (`client_max_size` does not apply). The consumer must read each
+    part's chunks before asking for the next part. Raises BadRequest (not multipart, malformed or
+    nested multipart), while iterating the parts or their chunks."""
+    if request.content_type != "multipart/form-data":
+        raise BadRequest("Send the upload as multipart/form-data")
+    try:
+        reader = await request.multipart()
+    except ValueError as exc:
+        raise BadRequest(f"Malformed multipart body: {exc}") from None
+    while True:
+        try:
+            part = await reader.next()
+        except ValueError as exc:  # aiohttp's malformed-multipart errors (bad boundary, bad headers)
+            raise BadRequest(f"Malformed multipart body: {exc}") from None
+        if part is None:
+            return
+        if not isinstance(part, BodyPartReader):
+            raise BadRequest("Nested multipart bodies are not accepted")
+        yield FormPart(name=part.name or "", filename=part.filename,
+                       content_type=part.headers.get(hdrs.CONTENT_TYPE), chunks=_part_chunks(part))
+
+
+async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
+    try:
+        while chunk := await part.read_chunk(FILE_CHUNK_BYTES):
+            yield chunk
+    except ValueError as exc:
+        raise BadRequest(f"Malformed multipart body: {exc}") from None
