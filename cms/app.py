@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp_cors
-import swagger_ui_bundle
+import swagger_ui_bundle  # type: ignore[import-untyped]
 from aiohttp import web
 from aiohttp.typedefs import Handler
 

@@ -20,7 +20,8 @@ async def health(request: web.Request) -> web.Response:
 async def stats(request: web.Request) -> web.Response:
     """GET /api/v1/stats: `{http, uptime_s}` for everyone; admins also get the MongoDB and Redis
     figures (server versions, data sizes), which anonymous callers must not learn."""
-    counters = {"http": dict(request.app[HTTP_STATS])}
+    http: dict[str, int] = request.app[HTTP_STATS]
+    counters = {"http": dict(http)}
     principal = await optional_principal(request)
     if principal is None or not principal.is_admin:
         return web.json_response({**counters, "uptime_s": services(request).system.uptime_s()})
