@@ -105,3 +105,13 @@ def test_patterns_re2_refuses(pattern: str, message: str) -> None:
     with pytest.raises(PatternError) as caught:
         compile_pattern(pattern)
     assert message in str(caught.value)
+
+
+def test_a_pattern_of_the_maximum_length_is_accepted() -> None:
+    assert compile_pattern("a" * MAX_PATTERN_LENGTH).search("a" * MAX_PATTERN_LENGTH) is not None
+
+
+def test_nesting_under_scalars_is_still_measured() -> None:
+    with pytest.raises(JsonInputError):
+        check_depth(["x", 1, [[["deep"]]]], limit=3)
+    check_depth(["x", 1, [["ok"]]], limit=3)
