@@ -159,16 +159,3 @@ def _claims_from_payload(payload: Any) -> TokenClaims:
         iat=times["iat"],
         exp=times["exp"],
     )
-
-
-def unverified_audience(token: str) -> str | None:
-    """The `aud` claim of a token WITHOUT checking it: only to choose which user system then
-    decodes and verifies the token. None for anything that is not a JWT with a string `aud`."""
-    if not token.isascii():
-        return None
-    try:
-        payload = jwt.decode(token, options={"verify_signature": False})
-    except jwt.PyJWTError:
-        return None
-    aud = payload.get("aud") if isinstance(payload, dict) else None
-    return aud if isinstance(aud, str) else None
