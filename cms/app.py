@@ -11,6 +11,7 @@ import swagger_ui_bundle  # type: ignore[import-untyped]
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from cms.api.access_log import CmsAccessLogger
 from cms.api.context import SERVICES
 from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
@@ -59,7 +60,9 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
 def create_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
     """The runner that serves `app` (keyword arguments as `web.AppRunner`): requests that aiohttp's
     HTTP parser rejects are answered in the `{detail, code}` model too (414 `uri_too_long`,
-    431 `request_header_too_large`, 400 `bad_request`; see cms.api.http_server)."""
+    431 `request_header_too_large`, 400 `bad_request`; see cms.api.http_server). The access log
+    defaults to CmsAccessLogger (aiohttp's line plus the fields `LOG_FORMAT=json` prints)."""
+    kwargs.setdefault("access_log_class", CmsAccessLogger)
     return CmsAppRunner(app, **kwargs)
 
 

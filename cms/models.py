@@ -35,7 +35,9 @@ class Principal:
     """Who is calling: an admin-table user, an auth-collection user or an API key.
 
     `user_id` is the acting user (for an API key, the admin-table user who made it);
-    `session_id` is the session behind a bearer token (None for API keys).
+    `session_id` is the session behind a bearer token (None for API keys); `collection_id` and
+    `collection_name` name the auth collection of a `collection_user`; `email` and `verified` are
+    the acting user's, for access rules (`@request.auth.email`, `@request.auth.verified`).
     """
 
     kind: PrincipalKind
@@ -44,6 +46,9 @@ class Principal:
     session_id: str | None = None
     collection_id: str | None = None
     scopes: tuple[str, ...] = ()
+    collection_name: str = ""
+    email: str = ""
+    verified: bool = False
 
     @property
     def is_admin(self) -> bool:
@@ -138,6 +143,45 @@ class FieldSpec:
     cascade_delete: bool = False
 
 
+SIGNED_IN_RULE = '@request.auth.id != ""'
+"""The default create, update and delete rule of a base collection: any signed-in principal."""
+OWN_RECORD_RULE = "id = @request.auth.id"
+"""The default list, view, update and delete rule of an auth collection: the user's own record."""
+
+
+@dataclass(frozen=True)
+class AccessRules:
+    """The five access rules of a collection (decisions.md, Access rules): each is None (admins
+    only), "" (everyone, anonymous callers included) or an expression of the rule grammar
+    (`filters.grammar.parse_rule`), kept verbatim as it was set."""
+
+    list_rule: str | None = ""
+    view_rule: str | None = ""
+    create_rule: str | None = SIGNED_IN_RULE
+    update_rule: str | None = SIGNED_IN_RULE
+    delete_rule: str | None = SIGNED_IN_RULE
+
+    def rule(self, action: str) -> str | None:
+        """The rule of `action` (list, view, create, update or delete). Raises AttributeError
+        for another action."""
+        value: str | None = getattr(self, f"{action}_rule")
+        return value
+
+
+BASE_RULES = AccessRules()
+"""The rules of a base collection created without rules: today's behaviour (public reads,
+signed-in writes)."""
+AUTH_RULES = AccessRules(list_rule=OWN_RECORD_RULE, view_rule=OWN_RECORD_RULE, create_rule=None,
+                         update_rule=OWN_RECORD_RULE, delete_rule=OWN_RECORD_RULE)
+"""The rules of an auth collection created without rules: each user reaches only their own record;
+users come from register."""
+
+
+def default_rules(collection_type: str) -> AccessRules:
+    """The rules a collection of `collection_type` (`base` or `auth`) gets when none are given."""
+    return AUTH_RULES if collection_type == "auth" else BASE_RULES
+
+
 @dataclass(frozen=True)
 class Collection:
     """A user-defined collection; `version` grows by one on every update (schema cache key)."""
@@ -150,6 +194,7 @@ class Collection:
     updated: datetime
     version: int = 1
     otp_enabled: bool = False
+    rules: AccessRules = BASE_RULES
 
     def field(self, name: str) -> FieldSpec | None:
         """The schema field called `name`, or None."""

@@ -6,7 +6,7 @@ gets one AsyncMongoClient and one ArqRedis pool, closed in reverse order on exit
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +35,7 @@ from cms.services.one_time_tokens import OneTimeTokens
 from cms.services.otp import OtpService
 from cms.services.password_resets import PasswordResetService
 from cms.services.rate_limits import RateLimitService
+from cms.services.read_cache import ReadCache
 from cms.services.records import RecordService
 from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
@@ -113,7 +114,7 @@ async def redis_stats(pool: ArqRedis, queue_name: str) -> dict[str, Any]:
 
 
 async def _webhook_service(db: Database, config: Config, collections: CollectionService, jobs: JobQueue,
-                           http: aiohttp.ClientSession, clock: Clock) -> WebhookService:
+                           http: aiohttp.ClientSession, clock: Clock, accounts: AccountService) -> WebhookService:
     """The webhook service; the SSRF rule is on in production mode unless WEBHOOK_ALLOW_PRIVATE."""
     allow_private = config.embedded or config.webhook_allow_private
     webhooks, outbox, delivery_log = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
@@ -121,12 +122,21 @@ async def _webhook_service(db: Database, config: Config, collections: Collection
         await repository.ensure_indexes()
     return WebhookService(webhooks, outbox, delivery_log, collections, jobs,
                           WebhookSender(http, allow_private=allow_private, timeout_s=config.webhook_timeout_s),
-                          address_check(allow_private=allow_private), clock=clock)
+                          address_check(allow_private=allow_private), clock=clock, creator=accounts.principal_of)
 
 
 async def _webhook_stats(webhooks: WebhookService) -> dict[str, Any]:
     """`{outbox_backlog}`: deliveries written but not yet finished."""
     return {"outbox_backlog": await webhooks.backlog()}
+
+
+def _setting_on(settings: SettingsService, key: str) -> Callable[[], Awaitable[bool]]:
+    """A switch that reads the boolean setting `key` (cached by the settings service)."""
+
+    async def on() -> bool:
+        return bool((await settings.values())[key])
+
+    return on
 
 
 @asynccontextmanager
@@ -168,6 +178,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
             record_repository = RecordRepository(db, capabilities)
             collections = CollectionService(CollectionRepository(db), record_repository, settings, audit, events,
                                             clock=clock)
+            await collections.fill_default_rules()
             schemas = RecordSchemas()
             admin_users = AdminUserRepository(db)
             accounts = AccountService(admin_users, sessions, one_time, mailer, settings, audit, clock=clock)
@@ -184,9 +195,13 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
             )
             events.subscribe(collection_auth.on_record_events)
             events.subscribe(collection_auth.on_collection_events, CollectionEvent)
-            webhooks = await _webhook_service(db, config, collections, jobs, http, clock)
+            webhooks = await _webhook_service(db, config, collections, jobs, http, clock, accounts)
             events.attach_outbox(webhooks)
             events.subscribe(webhooks.on_collection_events, CollectionEvent)
+            read_cache = ReadCache(pool, prefix=f"cms:rc:{config.mongodb_db}",
+                                   switch=_setting_on(settings, "read_cache_enabled"))
+            events.subscribe(read_cache.on_record_events)
+            events.subscribe(read_cache.on_collection_events, CollectionEvent)
             file_repository = FileRepository(db)
             await file_repository.ensure_indexes()
             files = FileService(file_repository, collections, record_repository, settings, clock=clock)
@@ -208,7 +223,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 collections=collections,
                 records=RecordService(collections, record_repository, schemas, events, clock=clock,
                                       transactions=Transactions(client, enabled=capabilities.transactions),
-                                      needs_transaction=webhooks.wants, settings=settings),
+                                      needs_transaction=webhooks.wants, settings=settings, cache=read_cache),
                 system=SystemService(
                     pings={"mongodb": lambda: client.admin.command("ping"), "redis": pool.ping},
                     stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(pool, config.queue_name),
@@ -216,13 +231,14 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 ),
                 collection_auth=collection_auth,
                 email_verification=EmailVerificationService(accounts, collection_auth, one_time),
-                password_resets=PasswordResetService(accounts, collection_auth, one_time, jobs, mailer, settings, audit),
+                password_resets=PasswordResetService(accounts, collection_auth, one_time, jobs, mailer, settings,
+                                                     audit),
                 otp=OtpService(collection_auth, otp_codes, jobs, mailer, audit, clock=clock),
                 webhooks=webhooks,
                 api_keys=api_keys,
                 authenticator=Authenticator(codec, accounts, collection_auth, api_keys),
                 backups=BackupService(DumpRepository(db), audit, config.backups_path, clock=clock,
-                                      on_restored=[settings.invalidate]),
+                                      on_restored=[settings.invalidate, read_cache.bump_all]),
                 files=files,
             )
         finally:

@@ -19,9 +19,10 @@ from datetime import datetime, timedelta
 from email import message_from_bytes
 from email.message import Message
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 from aiosmtpd.controller import Controller
 
@@ -37,6 +38,9 @@ from workers.settings import build_worker
 ADMIN_EMAIL = "admin@example.com"
 ADMIN_PASSWORD = "admin-password-1"
 USER_PASSWORD = "user-password-1"
+
+#: The type of the `client` fixture.
+Client: TypeAlias = TestClient[web.Request, web.Application]
 
 
 # --- servers (once per session) --------------------------------------------------------------
@@ -175,8 +179,9 @@ async def services(config: Config, clock: MovableClock) -> AsyncIterator[Service
 
 
 @pytest.fixture
-async def client(aiohttp_client: Any, config: Config, services: Services) -> TestClient:
-    return await aiohttp_client(create_app(config, services=services))
+async def client(aiohttp_client: Any, config: Config, services: Services) -> Client:
+    served: Client = await aiohttp_client(create_app(config, services=services))
+    return served
 
 
 @pytest.fixture
@@ -201,7 +206,7 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-async def login(client: TestClient, email: str, password: str) -> dict[str, Any]:
+async def login(client: Client, email: str, password: str) -> dict[str, Any]:
     """POST /auth/login and return the login response (asserting 200)."""
     response = await client.post("/api/v1/auth/login", json={"email": email, "password": password})
     assert response.status == 200, await response.text()
@@ -210,14 +215,14 @@ async def login(client: TestClient, email: str, password: str) -> dict[str, Any]
 
 
 @pytest.fixture
-async def admin_token(client: TestClient, services: Services) -> str:
+async def admin_token(client: Client, services: Services) -> str:
     """An access token of a user with role admin."""
     await services.accounts.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
     return str((await login(client, ADMIN_EMAIL, ADMIN_PASSWORD))["token"]["access_token"])
 
 
 @pytest.fixture
-async def user_token(client: TestClient) -> str:
+async def user_token(client: Client) -> str:
     """An access token of a registered user with role user."""
     response = await client.post(
         "/api/v1/auth/register", json={"email": "user@example.com", "password": USER_PASSWORD}
@@ -231,7 +236,7 @@ async def user_token(client: TestClient) -> str:
 COLLECTIONS = "/api/v1/collections"
 
 
-async def create_collection(client: Any, token: str, name: str, fields: Sequence[dict[str, Any]],
+async def create_collection(client: Any, token: str, name: str, fields: Sequence[Any],
                             **extra: Any) -> dict[str, Any]:
     """POST a collection (asserting 201) and return it."""
     response = await client.post(COLLECTIONS, headers=bearer(token),
@@ -275,7 +280,7 @@ def seen(services: Services) -> Iterator[list[RecordEvent]]:
     services.events.unsubscribe(handler)
 
 
-async def seed_collection(client: Any, token: str, name: str, fields: Sequence[dict[str, Any]],
+async def seed_collection(client: Any, token: str, name: str, fields: Sequence[Any],
                           rows: Sequence[dict[str, Any]], clock: MovableClock) -> list[dict[str, Any]]:
     """Create collection `name` with `fields`, then one record per row, one clock second apart
     (so the default `created` order is the row order); returns the created records in order."""
@@ -294,7 +299,7 @@ def names_field(errors: dict[str, list[str]], field_name: str) -> bool:
 
 
 @pytest.fixture
-async def collection_user_token(client: TestClient, admin_token: str) -> str:
+async def collection_user_token(client: Client, admin_token: str) -> str:
     """An access token of a user of the auth collection `people` (created here)."""
     await create_collection(client, admin_token, "people", [], type="auth")
     credentials = {"email": "person@example.com", "password": USER_PASSWORD}

@@ -134,5 +134,6 @@ def test_admin_create_without_a_running_server(tmp_path: Path):
 
 @pytest.mark.parametrize("argv", [["--version"], ["serve", "--help"]])
 def test_cli_entry_points(argv: list[str]):
-    result = subprocess.run([sys.executable, "-m", "cms", *argv], capture_output=True, text=True, timeout=30, check=False)
+    result = subprocess.run([sys.executable, "-m", "cms", *argv], capture_output=True, text=True, timeout=30,
+                            check=False)
     assert result.returncode == 0 and "cms" in result.stdout

@@ -25,6 +25,8 @@ FUNCTIONS = [
     func(send_otp, name=SEND_OTP, max_tries=AUTH_JOB_MAX_TRIES),
     func(deliver_webhook, name=DELIVER_WEBHOOK, max_tries=WEBHOOK_MAX_TRIES),
 ]
+HEALTH_CHECK_INTERVAL_S = 30
+"""How often a worker refreshes its health-check key (`arq --check`; it expires 1 s after)."""
 CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)), run_at_startup=True,
                   unique=True, timeout=60)]
 
@@ -57,7 +59,11 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
     """An arq Worker for `config`'s queue with every job function, running up to
     `config.worker_max_jobs` jobs at once and looking at the queue every `poll_delay_s` seconds
     (default `config.worker_poll_delay_s`). It opens its own Redis pool; `services` may be shared
-    with the web app in the same process."""
+    with the web app in the same process.
+
+    On SIGTERM or SIGINT (`handle_signals`), or `handle_sig_wait_for_completion()`, it stops taking
+    jobs and gives running ones up to `config.shutdown_timeout_s` seconds; then arq cancels them,
+    and a cancelled job stays queued (arq's retry) for the next worker to run."""
     assert config.redis_url, "redis_url must be set"
     ctx: dict[str, Any] = {"config": config}
     if services is not None:
@@ -76,6 +82,8 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
         max_jobs=config.worker_max_jobs,
         max_tries=EMAIL_MAX_TRIES,
         job_timeout=120,
+        job_completion_wait=config.shutdown_timeout_s,
+        health_check_interval=HEALTH_CHECK_INTERVAL_S,
     )
 
 
@@ -86,7 +94,9 @@ class WorkerSettings:
     cron_jobs = CRON_JOBS
     on_startup = on_startup
     on_shutdown = on_shutdown
-    queue_name = QUEUE_NAME
+    queue_name = os.environ.get("QUEUE_NAME") or QUEUE_NAME
+    job_completion_wait = Config.shutdown_timeout_s
+    health_check_interval = HEALTH_CHECK_INTERVAL_S
     redis_settings = redis_settings(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
     max_tries = EMAIL_MAX_TRIES
     max_jobs = Config.worker_max_jobs

@@ -21,11 +21,13 @@ async def create_api_key(request: web.Request) -> web.Response:
 
 
 async def list_api_keys(request: web.Request) -> web.Response:
+    """GET /api-keys: the caller's keys (an admin's: every key), without secrets. 401 without a user."""
     principal = await require_user(request)
     return web.json_response(ApiKeySchema(many=True).dump(await services(request).api_keys.list_keys(principal)))
 
 
 async def delete_api_key(request: web.Request) -> web.Response:
+    """DELETE /api-keys/{key_id}: 204; the key is refused from then on. 404 (not the caller's, or unknown)."""
     principal = await require_user(request)
     await services(request).api_keys.revoke(principal, request.match_info["key_id"], ip=client_ip(request),
                                             user_agent=user_agent(request))

@@ -11,6 +11,7 @@ from cms.api.schemas import BackupSchema, MessageSchema
 
 
 async def create_backup(request: web.Request) -> web.Response:
+    """POST /backups: 201 `{filename, size, created}` once the archive is written. 401/403 unless admin."""
     principal = await require_admin(request)
     backup = await services(request).backups.create(principal, ip=client_ip(request),
                                                     user_agent=user_agent(request))
@@ -18,12 +19,14 @@ async def create_backup(request: web.Request) -> web.Response:
 
 
 async def list_backups(request: web.Request) -> web.Response:
+    """GET /backups: `[{filename, size, created}]`, newest first. 401/403 unless admin."""
     principal = await require_admin(request)
     backups = await services(request).backups.list(principal)
     return web.json_response(BackupSchema(many=True).dump(backups))
 
 
 async def restore_backup(request: web.Request) -> web.Response:
+    """POST /backups/{filename}/restore: `{message}` once restored. 400 (bad archive or name), 404, 401/403."""
     principal = await require_admin(request)
     result = await services(request).backups.restore(principal, request.match_info["filename"],
                                                      ip=client_ip(request), user_agent=user_agent(request))
@@ -31,6 +34,7 @@ async def restore_backup(request: web.Request) -> web.Response:
 
 
 async def delete_backup(request: web.Request) -> web.Response:
+    """DELETE /backups/{filename}: 204. 400 (malformed name), 404 (no such backup), 401/403 unless admin."""
     principal = await require_admin(request)
     await services(request).backups.delete(principal, request.match_info["filename"], ip=client_ip(request),
                                            user_agent=user_agent(request))

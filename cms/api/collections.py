@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aiohttp import web
 
 from cms.api.context import parse_body, services
 from cms.api.guards import require_admin
-from cms.api.schemas import CollectionCreateSchema, CollectionSchema, CollectionUpdateSchema
+from cms.api.schemas import RULE_NAMES, CollectionCreateSchema, CollectionSchema, CollectionUpdateSchema
 
 
 async def list_collections(request: web.Request) -> web.Response:
@@ -19,11 +21,16 @@ async def get_collection(request: web.Request) -> web.Response:
     return web.json_response(CollectionSchema().dump(collection))
 
 
+def _rules(body: dict[str, Any]) -> dict[str, str | None]:
+    """The `<action>_rule` keys present in a request body (absent ones are not changed)."""
+    return {name: body.pop(name) for name in RULE_NAMES if name in body}
+
+
 async def create_collection(request: web.Request) -> web.Response:
     principal = await require_admin(request)
     body = await parse_body(request, CollectionCreateSchema())
     collection = await services(request).collections.create(
-        principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"]
+        principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"], rules=_rules(body)
     )
     return web.json_response(CollectionSchema().dump(collection), status=201)
 
@@ -31,7 +38,9 @@ async def create_collection(request: web.Request) -> web.Response:
 async def update_collection(request: web.Request) -> web.Response:
     principal = await require_admin(request)
     body = await parse_body(request, CollectionUpdateSchema())
-    collection = await services(request).collections.update(principal, request.match_info["collection_id"], **body)
+    rules = _rules(body)
+    collection = await services(request).collections.update(
+        principal, request.match_info["collection_id"], rules=rules, **body)
     return web.json_response(CollectionSchema().dump(collection))
 
 

@@ -56,7 +56,8 @@ def parse_query(request: web.Request, schema: Schema) -> dict[str, Any]:
     return load(schema, dict(request.query), unknown=EXCLUDE)
 
 
-def load(schema: Schema, data: dict[str, Any], *, unknown: Literal["exclude", "include", "raise"] | None = None) -> dict[str, Any]:
+def load(schema: Schema, data: dict[str, Any], *,
+         unknown: Literal["exclude", "include", "raise"] | None = None) -> dict[str, Any]:
     """`schema.load(data)` with marshmallow errors turned into ValidationFailed (422); nested
     errors get dotted keys (`flatten_errors`), so every `errors` value is a list of strings."""
     try:

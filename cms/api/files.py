@@ -15,7 +15,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from cms.api.context import REQUEST_ID, services
-from cms.api.guards import optional_principal, require_user
+from cms.api.guards import optional_principal
 from cms.api.schemas import FileSchema
 from cms.api.uploads import form_parts
 from cms.errors import BadRequest
@@ -30,14 +30,14 @@ _ATTR_CHARS = "!#$&+-.^_`|~"  # RFC 8187 attr-char besides letters and digits
 
 async def upload_file(request: web.Request) -> web.Response:
     """201 with the stored file (FileSchema); the multipart body is streamed into the service."""
-    principal = await require_user(request)
+    principal = await optional_principal(request)
     file = await services(request).files.upload(principal, form_parts(request))
     return web.json_response(FileSchema().dump(file), status=201)
 
 
 async def delete_file(request: web.Request) -> web.Response:
     """204, no body."""
-    principal = await require_user(request)
+    principal = await optional_principal(request)
     await services(request).files.delete(principal, request.match_info["file_id"])
     return web.Response(status=204)
 

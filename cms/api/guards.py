@@ -10,6 +10,7 @@ from aiohttp.typedefs import Handler
 from cms.api.context import services
 from cms.errors import Forbidden, Unauthorized
 from cms.models import Principal
+from cms.services import access
 
 PRINCIPAL_KEY = "principal"
 AUTH_ERROR_KEY = "auth_error"
@@ -111,8 +112,6 @@ async def require_collection_user(request: web.Request) -> Principal:
 
 
 async def require_admin(request: web.Request) -> Principal:
-    """An admin-table user with role `admin`. Raises Unauthorized (401) or Forbidden (403)."""
-    principal = await require_user(request)
-    if not principal.is_admin:
-        raise Forbidden("Admin role required")
-    return principal
+    """An admin-table user with role `admin` (`access.require_admin`). Raises Unauthorized (401)
+    or Forbidden (403)."""
+    return access.require_admin(await optional_principal(request))

@@ -88,6 +88,7 @@ class CmsServer(web.Server):
     """`web.Server` whose connections are served by CmsRequestHandler."""
 
     def __call__(self) -> RequestHandler:
+        """A handler for one new connection."""
         return CmsRequestHandler(self, loop=self._loop, **self._kwargs)
 
 

@@ -76,7 +76,10 @@ def _from_http(exc: web.HTTPException) -> CmsError:
     if exc.status == 404:
         return NotFound("No such endpoint")
     if exc.status == 405:
-        return MethodNotAllowed(f"Method not allowed; allowed: {exc.headers.get('Allow', '')}".rstrip("; "))
+        allow = exc.headers.get("Allow", "")
+        not_allowed = MethodNotAllowed(f"Method not allowed; allowed: {allow}".rstrip("; "))
+        not_allowed.headers["Allow"] = allow  # RFC 9110 15.5.6: a 405 must list the allowed methods
+        return not_allowed
     if exc.status == 413:
         return PayloadTooLarge("Request body too large")
     error = CmsError(exc.reason)

@@ -13,8 +13,12 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from cms import __version__
 from cms.api.routes import ROUTES, Route
 from cms.api.schemas import ErrorSchema
+from cms.services.backups import BACKUP_NAME
+from cms.services.fields import IsoDateTime
 
 PATH_PARAM = re.compile(r"{(\w+)}")
+PATH_PARAM_PATTERNS = {"filename": f"^{BACKUP_NAME.pattern}$"}
+"""Path parameters whose form the service checks (400 otherwise), by name."""
 ERROR_STATUSES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
                   422: "Validation error", 429: "Rate limit exceeded"}
 
@@ -22,7 +26,7 @@ ERROR_STATUSES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404
 def _operation(route: Route) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": route.summary, "tags": [route.tag]}
     parameters: list[dict[str, Any]] = [
-        {"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
+        {"in": "path", "name": name, "required": True, "schema": _path_schema(name)}
         for name in PATH_PARAM.findall(route.path)
     ]
     if route.query is not None:
@@ -32,8 +36,10 @@ def _operation(route: Route) -> dict[str, Any]:
     if route.body is not None:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.body}}}
     if route.upload_field is not None:
-        upload = {"type": "object", "required": [route.upload_field],
-                  "properties": {route.upload_field: {"type": "string", "format": "binary"}}}
+        upload = {"type": "object", "required": [route.upload_field, *route.form_fields],
+                  "additionalProperties": False,
+                  "properties": {route.upload_field: {"type": "string", "format": "binary"},
+                                 **{name: {"type": "string", "minLength": 1} for name in route.form_fields}}}
         operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": upload}}}
     success: dict[str, Any] = {"description": "Success"}
     if route.produces != "application/json":
@@ -45,21 +51,32 @@ def _operation(route: Route) -> dict[str, Any]:
     for status, text in ERROR_STATUSES.items():
         responses[str(status)] = {"description": text, "content": {"application/json": {"schema": "Error"}}}
     operation["responses"] = responses
-    if route.auth:
+    if route.auth == "optional":
+        operation["security"] = [{}, {"bearerAuth": []}]  # anonymous, or with a token
+    elif route.auth:
         operation["security"] = [{"bearerAuth": []}]
     return operation
+
+
+def _path_schema(name: str) -> dict[str, Any]:
+    schema = {"type": "string"}
+    if name in PATH_PARAM_PATTERNS:
+        schema["pattern"] = PATH_PARAM_PATTERNS[name]
+    return schema
 
 
 @cache
 def openapi_document() -> dict[str, Any]:
     """The whole document as a dict (built once per process)."""
+    marshmallow_plugin = MarshmallowPlugin()
     spec = APISpec(
         title="CMS API",
         version=__version__,
         openapi_version="3.0.3",
-        plugins=[MarshmallowPlugin()],
+        plugins=[marshmallow_plugin],
         info={"description": "Headless CMS backend: collections, records, auth. Errors are `{detail, code}`."},
     )
+    marshmallow_plugin.map_to_openapi_type(IsoDateTime, "string", "date-time")  # type: ignore[no-untyped-call]
     spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"})
     spec.components.schema("Error", schema=ErrorSchema)
     paths: dict[str, dict[str, Any]] = {}
@@ -72,4 +89,5 @@ def openapi_document() -> dict[str, Any]:
 
 
 async def openapi_json(request: web.Request) -> web.Response:
+    """GET /openapi.json: the OpenAPI 3 document of every route in `routes.ROUTES`."""
     return web.json_response(openapi_document())

@@ -30,9 +30,11 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class Route:
     """One endpoint: method, path, handler and what the API explorer shows of it.
 
-    `auth`: "" (public), "bearer" (any authenticated principal) or "admin" (role admin).
+    `auth`: "" (public), "optional" (anyone; a bearer token, when sent, is the principal the collection's
+    access rules see), "bearer" (any authenticated principal) or "admin" (role admin).
     `body`/`query`/`response` are marshmallow schema classes; `status` is the success status;
-    `upload_field` names the file field of a multipart body; `produces` the success media type."""
+    `upload_field` names the file field of a multipart body and `form_fields` the other (required, text) fields
+    it must carry; `produces` the success media type."""
 
     method: str
     path: str
@@ -47,6 +49,7 @@ class Route:
     status: int = 200
     in_docs: bool = True
     upload_field: str | None = None  # multipart/form-data body with this file field
+    form_fields: tuple[str, ...] = ()
     produces: str = "application/json"
 
 
@@ -113,24 +116,25 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", V1 + "/files", files.upload_file,
           "Attach a file to a record: multipart/form-data with `file`, `collection` (name) and `record_id`; "
           "at most `max_upload_mb` MiB (default 25)", "files",
-          auth="bearer", response=s.FileSchema, status=201, upload_field="file"),
+          auth="optional", response=s.FileSchema, status=201, upload_field="file",
+          form_fields=("collection", "record_id")),
     Route("GET", V1 + "/files/{file_id}", files.get_file,
           "Download a file (ETag, If-None-Match, one byte range); visible like its record", "files",
           produces="application/octet-stream"),
     Route("DELETE", V1 + "/files/{file_id}", files.delete_file, "Delete a file (the right to change its record)",
-          "files", auth="bearer", status=204),
+          "files", auth="optional", status=204),
     # --- end files
     # records
     Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search)", "records",
           query=s.RecordListQuerySchema, response=s.RecordPageSchema),
     Route("POST", RECORDS, records.create_record, "Create a record", "records",
-          auth="bearer", body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
+          auth="optional", body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
     Route("GET", RECORDS + "/{record_id}", records.get_record, "Get a record", "records",
           response=s.RecordSchema),
     Route("PATCH", RECORDS + "/{record_id}", records.update_record, "Change some fields of a record", "records",
-          auth="bearer", body=s.RecordWriteSchema, response=s.RecordSchema),
+          auth="optional", body=s.RecordWriteSchema, response=s.RecordSchema),
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
-          auth="bearer", status=204),
+          auth="optional", status=204),
     # --- records: bulk and CSV (issue 4)
     Route("POST", RECORDS + "/bulk-delete", records.bulk_delete_records,
           "Delete up to 1,000 records by id, all or nothing", "records",
@@ -186,20 +190,23 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", V1 + "/collections/{collection_name}/auth/register", collection_auth.register,
           "Register a user of an auth collection", "collection auth",
           body=s.CollectionRegisterSchema, response=s.CollectionRegisterResponseSchema, status=201),
-    Route("POST", V1 + "/collections/{collection_name}/auth/login", collection_auth.login, "Log in to an auth collection",
-          "collection auth", body=s.LoginSchema, response=s.CollectionLoginResponseSchema),
+    Route("POST", V1 + "/collections/{collection_name}/auth/login", collection_auth.login,
+          "Log in to an auth collection", "collection auth",
+          body=s.LoginSchema, response=s.CollectionLoginResponseSchema),
     Route("POST", V1 + "/collections/{collection_name}/auth/refresh", collection_auth.refresh,
           "Spend a refresh token for a new token pair", "collection auth",
           body=s.RefreshSchema, response=s.TokenSchema),
-    Route("GET", V1 + "/collections/{collection_name}/auth/me", collection_auth.me, "The current user of the collection",
-          "collection auth", auth="bearer", response=s.CollectionUserSchema),
+    Route("GET", V1 + "/collections/{collection_name}/auth/me", collection_auth.me,
+          "The current user of the collection", "collection auth", auth="bearer", response=s.CollectionUserSchema),
     Route("POST", V1 + "/collections/{collection_name}/auth/me/change-password", collection_auth.change_password,
           "Change the password (other sessions are revoked)", "collection auth", auth="bearer",
           body=s.ChangePasswordSchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/me/request-email-change", collection_auth.request_email_change,
+    Route("POST", V1 + "/collections/{collection_name}/auth/me/request-email-change",
+          collection_auth.request_email_change,
           "Email a confirmation link to a new address", "collection auth", auth="bearer",
           body=s.EmailChangeRequestSchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/me/confirm-email-change", collection_auth.confirm_email_change,
+    Route("POST", V1 + "/collections/{collection_name}/auth/me/confirm-email-change",
+          collection_auth.confirm_email_change,
           "Confirm an email change with the emailed token", "collection auth",
           body=s.TokenBodySchema, response=s.MessageSchema),
     Route("POST", V1 + "/collections/{collection_name}/auth/verify-email", collection_auth.verify_email,
@@ -212,8 +219,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", V1 + "/collections/{collection_name}/auth/otp/verify", collection_auth.otp_verify,
           "Log in with an emailed code", "collection auth",
           body=s.OtpVerifySchema, response=s.CollectionLoginResponseSchema),
-    Route("GET", V1 + "/collections/{collection_name}/auth/sessions", collection_auth.list_sessions, "The caller's active sessions",
-          "collection auth", auth="bearer", response=s.SessionSchema, many=True),
+    Route("GET", V1 + "/collections/{collection_name}/auth/sessions", collection_auth.list_sessions,
+          "The caller's active sessions", "collection auth", auth="bearer", response=s.SessionSchema, many=True),
     # `all` before `{session_id}`: routes match in the order they are added
     Route("DELETE", V1 + "/collections/{collection_name}/auth/sessions/all", collection_auth.revoke_all_sessions,
           "Revoke every session of the caller (log out all devices)", "collection auth", auth="bearer",

@@ -9,11 +9,20 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
+from cms.filters.grammar import MAX_FILTER_LENGTH
+from cms.filters.rules import ACTIONS
 from cms.services.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
 from cms.services.fields import IsoDateTime, StrictBoolean, to_json_value
 from cms.services.records import DEFAULT_PER_PAGE
+from cms.services.settings import SETTINGS_DEFAULTS
 
 MAX_PASSWORD = 256
+NEW_PASSWORD_DOC = {
+    "minLength": SETTINGS_DEFAULTS["password_min_length"][0],
+    "description": "checked against the password policy: the settings `password_min_length` (default "
+                   f"{SETTINGS_DEFAULTS['password_min_length'][0]}) and `password_require_*`",
+}
+"""OpenAPI only: the default policy's length. The service checks the current policy (422)."""
 
 
 class Timestamp(fields.Field[Any]):
@@ -41,7 +50,7 @@ class MessageSchema(Schema):
 
 class RegisterSchema(Schema):
     email = fields.Email(required=True, validate=validate.Length(max=254))
-    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD), metadata=NEW_PASSWORD_DOC)
     password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
     name = fields.String(load_default="", validate=validate.Length(max=200))
 
@@ -115,12 +124,30 @@ class CollectionSchemaSchema(Schema):
     fields_ = fields.List(fields.Nested(FieldSpecSchema), data_key="fields", attribute="fields")
 
 
+RULE_NAMES = tuple(f"{action}_rule" for action in ACTIONS)
+"""The five rule attributes of a collection, in order."""
+
+
+def _rule_field(action: str, *, dump: bool = False) -> fields.String:
+    description = (f"Who may {action} records: null = admins only, \"\" = everyone, or a rule expression "
+                   "(filter grammar with @request.auth.* and, for create/update, @request.data.*)")
+    if dump:
+        return fields.String(attribute=f"rules.{action}_rule", allow_none=True, metadata={"description": description})
+    return fields.String(allow_none=True, validate=validate.Length(max=MAX_FILTER_LENGTH),
+                         metadata={"description": description})
+
+
 class CollectionSchema(Schema):
     id = fields.String()
     name = fields.String()
     type = fields.String()
     schema = fields.Function(lambda c: CollectionSchemaSchema().dump(c))
     otp_enabled = fields.Boolean()
+    list_rule = _rule_field("list", dump=True)
+    view_rule = _rule_field("view", dump=True)
+    create_rule = _rule_field("create", dump=True)
+    update_rule = _rule_field("update", dump=True)
+    delete_rule = _rule_field("delete", dump=True)
     created = Timestamp()
     updated = Timestamp()
 
@@ -130,12 +157,22 @@ class CollectionCreateSchema(Schema):
     type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
     schema = fields.Raw(load_default=list, metadata={"description": "List of fields, or {fields: [...]}"})
     otp_enabled = StrictBoolean(load_default=None)
+    list_rule = _rule_field("list")
+    view_rule = _rule_field("view")
+    create_rule = _rule_field("create")
+    update_rule = _rule_field("update")
+    delete_rule = _rule_field("delete")
 
 
 class CollectionUpdateSchema(Schema):
     name = fields.String()
     schema = fields.Raw(metadata={"description": "List of fields, or {fields: [...]}"})
     otp_enabled = StrictBoolean()
+    list_rule = _rule_field("list")
+    view_rule = _rule_field("view")
+    create_rule = _rule_field("create")
+    update_rule = _rule_field("update")
+    delete_rule = _rule_field("delete")
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -167,6 +204,8 @@ class RecordListQuerySchema(Schema):
     sort = fields.String(load_default=None, metadata={"description": "e.g. `-created,title`"})
     filter = fields.String(load_default=None, metadata={"description": "e.g. `status=published && views>10`"})
     search = fields.String(load_default=None, validate=validate.Length(max=500))
+    skip_total = fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
+                                metadata={"description": "true: do not count the matches (`total` is -1)"})
 
 
 # --- records: bulk and CSV (issue 4) ----------------------------------------------------------
@@ -175,7 +214,8 @@ class RecordListQuerySchema(Schema):
 class BulkDeleteSchema(Schema):
     record_ids = fields.List(
         fields.String(validate=validate.Length(min=1, max=64)), required=True,
-        metadata={"description": "1..1,000 distinct record ids; all or nothing"},
+        metadata={"description": "1..1,000 distinct record ids (the `bulk_max_ids` setting); all or nothing",
+                  "minItems": 1, "uniqueItems": True},
     )
 
 
@@ -227,7 +267,7 @@ class ForgotPasswordSchema(Schema):
 
 class ResetPasswordSchema(Schema):
     token = fields.String(required=True, validate=validate.Length(min=1, max=512))
-    new_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    new_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD), metadata=NEW_PASSWORD_DOC)
     password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
 
 
@@ -247,7 +287,7 @@ class CollectionRegisterSchema(Schema):
 
 class ChangePasswordSchema(Schema):
     old_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
-    new_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    new_password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD), metadata=NEW_PASSWORD_DOC)
     password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
 
 
@@ -350,8 +390,12 @@ class WebhookListQuerySchema(Schema):
     collection_name = fields.String(load_default=None)
 
 
+MAX_DELIVERY_SKIP = 1_000_000_000
+"""Largest `skip` of the delivery log (MongoDB's skip is a 64-bit integer: more would be a 500)."""
+
+
 class DeliveryQuerySchema(Schema):
-    skip = fields.Integer(load_default=0, validate=validate.Range(min=0))
+    skip = fields.Integer(load_default=0, validate=validate.Range(min=0, max=MAX_DELIVERY_SKIP))
     limit = fields.Integer(load_default=50, validate=validate.Range(min=1, max=200))
 
 
@@ -433,10 +477,14 @@ class SettingSchema(Schema):
 
 
 class SettingUpdateSchema(Schema):
-    key = fields.String(required=True, validate=validate.Length(min=1, max=100))
+    key = fields.String(required=True, validate=validate.Length(min=1, max=100),
+                        metadata={"enum": sorted(SETTINGS_DEFAULTS)})
     value = fields.Raw(required=True, metadata={
-        "description": "a JSON boolean or integer, or its string form (`\"true\"`, `\"8\"`)"})
-    category = fields.String(load_default=None, metadata={"description": "optional; must be the key's category"})
+        "description": "a JSON boolean or integer, or its string form (`\"true\"`, `\"8\"`), of the key's type",
+        "anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "string"}]})
+    category = fields.String(load_default=None, metadata={
+        "description": "optional; must be the key's category",
+        "enum": sorted({category for _, category in SETTINGS_DEFAULTS.values()})})
 
 
 # --- end audit and settings

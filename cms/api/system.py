@@ -13,6 +13,7 @@ HTTP_STATS = web.AppKey("http_stats", dict[str, int])
 
 
 async def health(request: web.Request) -> web.Response:
+    """GET /health: 200 when MongoDB and Redis answer, else 503; the body names each dependency's state."""
     healthy, body = await services(request).system.health()
     return web.json_response(body, status=200 if healthy else 503)
 
@@ -33,6 +34,7 @@ def _page(name: str) -> str:
 
 
 async def docs(request: web.Request) -> web.Response:
+    """GET /docs: the offline API explorer (Swagger UI) for `/openapi.json`."""
     return web.Response(text=_page("docs.html"), content_type="text/html")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from aiohttp import BodyPartReader, hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from cms.errors import BadRequest, PayloadTooLarge, ValidationFailed
 from cms.services.files import FormPart
@@ -12,6 +13,9 @@ from cms.services.files import FormPart
 CHUNK_BYTES = 64 * 1024
 OTHER_PARTS_BYTES = 64 * 1024
 """Besides the file, a request may carry this much in other form fields (all are read and dropped)."""
+MALFORMED = (ValueError, HttpProcessingError)
+"""What aiohttp's multipart reader raises for a malformed body: ValueError (missing boundary, bad
+encoding) or HttpProcessingError (a part header that does not parse, e.g. `InvalidHeader`)."""
 
 
 async def read_upload(request: web.Request, field_name: str, max_bytes: int) -> bytes:
@@ -45,8 +49,8 @@ async def read_upload(request: web.Request, field_name: str, max_bytes: int) -> 
                         raise PayloadTooLarge(f"Form fields other than '{field_name}' are too large")
             if is_file:
                 return b"".join(chunks)
-    except ValueError as exc:  # aiohttp's malformed-multipart errors (missing boundary, bad headers)
-        raise BadRequest(f"Malformed multipart body: {exc}") from None
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
     raise ValidationFailed(
         f"No form field '{field_name}' in the upload",
         errors={field_name: [f"Missing: send the file in the multipart form field '{field_name}'."]},
@@ -65,13 +69,13 @@ async def form_parts(request: web.Request) -> AsyncIterator[FormPart]:
         raise BadRequest("Send the upload as multipart/form-data")
     try:
         reader = await request.multipart()
-    except ValueError as exc:
-        raise BadRequest(f"Malformed multipart body: {exc}") from None
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
     while True:
         try:
             part = await reader.next()
-        except ValueError as exc:  # aiohttp's malformed-multipart errors (bad boundary, bad headers)
-            raise BadRequest(f"Malformed multipart body: {exc}") from None
+        except MALFORMED as exc:
+            raise _malformed(exc) from None
         if part is None:
             return
         if not isinstance(part, BodyPartReader):
@@ -84,5 +88,11 @@ async def _part_chunks(part: BodyPartReader) -> AsyncIterator[bytes]:
     try:
         while chunk := await part.read_chunk(FILE_CHUNK_BYTES):
             yield chunk
-    except ValueError as exc:
-        raise BadRequest(f"Malformed multipart body: {exc}") from None
+    except MALFORMED as exc:
+        raise _malformed(exc) from None
+
+
+def _malformed(exc: Exception) -> BadRequest:
+    if isinstance(exc, HttpProcessingError):  # its message quotes the raw header line: do not echo it
+        return BadRequest("Malformed multipart body: a part's headers do not parse")
+    return BadRequest(f"Malformed multipart body: {exc}")

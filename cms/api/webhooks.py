@@ -18,6 +18,7 @@ from cms.api.schemas import (
 
 
 async def create_webhook(request: web.Request) -> web.Response:
+    """POST /webhooks: 201 the webhook (its `secret` included). 401 without a user, 422 (fields, URL)."""
     principal = await require_user(request)
     body = await parse_body(request, WebhookCreateSchema())
     webhook = await services(request).webhooks.create(principal, **body)
@@ -25,6 +26,7 @@ async def create_webhook(request: web.Request) -> web.Response:
 
 
 async def list_webhooks(request: web.Request) -> web.Response:
+    """GET /webhooks[?collection_name=]: the webhooks the caller manages."""
     principal = await require_user(request)
     query = parse_query(request, WebhookListQuerySchema())
     webhooks = await services(request).webhooks.list_webhooks(principal, collection_name=query["collection_name"])
@@ -32,12 +34,14 @@ async def list_webhooks(request: web.Request) -> web.Response:
 
 
 async def get_webhook(request: web.Request) -> web.Response:
+    """GET /webhooks/{webhook_id}: the webhook. 404 when unknown or not the caller's."""
     principal = await require_user(request)
     webhook = await services(request).webhooks.get(principal, request.match_info["webhook_id"])
     return web.json_response(WebhookSchema().dump(webhook))
 
 
 async def update_webhook(request: web.Request) -> web.Response:
+    """PATCH /webhooks/{webhook_id}: the changed webhook. 404, 422 (fields, URL)."""
     principal = await require_user(request)
     body = await parse_body(request, WebhookUpdateSchema())
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"], body)
@@ -45,6 +49,7 @@ async def update_webhook(request: web.Request) -> web.Response:
 
 
 async def delete_webhook(request: web.Request) -> web.Response:
+    """DELETE /webhooks/{webhook_id}: 204; pending deliveries are dropped. 404 when unknown."""
     principal = await require_user(request)
     await services(request).webhooks.delete(principal, request.match_info["webhook_id"])
     return web.Response(status=204)

@@ -1,9 +1,15 @@
-"""The `filter` grammar (decisions.md, Records): text -> AST. Pure; knows nothing of MongoDB.
+"""The `filter` grammar (decisions.md, Records) and the access-rule grammar built on it
+(decisions.md, Access rules): text -> AST. Pure; knows nothing of MongoDB.
 
     expr  := term (('&&' | '||') term)*          '&&' binds tighter than '||'
     term  := '(' expr ')' | field OP value
     OP    := = | != | > | >= | < | <= | ~ | !~   ('~' contains, case-insensitive; '!~' does not)
     value := 'single quoted' | "double quoted" | number | true | false | null | bare-word
+
+A rule (`parse_rule`) also takes request variables on either side of a comparison:
+
+    term     := '(' expr ')' | (field | variable) OP (value | variable)
+    variable := '@request.auth.' name | '@request.data.' field-name
 
 Whitespace around tokens is optional. A bare word runs to whitespace, '(', ')', '&&' or '||'
 and is a string unless it is exactly `true`, `false`, `null` or a number. Typing a value by
@@ -28,6 +34,8 @@ MAX_FILTER_TERMS = 100
 """Most `field OP value` comparisons in one filter."""
 
 FIELD_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+VARIABLE_PREFIX = "@request."
+VARIABLE_RE = re.compile(r"@request\.(auth|data)\.([A-Za-z_][A-Za-z0-9_]*)")
 NUMBER_RE = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 # Longest first, so that '!=' is not read as a bare '!' and '>=' not as '>'.
 OPERATORS = ("!=", "!~", ">=", "<=", "=", ">", "<", "~")
@@ -77,7 +85,34 @@ class Or:
     items: tuple[Node, ...]
 
 
-Node: TypeAlias = Compare | And | Or
+@dataclass(frozen=True)
+class Variable:
+    """A request variable of a rule, `@request.<scope>.<name>`: `scope` is "auth" or "data";
+    `position` is the 0-based offset of its '@' in the text; it takes no part in equality."""
+
+    scope: str
+    name: str
+    position: int = dataclasses.field(default=0, compare=False)
+
+    @property
+    def text(self) -> str:
+        """The variable as written, e.g. `@request.auth.id`."""
+        return f"{VARIABLE_PREFIX}{self.scope}.{self.name}"
+
+
+@dataclass(frozen=True)
+class VarCompare:
+    """A rule comparison with a request variable on at least one side: `left` is a field name or
+    a Variable, `right` a Literal or a Variable; `position` is the offset of `left`. Only
+    `parse_rule` makes these; a plain `field OP value` term of a rule is a `Compare`."""
+
+    left: str | Variable
+    op: str
+    right: Literal | Variable
+    position: int
+
+
+Node: TypeAlias = Compare | VarCompare | And | Or
 
 
 def number_value(text: str) -> int | float | None:
@@ -108,14 +143,30 @@ def parse_filter(text: str) -> Node:
     return _Parser(text).parse()
 
 
+def parse_rule(text: str) -> Node:
+    """Parse an access rule (the filter grammar plus request variables) into its AST.
+
+    A term whose sides are a field and a value is a `Compare`, as in a filter; a term with a
+    `@request.auth.<name>` or `@request.data.<name>` variable on either side is a `VarCompare`.
+    Which names exist is checked later, against the collection (`filters.rules.check_rule`).
+    Raises InvalidFilter, with the position, as `parse_filter` does, and for a malformed
+    variable."""
+    if len(text) > MAX_FILTER_LENGTH:
+        raise InvalidFilter(
+            f"rule is longer than {MAX_FILTER_LENGTH} characters at position {MAX_FILTER_LENGTH}"
+        )
+    return _Parser(text, variables=True).parse()
+
+
 class _Parser:
     """Recursive descent over the text; lexing is done on the fly because a bare word's
     extent depends on where it stands (after an operator it may contain '=' or '.')."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, *, variables: bool = False) -> None:
         self.text = text
         self.pos = 0
         self.terms = 0
+        self.variables = variables
 
     def fail(self, message: str, position: int | None = None) -> NoReturn:
         raise InvalidFilter(f"{message} at position {self.pos if position is None else position}")
@@ -182,31 +233,50 @@ class _Parser:
         self.pos += 1
         return node
 
-    def comparison(self) -> Compare:
+    def comparison(self) -> Compare | VarCompare:
         start = self.pos
-        match = FIELD_NAME_RE.match(self.text, self.pos)
-        if match is None:
-            if self.peek() == ")":
-                self.fail("unbalanced parenthesis: unexpected ')', expected a field name")
-            self.fail(f"expected a field name, found {self.peek()!r}")
+        left: str | Variable
+        if self.variables and self.peek() == "@":
+            left = self.variable()
+            name = left.text
+        else:
+            match = FIELD_NAME_RE.match(self.text, self.pos)
+            if match is None:
+                if self.peek() == ")":
+                    self.fail("unbalanced parenthesis: unexpected ')', expected a field name")
+                self.fail(f"expected a field name, found {self.peek()!r}")
+            left = name = match.group()
+            self.pos = match.end()
         self.terms += 1
         if self.terms > MAX_FILTER_TERMS:
-            self.fail(f"too many conditions (max {MAX_FILTER_TERMS})")
-        field = match.group()
-        self.pos = match.end()
+            self.fail(f"too many conditions (max {MAX_FILTER_TERMS})", start)
         self.skip_space()
         if self.at_end():
-            self.fail(f"unexpected end of filter, expected an operator after field '{field}'")
+            self.fail(f"unexpected end of filter, expected an operator after field '{name}'")
         op = next((op for op in OPERATORS if self.text.startswith(op, self.pos)), None)
         if op is None:
-            self.fail(f"missing operator after field '{field}', found {self.peek()!r}")
+            self.fail(f"missing operator after field '{name}', found {self.peek()!r}")
         self.pos += len(op)
-        return Compare(field, op, self.value(), start)
+        right = self.value()
+        if isinstance(left, str) and isinstance(right, Literal):
+            return Compare(left, op, right, start)
+        return VarCompare(left, op, right, start)
 
-    def value(self) -> Literal:
+    def variable(self) -> Variable:
+        """`@request.auth.<name>` or `@request.data.<name>` at the current position."""
+        start = self.pos
+        match = VARIABLE_RE.match(self.text, self.pos)
+        if match is None or (match.end() < len(self.text) and self.text[match.end()] in "."):
+            self.fail("unknown variable: expected @request.auth.<name> or @request.data.<field>", start)
+        self.pos = match.end()
+        return Variable(match.group(1), match.group(2), start)
+
+    def value(self) -> Literal | Variable:
         self.skip_space()
         if self.at_end():
             self.fail("unexpected end of filter, expected a value")
+        if self.variables and self.peek() == "@":
+            return self.variable()
         if self.peek() in _QUOTES:
             return self.quoted()
         start = end = self.pos

@@ -1,0 +1,1 @@
+"""Domain rules: plain service classes with explicit dependencies; no aiohttp.web, no pymongo."""

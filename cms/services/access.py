@@ -1,60 +1,148 @@
-"""Who may see and change which records (decisions.md, Identity and tokens: "The records of an
-auth collection (its users) are listed, viewed, changed and deleted only by that user and by
-admins"). Pure: no I/O.
+"""Authorization: who may do what (decisions.md, Identity and tokens and Access rules). Pure: no I/O.
 
-Today the only restriction is the built-in rule of auth collections, `id = @request.auth.id`;
-the access-rules issue generalizes this module to the five rules of every collection. Records
-of base collections are visible to everyone and writable by any authenticated principal (the API
-guard checks authentication).
+Every path that reads or changes records (single, bulk, CSV, files, webhook deliveries) asks
+`check(principal, collection, action)`, and the admin-only operations (collections, audit,
+settings, backups) ask `require_admin`; handlers do not decide who may do what.
+
+A collection's five rules (`models.AccessRules`) are None (admins only), "" (everyone) or an
+expression of the rule grammar, bound to the request by `filters.rules`. Admins, and API keys of
+admins, bypass every rule; any other API key acts as its owner, within its scopes (the API guard
+checks the scopes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from cms.models import ROLE_ADMIN, Collection, Principal
+from cms.errors import CmsError, Forbidden, InvalidFilter, NotFound, Unauthorized
+from cms.filters.rules import ACTIONS, Decision, RequestContext, bind_rule, check_rule, matches
+from cms.models import ROLE_ADMIN, AccessRules, Collection, Principal, Record
+from cms.services.fields import CollectionFields
+
+log = logging.getLogger("cms.access")
 
 AUTH_TYPE = "auth"
+LIST, VIEW, CREATE, UPDATE, DELETE = ACTIONS
+
+_VERBS = {LIST: "list", VIEW: "view", CREATE: "create", UPDATE: "change", DELETE: "delete"}
+
+
+def acts_as_admin(principal: Principal | None) -> bool:
+    """An admin-table user with role `admin`, or an API key acting for one (records and files)."""
+    return principal is not None and principal.kind in ("admin_user", "api_key") and principal.role == ROLE_ADMIN
+
+
+def require_admin(principal: Principal | None) -> Principal:
+    """The admin-only operations (collections, audit, settings, backups, stats): `principal` if it
+    is an admin-table user with role `admin`. Raises Unauthorized (no credentials) or Forbidden."""
+    if principal is None:
+        raise Unauthorized()
+    if not principal.is_admin:
+        raise Forbidden("Admin role required")
+    return principal
+
+
+def request_context(principal: Principal | None, data: Mapping[str, Any] | None = None) -> RequestContext:
+    """The `@request.*` variables of `principal` (None: anonymous) and the submitted `data`."""
+    submitted = data if data is not None else {}
+    if principal is None:
+        return RequestContext(data=submitted)
+    return RequestContext(
+        auth_id=principal.user_id,
+        auth_collection=principal.collection_name if principal.kind == "collection_user" else "",
+        auth_role=principal.role if principal.kind in ("admin_user", "api_key") else "",
+        auth_verified=principal.verified,
+        auth_email=principal.email,
+        data=submitted,
+    )
+
+
+def record_document(record: Record) -> dict[str, Any]:
+    """A record as it is stored (`_id`, `created`, `updated`, field values): what rules match."""
+    return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
 
 
 @dataclass(frozen=True)
-class RecordScope:
-    """The records of one collection a principal may reach: every record (`ids` None), or only
-    the records whose ids are in `ids` (possibly none)."""
+class Access:
+    """The answer to "may `principal` do `action` in `collection`?": `decision` is True (on every
+    record), False (refused outright) or a MongoDB query (on the records it matches)."""
 
-    ids: frozenset[str] | None = None
+    principal: Principal | None
+    collection: Collection
+    action: str
+    decision: Decision
 
     @property
-    def unrestricted(self) -> bool:
-        """True when every record of the collection is in scope."""
-        return self.ids is None
+    def refused(self) -> bool:
+        """Refused outright, whatever the record."""
+        return self.decision is False
 
-    def allows(self, record_id: str) -> bool:
-        """Whether the record with this id is in scope."""
-        return self.ids is None or record_id in self.ids
+    @property
+    def everything(self) -> bool:
+        """Permitted on every record: no record needs to be looked at."""
+        return self.decision is True
 
-    def refused(self, record_ids: Sequence[str]) -> list[str]:
-        """The ids of `record_ids` outside the scope, in the given order."""
-        return [] if self.ids is None else [i for i in record_ids if i not in self.ids]
+    @property
+    def query(self) -> dict[str, Any] | None:
+        """The condition a record must meet, as a MongoDB query; None when there is none (every
+        record) or when the action is refused outright."""
+        return self.decision if isinstance(self.decision, dict) else None
+
+    def allows(self, record: Record) -> bool:
+        """Whether the rule permits the action on `record` (for create: the record as it would be
+        stored)."""
+        return matches(self.decision, record_document(record))
+
+    def refusal(self) -> CmsError:
+        """The error of a refused action: 401 without credentials, else 403."""
+        if self.principal is None:
+            return Unauthorized("Sign in to do this")
+        return Forbidden(f"You may not {_VERBS[self.action]} records of '{self.collection.name}'")
+
+    def hidden(self) -> CmsError:
+        """The error for a record that does not exist or that the view rule hides: 404, or 401
+        for an anonymous caller under a rule that depends on the record (so a missing record and a
+        hidden one look the same)."""
+        if self.principal is None and not self.everything:
+            return Unauthorized("Sign in to see this record")
+        return NotFound("Record not found")
+
+    def require(self) -> None:
+        """Raise `refusal()` when the action is refused outright."""
+        if self.refused:
+            raise self.refusal()
 
 
-EVERYTHING = RecordScope()
-NOTHING = RecordScope(frozenset())
+def check(principal: Principal | None, collection: Collection, action: str,
+          data: Mapping[str, Any] | None = None) -> Access:
+    """May `principal` (None: no credentials) do `action` (list, view, create, update, delete) on
+    records of `collection`? `data` is the submitted record values of a create or update (what
+    `@request.data` reads). Admins bypass the rules. A stored rule that no longer fits the
+    collection refuses (and is logged), so a broken rule never opens a collection. Raises nothing."""
+    if acts_as_admin(principal):
+        return Access(principal, collection, action, True)
+    rule = collection.rules.rule(action)
+    if rule is None:
+        decision: Decision = False
+    elif rule == "":
+        decision = True
+    else:
+        try:
+            decision = bind_rule(rule, CollectionFields(collection), request_context(principal, data))
+        except InvalidFilter as exc:
+            log.error("the %s rule of collection %s no longer fits it (%s); refusing",
+                      action, collection.name, exc.detail)
+            decision = False
+    return Access(principal, collection, action, decision)
 
 
-def acts_as_admin(principal: Principal) -> bool:
-    """An admin-table user with role `admin`, or an API key acting for one (records and files)."""
-    return principal.kind in ("admin_user", "api_key") and principal.role == ROLE_ADMIN
+def check_rules(rules: AccessRules, collection: Collection) -> None:
+    """Validate every rule of `rules` against the fields of `collection` (the collection as it will
+    be stored). Raises InvalidFilter (400) naming the rule and the position."""
+    resolver = CollectionFields(collection)
+    for action in ACTIONS:
+        check_rule(rules.rule(action), action, resolver)
 
-
-def record_scope(principal: Principal | None, collection: Collection) -> RecordScope:
-    """The records of `collection` that `principal` (None: no credentials) may list, view, change
-    and delete. Admins reach every record; in an auth collection anyone else reaches only their
-    own user record (a user of that collection), or nothing (an API key acts as its user); in a base collection everyone
-    reaches every record."""
-    if collection.type != AUTH_TYPE or (principal is not None and acts_as_admin(principal)):
-        return EVERYTHING
-    if principal is not None and principal.kind == "collection_user" and principal.collection_id == collection.id:
-        return RecordScope(frozenset({principal.user_id}))
-    return NOTHING

@@ -171,7 +171,17 @@ class AccountService:
         user = await self._users.get(claims.sub)
         if user is None:
             raise Unauthorized("User no longer exists")
-        return Principal(kind="admin_user", user_id=user.id, role=user.role, session_id=session.id)
+        return Principal(kind="admin_user", user_id=user.id, role=user.role, session_id=session.id,
+                         email=user.email, verified=user.verified)
+
+    async def principal_of(self, user_id: str) -> Principal | None:
+        """The admin-table user `user_id` as a principal (current role, email, verified; no
+        session), or None when there is no such user. Used to apply access rules on a user's
+        behalf outside a request (webhook deliveries)."""
+        user = await self._users.get(user_id)
+        if user is None:
+            return None
+        return Principal(kind="admin_user", user_id=user.id, role=user.role, email=user.email, verified=user.verified)
 
     async def me(self, principal: Principal) -> AdminUser:
         """The calling admin-table user. Raises Unauthorized for other principals."""

@@ -98,7 +98,8 @@ class ApiKeyService:
             raise Unauthorized("The API key's user no longer exists")
         if key.last_used is None or now - key.last_used > TOUCH_INTERVAL:
             await self._keys.touch(key.key_hash, now)
-        return Principal(kind="api_key", user_id=user.id, role=user.role, scopes=key.scopes)
+        return Principal(kind="api_key", user_id=user.id, role=user.role, scopes=key.scopes, email=user.email,
+                         verified=user.verified)
 
 
 def _require_admin_table(principal: Principal) -> None:

@@ -201,10 +201,13 @@ class CollectionAuthService:
         if collection_id is None:
             raise Unauthorized("Token is not valid here")
         claims, session = await self._sessions.authenticate(access_token, audience)
-        if not await self._users.exists(collection_id, claims.sub):
+        user, collection = await asyncio.gather(self._users.get(collection_id, claims.sub),
+                                                self._collections.find(collection_id))
+        if user is None or collection is None:
             raise Unauthorized("User no longer exists")
         return Principal(kind="collection_user", user_id=claims.sub, session_id=session.id,
-                         collection_id=collection_id)
+                         collection_id=collection_id, collection_name=collection.name, email=user.email,
+                         verified=user.verified)
 
     # --- the current user -------------------------------------------------------------------------
 

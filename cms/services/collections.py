@@ -8,7 +8,8 @@ from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, ValidationFailed
-from cms.models import Collection, Principal
+from cms.models import Collection, Principal, default_rules
+from cms.services.access import check_rules, require_admin
 from cms.services.audit import AuditService
 from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
@@ -61,6 +62,17 @@ class CollectionService:
         self._settings = settings
         self._clock = clock
 
+    async def fill_default_rules(self) -> int:
+        """Start-up: give collections stored before access rules existed their type's default
+        rules (idempotent; replicas starting together write the same values). Returns how many
+        were changed."""
+        changed = 0
+        for type_ in COLLECTION_TYPES:
+            changed += await self._collections.fill_rules(type_, default_rules(type_))
+        if changed:
+            log.info("%d collections got the default access rules of their type", changed)
+        return changed
+
     async def list(self) -> list[Collection]:
         """Every collection, by name."""
         return await self._collections.list()
@@ -71,6 +83,10 @@ class CollectionService:
         if collection is None:
             raise NotFound("Collection not found")
         return collection
+
+    async def find(self, collection_id: str) -> Collection | None:
+        """One collection by id, or None (one `_id` look-up)."""
+        return await self._collections.get(collection_id)
 
     async def exists(self, collection_id: str) -> bool:
         """Whether the collection with this id exists (one `_id` look-up)."""
@@ -84,11 +100,16 @@ class CollectionService:
         return collection
 
     async def create(
-        self, principal: Principal, name: str, type_: str, schema: Any, otp_enabled: bool | None = None
+        self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
+        rules: dict[str, str | None] | None = None,
     ) -> Collection:
         """Create a collection of type `base` or `auth` with the schema (list or `{fields}`).
-        Auth collections copy `otp_enabled` from the global settings unless given.
-        Raises ValidationFailed (name, type, schema) or AlreadyExists (name taken)."""
+        Auth collections copy `otp_enabled` from the global settings unless given. `rules` maps
+        `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
+        takes the type's default (`models.default_rules`). Admins only.
+        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema), InvalidFilter (a
+        rule) or AlreadyExists (name taken)."""
+        principal = require_admin(principal)
         check_name(name)
         if type_ not in COLLECTION_TYPES:
             raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth."]})
@@ -98,8 +119,10 @@ class CollectionService:
             otp_enabled = (await self._settings.auth()).otp_enabled if type_ == "auth" else False
         now = self._clock()
         collection = Collection(
-            id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled
+            id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled,
+            rules=replace(default_rules(type_), **(rules or {})),
         )
+        check_rules(collection.rules, collection)
         await self._check_relations(collection)
         await self._collections.insert(collection)
         try:
@@ -114,13 +137,18 @@ class CollectionService:
         return collection
 
     async def update(
-        self, principal: Principal, collection_id: str, *, name: str | None = None, schema: Any = None, otp_enabled: bool | None = None
+        self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
+        otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None,
     ) -> Collection:
-        """Change name, schema and/or otp_enabled. Fields dropped from the schema are removed from
-        every record; unique and text indexes follow the new schema. Values of a changed field are
-        converted to its new type or shape (`schema_changes`). Raises NotFound, ValidationFailed
-        (including duplicates under a new unique rule, and stored values that do not convert; then
-        nothing changes), AlreadyExists (name), BadRequest (a concurrent update won)."""
+        """Change name, schema, otp_enabled and/or access rules (`rules`: the `<action>_rule`s
+        given; the others are kept). Fields dropped from the schema are removed from every record;
+        unique and text indexes follow the new schema. Values of a changed field are converted to
+        its new type or shape (`schema_changes`). Every rule must fit the new schema. Admins only.
+        Raises Unauthorized / Forbidden, NotFound, ValidationFailed (including duplicates under a
+        new unique rule, and stored values that do not convert; then nothing changes),
+        InvalidFilter (a rule, or a kept rule naming a removed field), AlreadyExists (name),
+        BadRequest (a concurrent update won)."""
+        principal = require_admin(principal)
         current = await self.get(collection_id)
         changed = current
         if name is not None:
@@ -131,6 +159,9 @@ class CollectionService:
         if otp_enabled is not None:
             check_otp(current.type, otp_enabled)
             changed = replace(changed, otp_enabled=otp_enabled)
+        if rules:
+            changed = replace(changed, rules=replace(changed.rules, **rules))
+        check_rules(changed.rules, changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
         await self._check_relations(changed)
         field_changes = await check_schema_change(self._records, current, changed) if schema is not None else []
@@ -164,9 +195,11 @@ class CollectionService:
         except Exception:
             log.exception("could not restore the record indexes of collection %s", collection_id)
 
-    async def delete(self, principal: Principal, collection_id: str) -> None:
-        """Delete the collection and all its records. Raises NotFound, or BadRequest while a
-        relation field of another collection points to it (its records would dangle)."""
+    async def delete(self, principal: Principal | None, collection_id: str) -> None:
+        """Delete the collection and all its records. Admins only. Raises Unauthorized / Forbidden,
+        NotFound, or BadRequest while a relation field of another collection points to it (its
+        records would dangle)."""
+        principal = require_admin(principal)
         collection = await self.get(collection_id)
         referrers = [
             f"{other.name}.{spec.name}"

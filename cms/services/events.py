@@ -17,11 +17,11 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from cms.models import Collection, Session
+from cms.models import Collection, Record, Session
 
 log = logging.getLogger("cms.events")
 
@@ -39,6 +39,9 @@ class RecordEvent:
     record_id: str
     data: dict[str, Any]
     timestamp: datetime
+    record: Record | None = field(default=None, compare=False, repr=False)
+    """The record as stored (for delete: as it was, when the writer had it), for subscribers that
+    apply access rules (webhooks); never serialized."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from cms.errors import ValidationFailed, flatten_errors
+from cms.filters.mongo import ResolvedField
 from cms.models import Collection, FieldSpec, Validation
 from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
 
@@ -143,6 +144,24 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
 
 def _schema_error(message: str) -> ValidationFailed:
     return ValidationFailed(f"Invalid schema: {message}", errors={"schema": [message]})
+
+
+SYSTEM_RESOLUTIONS = {
+    "id": ResolvedField(path="_id", type="id"),
+    "created": ResolvedField(path="created", type="datetime"),
+    "updated": ResolvedField(path="updated", type="datetime"),
+}
+
+
+class CollectionFields:
+    """FieldResolver over a collection: system fields plus schema fields, nothing else."""
+
+    def __init__(self, collection: Collection) -> None:
+        self._fields = {f.name: ResolvedField(path=f.name, type=f.type) for f in collection.fields}
+
+    def resolve(self, name: str) -> ResolvedField | None:
+        """The stored path and type of field `name`, or None when the collection has no such field."""
+        return SYSTEM_RESOLUTIONS.get(name) or self._fields.get(name)
 
 
 def text_field_names(collection: Collection) -> list[str]:

@@ -1,10 +1,10 @@
 """Files attached to records (spec: Files; decisions.md: Identity and tokens, Response shapes, Limits).
 
 A file belongs to one record (`collection` + `record_id`). Writing one (upload, delete) needs what
-changing the record needs: any authenticated principal in a base collection, the user themself or
-an admin in an auth collection (`access.record_scope`). Reading follows the record's visibility:
-public in a base collection, the user and admins in an auth collection. A file the caller may not
-see is 404, as its record would be.
+changing the record needs: its collection's view and update rules (`access.check`,
+`records.checked_record`). Reading follows the view rule of its record. A file whose record the
+caller may not see is 404 (401 for an anonymous caller under a rule that depends on the record),
+as its record would be.
 
 The bytes are streamed into GridFS as they arrive and hashed (SHA-256) on the way; the upload
 stops at the `max_upload_mb` setting, and whatever was written is deleted. Files go away with their
@@ -29,9 +29,10 @@ from dataclasses import dataclass, replace
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, Principal, StoredFile
-from cms.services.access import AUTH_TYPE, record_scope
+from cms.services.access import UPDATE, VIEW, check
 from cms.services.collections import CollectionService
 from cms.services.events import DELETE, CollectionEvent, RecordEvent
+from cms.services.records import checked_record
 from cms.services.settings import SettingsService
 from cms.store.files import FileReader, FileRepository, FileUpload
 from cms.store.records import RecordRepository
@@ -166,15 +167,16 @@ class FileService:
 
     # --- upload -----------------------------------------------------------------------------------
 
-    async def upload(self, principal: Principal, parts: AsyncIterator[FormPart]) -> StoredFile:
+    async def upload(self, principal: Principal | None, parts: AsyncIterator[FormPart]) -> StoredFile:
         """Store the `file` part of a form that also names `collection` and `record_id`, and return
         it. The file is streamed into GridFS as it is read; when `collection` and `record_id` come
         before `file`, the record is checked before a byte is stored.
 
         Raises ValidationFailed (422: `errors.file` no file part, `errors.collection` missing or
-        unknown, `errors.record_id` missing, no such record, or one the caller may not change),
-        PayloadTooLarge (413: the file passed `max_upload_mb`, or the other fields 64 KiB; raised
-        as soon as the limit is passed, and nothing stays stored) or BadRequest (two files,
+        unknown, `errors.record_id` missing, no such record, or one the view rule hides),
+        Unauthorized / Forbidden (the update rule refuses the caller), PayloadTooLarge (413: the
+        file passed `max_upload_mb`, or the other fields 64 KiB; raised as soon as the limit is
+        passed, and nothing stays stored) or BadRequest (two files,
         malformed multipart). On any failure nothing is stored."""
         max_bytes = await self.max_upload_bytes()
         values: dict[str, str] = {}
@@ -234,9 +236,11 @@ class FileService:
             raise
         return _Received(upload, file_id, filename, clean_content_type(part.content_type), size, digest.hexdigest())
 
-    async def _target(self, principal: Principal, values: dict[str, str]) -> Collection:
-        """The collection of the record named by the form, once checked: the record exists and
-        `principal` may change it. Raises ValidationFailed (422) naming the field at fault."""
+    async def _target(self, principal: Principal | None, values: dict[str, str]) -> Collection:
+        """The collection of the record named by the form, once checked: the record exists, the
+        view rule shows it to `principal` and the update rule lets it change it. Raises
+        ValidationFailed (422) naming the field at fault (also for a record the caller may not
+        see), Unauthorized / Forbidden (a rule refuses)."""
         name, record_id = (values.get(n, "").strip() for n in TARGET_FIELDS)
         missing = {n: [f"Missing: send the form field '{n}'."] for n, v in zip(TARGET_FIELDS, (name, record_id))
                    if not v}
@@ -247,8 +251,12 @@ class FileService:
         except NotFound:
             raise ValidationFailed(f"Collection '{name}' not found",
                                    errors={"collection": [f"No collection named '{name}'."]}) from None
-        if (not record_scope(principal, collection).allows(record_id)
-                or not await self._records.existing_ids(collection.id, [record_id])):
+        try:
+            record = await checked_record(self._records, check(principal, collection, VIEW),
+                                          check(principal, collection, UPDATE), record_id, fetch=True)
+        except NotFound:
+            raise _no_record(collection) from None
+        if record is None:  # fetch=True returns the record or raises
             raise _no_record(collection)
         return collection
 
@@ -264,34 +272,41 @@ class FileService:
     # --- download and delete ---------------------------------------------------------------------------
 
     async def open(self, principal: Principal | None, file_id: str) -> FileContent:
-        """The file `file_id` opened for download, if `principal` (None: no credentials) may see
-        its record. Raises NotFound (no such file, or one the caller may not see)."""
+        """The file `file_id` opened for download, if the view rule of its record lets `principal`
+        (None: no credentials) see the record. Raises NotFound (no such file, or one the caller
+        may not see), Unauthorized / Forbidden (the view rule refuses)."""
         reader = await self._files.open(file_id)
         if reader is None:
             raise NotFound("File not found")
-        collection = await self._visible_collection(principal, reader.file)
+        collection = await self._checked_collection(principal, reader.file, change=False)
         file = replace(reader.file, collection=collection.name)
         return FileContent(file=file, etag=file_etag(file), inline=served_inline(file.content_type),
-                           private=collection.type == AUTH_TYPE, _reader=reader)
+                           private=collection.rules.view_rule != "", _reader=reader)
 
-    async def delete(self, principal: Principal, file_id: str) -> None:
-        """Delete a file; the same right as changing its record. Raises NotFound (no such file, or
-        one the caller may not see or change)."""
+    async def delete(self, principal: Principal | None, file_id: str) -> None:
+        """Delete a file; the same right as changing its record (view and update rules). Raises
+        NotFound (no such file, or one the caller may not see), Unauthorized / Forbidden (a rule
+        refuses)."""
         file = await self._files.get(file_id)
         if file is None:
             raise NotFound("File not found")
-        await self._visible_collection(principal, file)
+        await self._checked_collection(principal, file, change=True)
         if not await self._files.delete(file.id):
             raise NotFound("File not found")
         log.info("file %s of %s deleted", file.id, file.record_id)
 
-    async def _visible_collection(self, principal: Principal | None, file: StoredFile) -> Collection:
+    async def _checked_collection(self, principal: Principal | None, file: StoredFile, *, change: bool) -> Collection:
+        """The collection of `file`'s record, once the view rule (and with `change`, the update
+        rule) permits `principal` on that record. Raises NotFound("File not found") for a missing
+        collection or a hidden record, else the rules' errors."""
+        collection = await self._collections.find(file.collection_id)
+        if collection is None:
+            raise NotFound("File not found")
+        change_access = check(principal, collection, UPDATE) if change else None
         try:
-            collection = await self._collections.get(file.collection_id)
+            await checked_record(self._records, check(principal, collection, VIEW), change_access, file.record_id)
         except NotFound:
             raise NotFound("File not found") from None
-        if not record_scope(principal, collection).allows(file.record_id):
-            raise NotFound("File not found")
         return collection
 
     # --- clean-up (EventBus subscribers) -----------------------------------------------------------

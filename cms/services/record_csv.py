@@ -95,7 +95,8 @@ class RecordCsv:
         yield writer.take()
 
     async def import_csv(self, collection: Collection, content: bytes, *, max_bytes: int = MAX_IMPORT_BYTES,
-                         max_rows: int = MAX_IMPORT_ROWS) -> ImportResult:
+                         max_rows: int = MAX_IMPORT_ROWS,
+                         permitted: Callable[[Record], bool] | None = None) -> ImportResult:
         """Store the rows of CSV `content` as new records of `collection`.
 
         The file is checked as a whole first: nothing is stored when it is over 10 MiB
@@ -103,8 +104,9 @@ class RecordCsv:
         header, broken quoting, over 50,000 rows). Then every row is parsed and validated, and the
         relation ids of all valid rows are looked up, before the first insert; valid rows are then
         stored IMPORT_BATCH_SIZE at a time with one unordered insert_many. Rows that fail
-        validation, name a missing relation target or clash on a unique field are reported in
-        `failed` by 1-based data-row number, with `errors: {field or "_row": [message]}`.
+        validation, that `permitted` (the create rule, given the record a row would store) refuses,
+        that name a missing relation target or that clash on a unique field are reported in
+        `failed` by 1-based data-row number, with `errors: {field, "_rule" or "_row": [message]}`.
 
         If the database fails part-way, the import stops there and still answers: the rows that
         were stored are counted in `imported` (a batch in doubt is looked up by its record ids),
@@ -115,6 +117,9 @@ class RecordCsv:
             raise PayloadTooLarge(f"The CSV file is larger than {max_bytes // 2**20} MiB")
         rows, failed = await asyncio.to_thread(_parse_all, collection, content, max_rows)
         result = ImportResult(failed=failed)
+        now = self._clock()
+        if permitted is not None:
+            rows = await asyncio.to_thread(_drop_refused, rows, now, permitted, result.failed)
         rows = await self._drop_missing_relations(collection, rows, result.failed)
         for start in range(0, len(rows), IMPORT_BATCH_SIZE):
             batch = rows[start:start + IMPORT_BATCH_SIZE]
@@ -192,6 +197,22 @@ class RecordCsv:
                     errors.setdefault(index, {})[spec.name] = [UNKNOWN_RELATION]
         failed.extend(RowFailure(rows[index].row, row_errors) for index, row_errors in errors.items())
         return [row for index, row in enumerate(rows) if index not in errors]
+
+
+RULE_ERROR_KEY = "_rule"
+"""The `errors` key of a CSV row the create rule refuses."""
+
+
+def _drop_refused(rows: list[ParsedRow], now: Any, permitted: Callable[[Record], bool],
+                  failed: list[RowFailure]) -> list[ParsedRow]:
+    """The rows whose record `permitted` accepts; the others go to `failed` under RULE_ERROR_KEY."""
+    kept: list[ParsedRow] = []
+    for row in rows:
+        if permitted(Record(id="", created=now, updated=now, data=row.values)):
+            kept.append(row)
+        else:
+            failed.append(RowFailure(row.row, {RULE_ERROR_KEY: ["The create rule does not allow this record."]}))
+    return kept
 
 
 def _parse_all(collection: Collection, content: bytes, max_rows: int) -> tuple[list[ParsedRow], list[RowFailure]]:

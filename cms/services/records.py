@@ -18,11 +18,12 @@ from datetime import datetime
 from functools import partial
 from typing import Any
 
+import orjson
+
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.filters.grammar import parse_filter
 from cms.filters.mongo import (
-    ResolvedField,
     search_query,
     text_search_query,
     to_mongo_query,
@@ -30,11 +31,13 @@ from cms.filters.mongo import (
 )
 from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
-from cms.services.access import record_scope
+from cms.services import access as actions
+from cms.services.access import Access, check
 from cms.services.collections import CollectionService
 from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
-from cms.services.fields import RecordSchemas, text_field_names, to_json_value, value_list
+from cms.services.fields import CollectionFields, RecordSchemas, text_field_names, to_json_value, value_list
+from cms.services.read_cache import CachedBody, ReadCache, SingleFlight, entry_key, etag_of
 from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
 from cms.services.relations import RelationRelease
 from cms.services.settings import RecordLimits, SettingsService
@@ -54,24 +57,6 @@ MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 SortOrder = list[tuple[str, int]]
 Messages = list[str]
 FieldNames = list[str]
-
-SYSTEM_RESOLUTIONS = {
-    "id": ResolvedField(path="_id", type="id"),
-    "created": ResolvedField(path="created", type="datetime"),
-    "updated": ResolvedField(path="updated", type="datetime"),
-}
-
-
-class CollectionFields:
-    """FieldResolver over a collection: system fields plus schema fields, nothing else."""
-
-    def __init__(self, collection: Collection) -> None:
-        self._fields = {f.name: ResolvedField(path=f.name, type=f.type) for f in collection.fields}
-
-    def resolve(self, name: str) -> ResolvedField | None:
-        """The stored path and type of field `name`, or None when the collection has no such field."""
-        return SYSTEM_RESOLUTIONS.get(name) or self._fields.get(name)
-
 
 def record_json(record: Record) -> dict[str, Any]:
     """The API shape of a record: `{id, created, updated, ...fields}` with JSON-safe values."""
@@ -98,15 +83,18 @@ def check_record_ids(record_ids: Sequence[str], max_ids: int = MAX_BULK_IDS) -> 
     return ids
 
 
-def _check_scope(principal: Principal, collection: Collection, record_ids: Sequence[str]) -> None:
-    """Bulk changes are all or nothing: raise Forbidden (403, `errors: {<id>: [reason]}`) when any
-    of `record_ids` is outside what `principal` may change."""
-    refused = record_scope(principal, collection).refused(record_ids)
-    if refused:
-        raise Forbidden(
-            f"You may not change {len(refused)} of these records; nothing was changed",
-            errors={record_id: ["You may not change this record."] for record_id in refused},
-        )
+MAX_RULE_ATTEMPTS = 3
+"""Tries of a single update or delete whose rule depends on the record: each checks the record
+it read, then writes only if the record is unchanged since (its `updated`)."""
+
+
+def _refused_ids(refused: Sequence[str], verb: str) -> Forbidden:
+    """Bulk changes are all or nothing: 403 with `errors: {<id>: [reason]}` for the records the
+    caller may view but not change."""
+    return Forbidden(
+        f"You may not {verb} {len(refused)} of these records; nothing was changed",
+        errors={record_id: [f"You may not {verb} this record."] for record_id in refused},
+    )
 
 
 def _ids_error(message: str) -> ValidationFailed:
@@ -121,7 +109,8 @@ def _bulk_refused(action: str, failures: dict[str, list[str]], total: int) -> Va
 
 
 class RecordService:
-    """Records of user collections. Reads are public; writes need a principal (API guard)."""
+    """Records of user collections. Who may list, view, create, change and delete them is decided
+    by the collection's access rules (`access.check`) on every path: single, bulk and CSV."""
 
     def __init__(
         self,
@@ -134,7 +123,10 @@ class RecordService:
         transactions: Transactions | None = None,
         needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
         settings: SettingsService | None = None,
+        cache: ReadCache | None = None,
     ) -> None:
+        self._cache = cache
+        self._flights = SingleFlight()
         self._settings = settings
         self._collections = collections
         self._records = records
@@ -149,6 +141,82 @@ class RecordService:
 
     # --- reading ------------------------------------------------------------------------------
 
+    async def list_body(
+        self,
+        collection_name: str,
+        *,
+        page: int = 1,
+        per_page: int = DEFAULT_PER_PAGE,
+        sort: str | None = None,
+        filter_expr: str | None = None,
+        search: str | None = None,
+        skip_total: bool = False,
+        principal: Principal | None = None,
+    ) -> CachedBody:
+        """`list` as the API sends it: the JSON body `{items, total, page, per_page}` (`total` -1 with
+        `skip_total`), served from the read cache when an entry computed under the same stamp, query
+        and access decision exists, else computed once for all identical concurrent reads
+        (`SingleFlight`) and stored. Raises what `list` raises."""
+        collection, query, order = await self._list_query(collection_name, sort, filter_expr, search, principal)
+        per_page = min(per_page, MAX_PER_PAGE)
+        key = entry_key(collection.name, "list", collection.id, query, order, page, per_page, skip_total)
+
+        async def compute() -> bytes:
+            items, total = await self._page(collection, query, order, page, per_page, skip_total)
+            return orjson.dumps({"items": [record_json(r) for r in items], "total": total,
+                                 "page": page, "per_page": per_page})
+
+        return await self._cached(collection, key, compute, shared=collection.rules.list_rule == "")
+
+    async def get_body(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> CachedBody:
+        """`get` as the API sends it: the record's JSON, through the read cache like `list_body`
+        (a hidden or missing record is never cached). Raises what `get` raises."""
+        collection = await self._collections.get_by_name(collection_name)
+        view = check(principal, collection, actions.VIEW)
+        view.require()
+        key = entry_key(collection.name, "get", collection.id, record_id, view.decision)
+
+        async def compute() -> bytes:
+            return orjson.dumps(record_json(await self._visible(view, record_id)))
+
+        return await self._cached(collection, key, compute, shared=collection.rules.view_rule == "")
+
+    async def _cached(self, collection: Collection, key: str, compute: Callable[[], Awaitable[bytes]], *,
+                      shared: bool) -> CachedBody:
+        """The body under `key`: from the cache if current, else `compute()` (shared by identical
+        concurrent reads of the same stamp) and stored."""
+        if self._cache is None:
+            body = await compute()
+            return CachedBody(body, etag_of(key, None, body), shared)
+        stamp, cached = await self._cache.lookup(collection.name, key)
+        if cached is not None:
+            return CachedBody(cached, etag_of(key, stamp, cached), shared)
+        if stamp is None:  # no stamp, no sharing: a read must not join one that began before a write
+            body = await compute()
+            return CachedBody(body, etag_of(key, None, body), shared)
+        cache, current = self._cache, stamp
+
+        async def compute_and_store() -> bytes:
+            computed = await compute()
+            await cache.store(key, current, computed)
+            return computed
+
+        body = await self._flights.run(f"{key}@{current}", compute_and_store)
+        return CachedBody(body, etag_of(key, current, body), shared)
+
+    async def _page(self, collection: Collection, query: dict[str, Any], order: SortOrder, page: int,
+                    per_page: int, skip_total: bool) -> tuple[list[Record], int]:
+        """One page of `query` and its total (-1 with `skip_total`; no query when MATCH_NOTHING)."""
+        if query == MATCH_NOTHING:
+            return [], 0
+        if skip_total:
+            return await self._records.find(collection.id, query, order, (page - 1) * per_page, per_page), -1
+        items, total = await asyncio.gather(
+            self._records.find(collection.id, query, order, (page - 1) * per_page, per_page),
+            self._records.count(collection.id, query),
+        )
+        return items, total
+
     async def list(
         self,
         collection_name: str,
@@ -160,32 +228,36 @@ class RecordService:
         search: str | None = None,
         principal: Principal | None = None,
     ) -> Page[Record]:
-        """One page of the records of the collection that `principal` (None: no credentials) may
-        see (`access.record_scope`), and the total for the same query.
+        """One page of the records of the collection that the list rule lets `principal` (None: no
+        credentials) see, and the total for the same query.
 
         `page` >= 1, `per_page` 1..100 (larger values are clamped). `sort` is `a,-b`; `filter_expr`
         follows decisions.md's grammar; `search` requires every word in some text, editor, email or
-        url field. Raises NotFound (collection) or InvalidFilter (syntax, unknown field, bad value)."""
-        collection = await self._collections.get_by_name(collection_name)
+        url field. Raises NotFound (collection), InvalidFilter (syntax, unknown field, bad value),
+        Unauthorized / Forbidden (the list rule refuses outright)."""
+        collection, query, order = await self._list_query(collection_name, sort, filter_expr, search, principal)
         per_page = min(per_page, MAX_PER_PAGE)
-        query = self.query(collection, filter_expr=filter_expr, search=search, principal=principal)
-        order = self._order(collection, sort)
-        if query == MATCH_NOTHING:
-            return Page(items=[], total=0, page=page, per_page=per_page)
-        items, total = await asyncio.gather(
-            self._records.find(collection.id, query, order, (page - 1) * per_page, per_page),
-            self._records.count(collection.id, query),
-        )
+        items, total = await self._page(collection, query, order, page, per_page, False)
         return Page(items=items, total=total, page=page, per_page=per_page)
 
+    async def _list_query(self, collection_name: str, sort: str | None, filter_expr: str | None,
+                          search: str | None, principal: Principal | None
+                          ) -> tuple[Collection, dict[str, Any], SortOrder]:
+        """The collection, the query (filter, search and list rule) and the order of a list."""
+        collection = await self._collections.get_by_name(collection_name)
+        query = self.query(collection, filter_expr=filter_expr, search=search,
+                           access=check(principal, collection, actions.LIST))
+        return collection, query, self._order(collection, sort)
+
     def query(self, collection: Collection, *, filter_expr: str | None, search: str | None,
-              principal: Principal | None = None) -> dict[str, Any]:
+              access: Access) -> dict[str, Any]:
         """The MongoDB query for a filter and a search over `collection` (both optional), limited to
-        the records `principal` may see (MATCH_NOTHING when that is none). Raises InvalidFilter."""
+        the records the list rule (`access`) permits. Raises InvalidFilter, or `access.refusal()`
+        when the list rule refuses outright."""
+        access.require()
         parts: list[dict[str, Any]] = []
-        scope = record_scope(principal, collection)
-        if scope.ids is not None:
-            parts.append({"_id": {"$in": sorted(scope.ids)}} if scope.ids else MATCH_NOTHING)
+        if access.query is not None:
+            parts.append(access.query)
         if filter_expr and filter_expr.strip():
             parts.append(to_mongo_query(parse_filter(filter_expr), CollectionFields(collection)))
         if search and search.strip():
@@ -210,67 +282,102 @@ class RecordService:
         return order
 
     async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> Record:
-        """One record that `principal` (None: no credentials) may see. Raises NotFound (collection,
-        record, or a record the caller may not see)."""
+        """One record that the view rule lets `principal` (None: no credentials) see. Raises
+        NotFound (collection; record, or a record the rule hides), Unauthorized (no credentials,
+        and the rule refuses or depends on the record) or Forbidden (refused outright)."""
         collection = await self._collections.get_by_name(collection_name)
-        if not record_scope(principal, collection).allows(record_id):
-            raise NotFound("Record not found")
-        return await self._get(collection, record_id)
+        return await self._visible(check(principal, collection, actions.VIEW), record_id)
 
-    async def _get(self, collection: Collection, record_id: str) -> Record:
-        record = await self._records.get(collection.id, record_id)
-        if record is None:
-            raise NotFound("Record not found")
+    async def _visible(self, view: Access, record_id: str) -> Record:
+        """The record, if the view rule `view` lets its principal see it (one `_id` look-up).
+        Raises `view.refusal()` (refused outright) or `view.hidden()` (missing or hidden)."""
+        record = await checked_record(self._records, view, None, record_id, fetch=True)
+        assert record is not None  # fetch=True always returns the record or raises
         return record
 
     # --- one record ---------------------------------------------------------------------------
 
-    async def create(self, principal: Principal, collection_name: str, data: Any) -> Record:
-        """Validate `data` against the schema and store a new record; emits `create`.
+    async def create(self, principal: Principal | None, collection_name: str, data: Any) -> Record:
+        """Validate `data` against the schema and store a new record, if the create rule lets
+        `principal` (None: no credentials) create it (fields in the rule read the record as it
+        would be stored, `@request.data` reads `data`); emits `create`.
         Raises NotFound, BadRequest (an auth collection: users are made by register),
-        ValidationFailed (422) or AlreadyExists (a unique field)."""
+        Unauthorized / Forbidden (the rule refuses), ValidationFailed (422) or AlreadyExists (a
+        unique field)."""
         collection = await self._writable_for_new_records(collection_name)
+        create = check(principal, collection, actions.CREATE, data if isinstance(data, dict) else None)
+        create.require()
         values = self._schemas.load(collection, data, partial=False)
         values = {k: v for k, v in values.items() if v is not None}
-        await self._check_relations(collection, values)
         now = self._clock()
         record = Record(id=new_id(), created=now, updated=now, data=values)
+        if not create.allows(record):
+            raise create.refusal()
+        await self._check_relations(collection, values)
         async with await self._unit(collection):
             await self._records.insert(collection.id, record)
             await self._emit_changed(CREATE, collection, [record])
         await self._check_still_there(collection)
         return record
 
-    async def update(self, principal: Principal, collection_name: str, record_id: str, data: Any) -> Record:
-        """Change the fields given in `data` (null clears an optional field); emits `update`.
-        Raises NotFound (also for a record the caller may not see), ValidationFailed or AlreadyExists."""
+    async def update(self, principal: Principal | None, collection_name: str, record_id: str, data: Any) -> Record:
+        """Change the fields given in `data` (null clears an optional field), if the view rule lets
+        `principal` (None: no credentials) see the record and the update rule lets it change it
+        (fields in the rule read the stored record, `@request.data` reads `data`); emits `update`.
+        Raises NotFound (also for a record the caller may not see), Unauthorized / Forbidden (the
+        rule refuses), ValidationFailed, AlreadyExists, or BadRequest (the record kept changing
+        under a rule that depends on it)."""
         collection = await self._collections.get_by_name(collection_name)
-        if not record_scope(principal, collection).allows(record_id):
-            raise NotFound("Record not found")
+        view = check(principal, collection, actions.VIEW)
+        update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
+        update.require()
         set_values, unset = self._changes(collection, data)
+        expected = await self._checked(view, update, record_id)
         await self._check_relations(collection, set_values)
-        set_values["updated"] = self._clock()
-        async with await self._unit(collection):
-            record = await self._records.update(collection.id, record_id, set_values, unset)
-            if record is None:
+        for attempt in range(MAX_RULE_ATTEMPTS):
+            if attempt:
+                expected = await self._checked(view, update, record_id)
+            set_values["updated"] = self._clock()
+            async with await self._unit(collection):
+                record = await self._records.update(collection.id, record_id, set_values, unset,
+                                                    expected_updated=expected)
+                if record is not None:
+                    await self._emit_changed(UPDATE, collection, [record])
+                    return record
+            if expected is None:
                 raise NotFound("Record not found")
-            await self._emit_changed(UPDATE, collection, [record])
-        return record
+        raise BadRequest("The record kept changing while your change was checked; retry")
 
-    async def delete(self, principal: Principal, collection_name: str, record_id: str) -> None:
-        """Delete one record and release the relations that point to it (`relations.py`); emits
-        `delete` with `{id}` (and the events of the records the release changes or deletes).
-        Raises NotFound (also for a record the caller may not see) or BadRequest (a required
-        relation field still needs it)."""
+    async def delete(self, principal: Principal | None, collection_name: str, record_id: str) -> None:
+        """Delete one record, if the view rule lets `principal` (None: no credentials) see it and
+        the delete rule lets it delete it, and release the relations that point to it
+        (`relations.py`); emits `delete` with `{id}` (and the events of the records the release
+        changes or deletes). Raises NotFound (also for a record the caller may not see),
+        Unauthorized / Forbidden (the rule refuses), BadRequest (a required relation field still
+        needs it, or the record kept changing under a rule that depends on it)."""
         collection = await self._collections.get_by_name(collection_name)
-        if not record_scope(principal, collection).allows(record_id):
-            raise NotFound("Record not found")
-        plan = await self._relations.plan_release(collection, [record_id])
-        async with await self._unit(collection):
-            if not await self._records.delete(collection.id, record_id):
+        view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
+        delete.require()
+        for _ in range(MAX_RULE_ATTEMPTS):
+            expected = await self._checked(view, delete, record_id)
+            plan = await self._relations.plan_release(collection, [record_id])
+            async with await self._unit(collection):
+                gone = await self._records.delete(collection.id, record_id, expected_updated=expected)
+                if gone is not None:
+                    await self._emit_deleted(collection, [record_id], [gone])
+                    await self._relations.release(plan)
+                    return
+            if expected is None:
                 raise NotFound("Record not found")
-            await self._emit_deleted(collection, [record_id])
-            await self._relations.release(plan)
+        raise BadRequest("The record kept changing while your change was checked; retry")
+
+    async def _checked(self, view: Access, change: Access, record_id: str) -> datetime | None:
+        """Check a single update or delete against the record as stored now. Returns None when
+        neither rule depends on the record (no look-up is made), else the record's `updated`, which
+        the write must still find. Raises `view.refusal()` / `view.hidden()` (the caller may not
+        see it, or it is missing) or `change.refusal()` (it may see it, not change it)."""
+        record = await checked_record(self._records, view, change, record_id)
+        return None if record is None else record.updated
 
     def _changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], FieldNames]:
         """Validate partial `data`: (values to set, names to clear). Raises ValidationFailed."""
@@ -280,22 +387,26 @@ class RecordService:
     # --- bulk ---------------------------------------------------------------------------------
 
     async def bulk_update(
-        self, principal: Principal, collection_name: str, record_ids: Sequence[str], data: Any
+        self, principal: Principal | None, collection_name: str, record_ids: Sequence[str], data: Any
     ) -> int:
         """Apply the same partial `data` to every record of `record_ids` (1..1,000 distinct ids), all
         or nothing, in one bulk write; emits one `update` per record. Returns how many were updated.
 
         `data` is validated once; then each record is checked: it must exist, and a unique field may
-        be set on one record only, to a value no other record holds. Raises NotFound (collection),
-        ValidationFailed (422; `errors.record_ids` for a bad id list, `errors.<field>` for bad `data`,
-        `errors.<record id>` for the records that would fail; nothing changes) or AlreadyExists (a
-        concurrent write took a unique value first)."""
+        be set on one record only, to a value no other record holds. The view and update rules are
+        checked first (`_permitted`): any id they refuse (hidden, refused, or missing when a rule
+        depends on the record) makes the request 403 naming it in `errors`. Raises NotFound (collection),
+        Unauthorized / Forbidden (a rule refuses), ValidationFailed (422; `errors.record_ids` for a
+        bad id list, `errors.<field>` for bad `data`, `errors.<record id>` for the records that
+        would fail; nothing changes) or AlreadyExists (a concurrent write took a unique value
+        first)."""
         collection = await self._collections.get_by_name(collection_name)
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
-        _check_scope(principal, collection, ids)
+        view = check(principal, collection, actions.VIEW)
+        update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
         set_values, unset = self._changes(collection, data)
+        found = await self._permitted(view, update, ids, "change")
         await self._check_relations(collection, set_values)
-        found = {r.id: r for r in await self._records.find_by_ids(collection.id, ids)}
         failures: dict[str, list[str]] = {i: ["Record not found."] for i in ids if i not in found}
         for record_id, messages in (await self._unique_conflicts(collection, set_values, list(found))).items():
             failures.setdefault(record_id, []).extend(messages)
@@ -310,6 +421,23 @@ class RecordService:
                 changed = await self._records.find_by_ids(collection.id, ids)
             await self._emit_changed(UPDATE, collection, changed)
         return matched
+
+    async def _permitted(self, view: Access, change: Access, record_ids: Sequence[str], verb: str) -> dict[str, Record]:
+        """The records of `record_ids` that exist, by id, once the view rule `view` shows and the
+        rule `change` permits every one of them. When either rule depends on the record, an id that
+        is missing counts as refused like a hidden one, so the answer never tells them apart.
+        Raises `refusal()` when either rule refuses outright, and Forbidden (`_refused_ids`)
+        naming every refused id."""
+        view.require()
+        change.require()
+        found = {r.id: r for r in await self._records.find_by_ids(view.collection.id, record_ids)}
+        if view.everything and change.everything:
+            return found
+        refused = [i for i in record_ids
+                   if i not in found or not view.allows(found[i]) or not change.allows(found[i])]
+        if refused:
+            raise _refused_ids(refused, verb)
+        return found
 
     async def _unique_conflicts(
         self, collection: Collection, set_values: dict[str, Any], record_ids: Sequence[str]
@@ -329,25 +457,27 @@ class RecordService:
                     f"{spec.name}: Value must be unique; another record holds it.")
         return failures
 
-    async def bulk_delete(self, principal: Principal, collection_name: str, record_ids: Sequence[str]) -> int:
+    async def bulk_delete(self, principal: Principal | None, collection_name: str, record_ids: Sequence[str]) -> int:
         """Delete every record of `record_ids` (1..1,000 distinct ids), all or nothing, in one bulk
         write; emits one `delete` per record. Returns how many were deleted.
 
-        Raises NotFound (collection) or ValidationFailed (422; `errors.record_ids` for a bad id list,
-        `errors.<record id>` for unknown ids; nothing is deleted then). A record deleted by another
+        Raises NotFound (collection), ValidationFailed (422; `errors.record_ids` for a bad id list,
+        `errors.<record id>` for unknown ids when no rule depends on the record; nothing is deleted
+        then), Unauthorized / Forbidden (403: a rule refuses outright, or refuses some ids, named in
+        `errors` as `_permitted` decides; nothing is deleted). A record deleted by another
         request between the check and the delete is not counted, but still gets a `delete` event
         (subscribers see at least one)."""
         collection = await self._collections.get_by_name(collection_name)
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
-        _check_scope(principal, collection, ids)
-        existing = await self._records.existing_ids(collection.id, ids)
+        view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
+        existing = await self._permitted(view, delete, ids, "delete")
         missing = {i: ["Record not found."] for i in ids if i not in existing}
         if missing:
             raise _bulk_refused("deleted", missing, len(ids))
         plan = await self._relations.plan_release(collection, ids)
         async with await self._unit(collection):
             deleted = await self._records.delete_many(collection.id, ids)
-            await self._emit_deleted(collection, ids)
+            await self._emit_deleted(collection, ids, list(existing.values()))
             await self._relations.release(plan)
         return deleted
 
@@ -365,21 +495,32 @@ class RecordService:
         """The records matching `filter_expr` and `search`, in `sort` order (default `created`), as
         CSV: header `id,created,updated,<schema fields in order>`, cells as in `csv_io`. The query is
         checked here, before any byte is sent; the rows are read in batches while `chunks` is
-        consumed, so memory stays flat however many records match.
-        Raises NotFound (collection) or InvalidFilter."""
+        consumed, so memory stays flat however many records match. Only the records the list rule
+        shows `principal` are exported.
+        Raises NotFound (collection), InvalidFilter, or Forbidden (the list rule refuses outright)."""
         collection = await self._collections.get_by_name(collection_name)
-        query = self.query(collection, filter_expr=filter_expr, search=search, principal=principal)
+        query = self.query(collection, filter_expr=filter_expr, search=search,
+                           access=check(principal, collection, actions.LIST))
         return await self._csv.export(collection, query, self._order(collection, sort))
 
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
-        stored record emits `create`. See `RecordCsv.import_csv` for the checks and the result.
-        Raises NotFound (collection), BadRequest (an auth collection), PayloadTooLarge (over 10 MiB)
-        or ValidationFailed (the file as a whole is refused; nothing is stored)."""
+        stored record emits `create`. See `RecordCsv.import_csv` for the checks and the result. The
+        create rule is checked per row (`@request.data` reads the row's values as JSON); refused
+        rows are failed rows with `errors._rule`.
+        Raises NotFound (collection), BadRequest (an auth collection), Forbidden (the create rule
+        refuses outright), PayloadTooLarge (over 10 MiB) or ValidationFailed (the file as a whole
+        is refused; nothing is stored)."""
         collection = await self._writable_for_new_records(collection_name)
         limits = await self._limits()
+        if collection.rules.create_rule is None:  # admins only: refuse the file as a whole
+            check(principal, collection, actions.CREATE).require()
+
+        def permitted(record: Record) -> bool:
+            return check(principal, collection, actions.CREATE, record_json(record)).allows(record)
+
         result = await self._csv.import_csv(collection, content, max_bytes=limits.import_max_bytes,
-                                            max_rows=limits.import_max_rows)
+                                            max_rows=limits.import_max_rows, permitted=permitted)
         if result.imported:
             await self._check_still_there(collection)
         return result
@@ -400,8 +541,9 @@ class RecordService:
     async def _emit_changed(self, kind: str, collection: Collection, records: Sequence[Record]) -> None:
         await emit_changed(self._events, kind, collection, records, self._clock())
 
-    async def _emit_deleted(self, collection: Collection, record_ids: Sequence[str]) -> None:
-        await emit_deleted(self._events, collection, record_ids, self._clock())
+    async def _emit_deleted(self, collection: Collection, record_ids: Sequence[str],
+                            records: Sequence[Record] = ()) -> None:
+        await emit_deleted(self._events, collection, record_ids, self._clock(), records)
 
     async def _check_relations(self, collection: Collection, values: dict[str, Any]) -> None:
         await check_relations(self._records, collection, values)
@@ -436,13 +578,16 @@ async def emit_changed(events: EventBus, kind: str, collection: Collection, reco
     """The one way record events are made: one `create` or `update` event per record, carrying the
     full record as the API shows it (`record_json`), stamped `now`. Used by every service that
     writes records (records, bulk, CSV import, auth-collection users)."""
-    await events.emit([RecordEvent(kind, collection.name, r.id, record_json(r), now) for r in records])
+    await events.emit([RecordEvent(kind, collection.name, r.id, record_json(r), now, record=r) for r in records])
 
 
 async def emit_deleted(events: EventBus, collection: Collection, record_ids: Sequence[str],
-                       now: datetime) -> None:
-    """One `delete` event per record id, carrying `{id}`, stamped `now`."""
-    await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now) for rid in record_ids])
+                       now: datetime, records: Sequence[Record] = ()) -> None:
+    """One `delete` event per record id, carrying `{id}`, stamped `now`; `records` are the deleted
+    records the writer read (they ride along as `RecordEvent.record`, for access rules)."""
+    known = {r.id: r for r in records}
+    await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now, record=known.get(rid))
+                       for rid in record_ids])
 
 
 async def drop_if_deleted(collections: CollectionService, records: RecordRepository, collection: Collection) -> None:
@@ -456,15 +601,35 @@ async def drop_if_deleted(collections: CollectionService, records: RecordReposit
     raise NotFound(f"Collection '{collection.name}' not found")
 
 
+async def checked_record(records: RecordRepository, view: Access, change: Access | None, record_id: str, *,
+                         fetch: bool = False) -> Record | None:
+    """The one check of a single record's rules, for records and files: the view rule `view` must
+    show the record and `change` (the update or delete rule, if any) permit it. Without `fetch`,
+    returns None without a look-up when neither rule depends on the record; else the record (one
+    `_id` look-up). Raises `refusal()` of a rule that refuses outright, `view.hidden()` (missing or
+    hidden) or `change.refusal()` (shown, but not to be changed)."""
+    view.require()
+    if change is not None:
+        change.require()
+    if not fetch and view.everything and (change is None or change.everything):
+        return None
+    record = await records.get(view.collection.id, record_id)
+    if record is None or not view.allows(record):
+        raise view.hidden()
+    if change is not None and not change.allows(record):
+        raise change.refusal()
+    return record
+
+
 async def check_relations(records: RecordRepository, collection: Collection, values: dict[str, Any]) -> None:
     """Every relation id in `values` must name an existing record of its target collection.
-    Raises ValidationFailed naming the field otherwise (one count query per relation field)."""
+    Raises ValidationFailed naming the field otherwise (one `_id` look-up per relation field)."""
     for spec in collection.fields:
         if spec.type != "relation" or spec.name not in values or spec.collection_id is None:
             continue
         wanted = set(value_list(values[spec.name]))
-        found = await records.count(spec.collection_id, {"_id": {"$in": sorted(wanted)}})
-        if found != len(wanted):
+        found = await records.existing_ids(spec.collection_id, sorted(wanted))
+        if len(found) != len(wanted):
             raise ValidationFailed("Relation points to a missing record", errors={spec.name: [UNKNOWN_RELATION]})
 
 

@@ -63,6 +63,8 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "csv_import_max_rows": (MAX_IMPORT_ROWS, "limits"),
     "csv_import_max_mb": (MAX_IMPORT_BYTES // (1024 * 1024), "limits"),
     "bulk_max_ids": (1_000, "limits"),  # records.MAX_BULK_IDS (not imported: records imports this module)
+    # the Redis response cache of record reads (cms.services.read_cache); false: every read queries
+    "read_cache_enabled": (True, "performance"),
 }
 
 VERSION_CHECK_INTERVAL_S = 0.5

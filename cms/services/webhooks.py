@@ -24,7 +24,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -34,7 +34,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import Forbidden, NotFound, ValidationFailed
 from cms.jobs import JobQueue
 from cms.models import ROLE_ADMIN, Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
-from cms.services.access import record_scope
+from cms.services.access import VIEW, check
 from cms.services.collections import CollectionService
 from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, RecordEvent
 from cms.services.fields import to_json_value
@@ -83,7 +83,9 @@ class WebhookService:
 
     def __init__(self, webhooks: WebhookRepository, outbox: DeliveryOutbox, delivery_log: DeliveryLog,
                  collections: CollectionService, jobs: JobQueue, sender: WebhookSender,
-                 address_check: AddressCheck, *, clock: Clock = utcnow) -> None:
+                 address_check: AddressCheck, *, clock: Clock = utcnow,
+                 creator: Callable[[str], Awaitable[Principal | None]] | None = None) -> None:
+        self._creator = creator
         self._webhooks = webhooks
         self._outbox = outbox
         self._log = delivery_log
@@ -221,13 +223,18 @@ class WebhookService:
         acknowledged. Returns the deliveries for `publish`."""
         deliveries: list[WebhookDelivery] = []
         targets: dict[str, tuple[Collection | None, list[Webhook]]] = {}
+        creators: dict[str, Principal | None] = {}
         now = self._clock()
         for event in events:
             if event.collection not in targets:
                 targets[event.collection] = await self._webhooks_of(event.collection)
             collection, webhooks = targets[event.collection]
             for webhook in webhooks:
-                if event.event in webhook.events and _creator_may_view(webhook, collection, event):
+                if event.event not in webhook.events or collection is None:
+                    continue
+                if webhook.created_by not in creators:
+                    creators[webhook.created_by] = await self._creator_of(webhook)
+                if _creator_may_view(creators[webhook.created_by], collection, event):
                     deliveries.append(WebhookDelivery(
                         id=new_id(), webhook_id=webhook.id, event=event.event, collection=event.collection,
                         record_id=event.record_id, body=delivery_body(event), created=now,
@@ -235,6 +242,14 @@ class WebhookService:
         if deliveries:
             await self._outbox.insert_many(deliveries)
         return deliveries
+
+    async def _creator_of(self, webhook: Webhook) -> Principal | None:
+        """The webhook's creator as a principal with its current role, email and verified flag (the
+        user lookup given to the service), or None when that user is gone. Without a lookup (unit
+        wiring), the role stored with the webhook."""
+        if self._creator is None:
+            return Principal(kind="admin_user", user_id=webhook.created_by, role=webhook.created_by_role)
+        return await self._creator(webhook.created_by)
 
     async def publish(self, staged: Sequence[WebhookDelivery]) -> None:
         """Hand staged deliveries to the queue after the change committed; what fails here (Redis
@@ -310,13 +325,16 @@ def delivery_body(event: RecordEvent) -> str:
                       ensure_ascii=False, separators=(",", ":"))
 
 
-def _creator_may_view(webhook: Webhook, collection: Collection | None, event: RecordEvent) -> bool:
-    """Deliveries carry only records the webhook's creator may view (`access.record_scope`:
-    auth-collection users are visible to admins only)."""
-    if collection is None:
+def _creator_may_view(creator: Principal | None, collection: Collection, event: RecordEvent) -> bool:
+    """Deliveries carry only records the webhook's creator may view under the collection's view
+    rule (decisions.md, Access rules). A creator who is gone sees nothing. An event without its
+    record (a delete made by relation clean-up) is delivered only when the rule shows every record."""
+    if creator is None:
         return False
-    creator = Principal(kind="admin_user", user_id=webhook.created_by, role=webhook.created_by_role)
-    return record_scope(creator, collection).allows(event.record_id)
+    view = check(creator, collection, VIEW)
+    if view.everything or view.refused:
+        return view.everything
+    return event.record is not None and view.allows(event.record)
 
 
 def _require_admin_table(principal: Principal) -> None:

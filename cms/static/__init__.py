@@ -1,0 +1,1 @@
+"""Static browser pages served by the service (API explorer, emailed-link pages)."""

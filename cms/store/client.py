@@ -125,5 +125,6 @@ async def _server_status(db: Database) -> dict[str, Any] | None:
         "connections": status.get("connections"),
         "opcounters": status.get("opcounters"),
         "mem": status.get("mem"),
-        "network": {k: v for k, v in (status.get("network") or {}).items() if k in ("bytesIn", "bytesOut", "numRequests")},
+        "network": {k: v for k, v in (status.get("network") or {}).items()
+                    if k in ("bytesIn", "bytesOut", "numRequests")},
     }

@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo import ReturnDocument
 
-from cms.models import Collection, FieldSpec, Validation
+from cms.models import AccessRules, Collection, FieldSpec, Validation, default_rules
 from cms.store.client import Database
 from cms.store.errors import translate_errors
 
@@ -40,6 +40,7 @@ def _to_document(collection: Collection) -> dict[str, Any]:
         "type": collection.type,
         "fields": [_field_document(f) for f in collection.fields],
         "otp_enabled": collection.otp_enabled,
+        "rules": dataclasses.asdict(collection.rules),
         "version": collection.version,
         "created": collection.created,
         "updated": collection.updated,
@@ -53,10 +54,20 @@ def _from_document(doc: dict[str, Any]) -> Collection:
         type=doc["type"],
         fields=tuple(_field_from_document(f) for f in doc.get("fields", [])),
         otp_enabled=doc.get("otp_enabled", False),
+        rules=_rules_from_document(doc),
         version=doc.get("version", 1),
         created=doc["created"],
         updated=doc["updated"],
     )
+
+
+def _rules_from_document(doc: dict[str, Any]) -> AccessRules:
+    """The stored rules; a collection stored before rules existed has its type's defaults."""
+    stored = doc.get("rules")
+    if not isinstance(stored, dict):
+        return default_rules(doc["type"])
+    defaults = dataclasses.asdict(default_rules(doc["type"]))
+    return AccessRules(**{key: stored.get(key, default) for key, default in defaults.items()})
 
 
 class CollectionRepository:
@@ -97,6 +108,13 @@ class CollectionRepository:
                 return_document=ReturnDocument.AFTER,
             )
         return _from_document(stored) if stored else None
+
+    async def fill_rules(self, collection_type: str, rules: AccessRules) -> int:
+        """Set `rules` on every collection of `collection_type` stored without rules. Returns how
+        many were changed."""
+        result = await self._mongo_coll.update_many({"type": collection_type, "rules": {"$exists": False}},
+                                                    {"$set": {"rules": dataclasses.asdict(rules)}})
+        return result.modified_count
 
     async def delete(self, collection_id: str) -> bool:
         """Remove the definition. Returns False if it did not exist."""

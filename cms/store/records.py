@@ -6,6 +6,7 @@ Field values are stored at the top level of the document, next to `_id`, `create
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
@@ -63,12 +64,19 @@ def record_to_document(record: Record) -> dict[str, Any]:
     return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
 
 
+MAX_CONCURRENT_SCANS = 4
+"""List queries (`find`, `count`) one process sends to the database at once; more wait in line.
+Scans of the embedded server slow each other down almost linearly, so a queue finishes them sooner
+than a pile-up, and point reads (`get`, `find_by_ids`), which take no slot, are never starved."""
+
+
 class RecordRepository:
     """Records of every collection; callers pass the collection id and a prepared query."""
 
-    def __init__(self, db: Database, capabilities: Capabilities) -> None:
+    def __init__(self, db: Database, capabilities: Capabilities, *, max_scans: int = MAX_CONCURRENT_SCANS) -> None:
         self._db = db
         self.capabilities = capabilities
+        self._scans = asyncio.Semaphore(max_scans)
 
     def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
         return self._db[records_mongo_name(collection_id)]
@@ -101,30 +109,37 @@ class RecordRepository:
         return record_from_document(doc) if doc else None
 
     async def update(
-        self, collection_id: str, record_id: str, set_values: dict[str, Any], unset: Sequence[str]
+        self, collection_id: str, record_id: str, set_values: dict[str, Any], unset: Sequence[str], *,
+        expected_updated: datetime | None = None,
     ) -> Record | None:
-        """Set and unset fields of one record; returns the record after the change, or None if gone.
-        Raises AlreadyExists on a unique-index conflict."""
+        """Set and unset fields of one record; returns the record after the change, or None if gone
+        (or, with `expected_updated`, when its `updated` is no longer that: it changed since it was
+        read). Raises AlreadyExists on a unique-index conflict."""
         change: dict[str, Any] = {"$set": set_values}
         if unset:
             change["$unset"] = {name: "" for name in unset}
         async with translate_errors("record"):
             doc = await self._mongo_coll(collection_id).find_one_and_update(
-                {"_id": record_id}, change, return_document=ReturnDocument.AFTER, session=current_session()
+                _one(record_id, expected_updated), change, return_document=ReturnDocument.AFTER,
+                session=current_session(),
             )
         return record_from_document(doc) if doc else None
 
-    async def delete(self, collection_id: str, record_id: str) -> bool:
-        """Remove one record. Returns False if it did not exist."""
-        result = await self._mongo_coll(collection_id).delete_one({"_id": record_id}, session=current_session())
-        return result.deleted_count == 1
+    async def delete(self, collection_id: str, record_id: str, *,
+                     expected_updated: datetime | None = None) -> Record | None:
+        """Remove one record and return it as it was; None if it did not exist (or, with
+        `expected_updated`, changed since it was read)."""
+        doc = await self._mongo_coll(collection_id).find_one_and_delete(_one(record_id, expected_updated),
+                                                                        session=current_session())
+        return record_from_document(doc) if doc else None
 
     async def find_by_ids(self, collection_id: str, record_ids: Sequence[str]) -> list[Record]:
         """The records among `record_ids` that exist (one find per ID_CHUNK ids, any order)."""
         mongo_coll = self._mongo_coll(collection_id)
         found: list[Record] = []
         for chunk in _chunks(record_ids):
-            found.extend([record_from_document(d) async for d in mongo_coll.find({"_id": {"$in": chunk}}, session=current_session())])
+            cursor = mongo_coll.find({"_id": {"$in": chunk}}, session=current_session())
+            found.extend([record_from_document(d) async for d in cursor])
         return found
 
     async def existing_ids(self, collection_id: str, record_ids: Sequence[str]) -> set[str]:
@@ -227,13 +242,13 @@ class RecordRepository:
     ) -> list[Record]:
         """Records matching `query` in `sort` order, `skip` then at most `limit` of them.
         Raises InvalidFilter when the server refuses the query (see `translate_query_errors`)."""
-        cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
-        async with translate_query_errors():
+        async with self._scans, translate_query_errors():
+            cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
             return [record_from_document(d) async for d in cursor]
 
     async def count(self, collection_id: str, query: dict[str, Any]) -> int:
         """How many records match `query`. Raises InvalidFilter when the server refuses the query."""
-        async with translate_query_errors():
+        async with self._scans, translate_query_errors():
             return await self._mongo_coll(collection_id).count_documents(query)
 
     async def drop(self, collection_id: str) -> None:
@@ -340,6 +355,12 @@ class RecordRepository:
         except BulkWriteError as exc:
             raise _bulk_write_error(exc) from None
         return result.matched_count
+
+
+def _one(record_id: str, expected_updated: datetime | None) -> dict[str, Any]:
+    """The filter of a single-record write: by `_id`, and by `updated` when the writer checked the
+    record as it was then (plain equality, so the `_id` index still serves it)."""
+    return {"_id": record_id} if expected_updated is None else {"_id": record_id, "updated": expected_updated}
 
 
 def _write_failure(error: Mapping[str, Any]) -> InsertFailure:

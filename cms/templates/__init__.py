@@ -1,0 +1,1 @@
+"""Email templates (text and HTML) rendered by the mail service."""

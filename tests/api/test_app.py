@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import replace
 
 from aiohttp import web
@@ -25,6 +26,7 @@ async def test_wrong_method_is_405_in_error_model(client):
     body = await response.json()
     assert body["code"] == "method_not_allowed"
     assert "GET" in body["detail"]
+    assert "GET" in response.headers["Allow"].split(",")  # RFC 9110: a 405 lists the allowed methods
 
 
 async def test_malformed_json_is_400(client):
@@ -36,7 +38,8 @@ async def test_malformed_json_is_400(client):
 
 
 async def test_non_utf8_body_is_400(client):
-    response = await client.post("/api/v1/auth/login", data=b'\xff\xfe{"a"', headers={"Content-Type": "application/json"})
+    response = await client.post("/api/v1/auth/login", data=b'\xff\xfe{"a"',
+                                 headers={"Content-Type": "application/json"})
     assert response.status == 400
 
 
@@ -174,6 +177,17 @@ async def test_openapi_document_is_generated_from_schemas(client):
     names = {p["name"] for p in listing["parameters"]}
     assert {"collection_name", "page", "per_page", "sort", "filter", "search"} <= names
     assert document["paths"]["/api/v1/collections"]["post"]["security"] == [{"bearerAuth": []}]
+    # constraints the service enforces are declared (found by the contract check, tests/test_contract.py)
+    assert schemas["Register"]["properties"]["password"]["minLength"] == 8
+    assert "rate_limit_enabled" in schemas["SettingUpdate"]["properties"]["key"]["enum"]
+    backup = document["paths"]["/api/v1/backups/{filename}"]["delete"]["parameters"][0]["schema"]
+    assert re.fullmatch(backup["pattern"].strip("^$"), "backup-20260101-120000.tar.gz")
+    audit = {p["name"]: p["schema"] for p in document["paths"]["/api/v1/audit"]["get"]["parameters"]}
+    assert audit["from_date"]["format"] == "date-time"
+    upload = document["paths"]["/api/v1/files"]["post"]
+    form = upload["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert set(form["required"]) == {"file", "collection", "record_id"} and form["additionalProperties"] is False
+    assert upload["security"] == [{}, {"bearerAuth": []}]  # anonymous callers may upload where the rules allow
 
 
 async def test_lone_surrogate_in_json_is_400(client):

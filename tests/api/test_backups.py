@@ -8,13 +8,12 @@ import json
 import os
 import re
 import tarfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import bson
 import pytest
-from aiohttp.test_utils import TestClient
 from bson import json_util
 from pymongo import MongoClient
 
@@ -24,6 +23,7 @@ from cms.store.client import Database, open_client
 from cms.wiring import Services
 from tests.conftest import (
     ADMIN_EMAIL,
+    Client,
     MovableClock,
     bearer,
     create_collection,
@@ -35,12 +35,12 @@ from tests.conftest import (
 BACKUPS = "/api/v1/backups"
 NAME = re.compile(r"backup-\d{8}-\d{6}\.tar\.gz")
 AGENT = {"User-Agent": "backup-tests/1"}
-POST_FIELDS = [
+POST_FIELDS: list[dict[str, Any]] = [
     {"name": "title", "type": "text", "validation": {"required": True}},
     {"name": "slug", "type": "text", "validation": {"unique": True}},
     {"name": "views", "type": "number"},
 ]
-Snapshot = dict[str, tuple[list[dict[str, Any]], dict[str, Any]]]
+Snapshot = dict[str, tuple[list[dict[str, Any]], MutableMapping[str, Any]]]
 
 
 @pytest.fixture
@@ -67,18 +67,18 @@ def without_audit(state: Snapshot) -> Snapshot:
     return {name: value for name, value in state.items() if name != "audit_log"}
 
 
-async def create_backup(client: TestClient, token: str) -> dict[str, Any]:
+async def create_backup(client: Client, token: str) -> dict[str, Any]:
     response = await client.post(BACKUPS, headers={**bearer(token), **AGENT})
     assert response.status == 201, await response.text()
     body: dict[str, Any] = await response.json()
     return body
 
 
-async def restore(client: TestClient, token: str, filename: str) -> Any:
+async def restore(client: Client, token: str, filename: str) -> Any:
     return await client.post(f"{BACKUPS}/{filename}/restore", headers={**bearer(token), **AGENT})
 
 
-async def seed(client: TestClient, token: str, db: Database) -> list[dict[str, Any]]:
+async def seed(client: Client, token: str, db: Database) -> list[dict[str, Any]]:
     """A collection with a unique index, three records, and a GridFS file with a 1 MiB chunk."""
     await create_collection(client, token, "posts", POST_FIELDS)
     posts = [await create_record(client, token, "posts", {"title": f"Post {n}", "slug": f"post-{n}", "views": n})
@@ -90,7 +90,7 @@ async def seed(client: TestClient, token: str, db: Database) -> list[dict[str, A
     return posts
 
 
-async def change_everything(client: TestClient, token: str, db: Database, posts: list[dict[str, Any]]) -> None:
+async def change_everything(client: Client, token: str, db: Database, posts: list[dict[str, Any]]) -> None:
     """Add, change and delete records, add a collection, drop a GridFS collection."""
     await create_record(client, token, "posts", {"title": "Added later", "slug": "later"})
     response = await client.patch(records_path("posts", posts[0]["id"]), headers=bearer(token),
@@ -122,7 +122,7 @@ def write_archive(path: Path, members: dict[str, bytes], *, extra: Callable[[tar
 # --- backup and restore ---------------------------------------------------------------------------
 
 
-async def test_restore_brings_back_data_and_indexes_exactly(client: TestClient, admin_token: str, db: Database,
+async def test_restore_brings_back_data_and_indexes_exactly(client: Client, admin_token: str, db: Database,
                                                            config: Config):
     posts = await seed(client, admin_token, db)
     before = await snapshot(db)
@@ -160,7 +160,7 @@ async def test_restore_brings_back_data_and_indexes_exactly(client: TestClient, 
     assert not [n for n in await db.list_collection_names() if n.startswith("_restore.")]
 
 
-async def test_archive_has_the_mongodump_layout(client: TestClient, admin_token: str, db: Database, config: Config):
+async def test_archive_has_the_mongodump_layout(client: Client, admin_token: str, db: Database, config: Config):
     await seed(client, admin_token, db)
     state = await snapshot(db)
     backup = await create_backup(client, admin_token)
@@ -212,7 +212,8 @@ TAMPERINGS: dict[str, Callable[[dict[str, bytes], str], dict[str, bytes]]] = {
     "absolute-member": lambda m, root: {**m, "/tmp/evil.bson": b""},
     "corrupt-bson": _corrupt_bson,
     "invalid-utf8-in-bson": _bad_utf8,
-    "length-past-end": lambda m, root: {**m, f"{root}/sessions.bson": m[f"{root}/sessions.bson"] + b"\xff\x00\x00\x00xx"},
+    "length-past-end": lambda m, root: {
+        **m, f"{root}/sessions.bson": m[f"{root}/sessions.bson"] + b"\xff\x00\x00\x00xx"},
     "metadata-not-json": lambda m, root: {**m, f"{root}/sessions.metadata.json": b"{not json"},
     "second-root": lambda m, root: {**m, "other/x.bson": b"", "other/x.metadata.json": b"{}"},
     "bson-without-metadata": lambda m, root: {k: v for k, v in m.items() if k != f"{root}/sessions.metadata.json"},
@@ -231,7 +232,7 @@ REASONS = {
 
 
 @pytest.mark.parametrize("how", REASONS)
-async def test_bad_archive_is_refused_and_data_untouched(client: TestClient, admin_token: str, db: Database,
+async def test_bad_archive_is_refused_and_data_untouched(client: Client, admin_token: str, db: Database,
                                                          config: Config, clock: MovableClock, how: str):
     posts = await seed(client, admin_token, db)
     good = await create_backup(client, admin_token)
@@ -262,7 +263,7 @@ async def test_bad_archive_is_refused_and_data_untouched(client: TestClient, adm
 
 
 async def test_restore_restores_a_backup_that_the_api_wrote_and_survives_same_names(
-        client: TestClient, admin_token: str, db: Database, config: Config):
+        client: Client, admin_token: str, db: Database, config: Config):
     """Restoring twice in a row gives the same database (the staging collections do not linger)."""
     await seed(client, admin_token, db)
     backup = await create_backup(client, admin_token)
@@ -279,18 +280,18 @@ async def test_restore_restores_a_backup_that_the_api_wrote_and_survives_same_na
     "..%2F..%2Fsecret_key", "secret_key", "backup-20240101-000000.tar.gz.bak", ".backup-20240101-000000.tar.gz",
     "backup-20241301-000000.tar.gz", "backup-2024-01-01.tar.gz", "backup-20240101-000000.tar.gz%00",
 ])
-async def test_malformed_filename_is_400(client: TestClient, admin_token: str, filename: str):
+async def test_malformed_filename_is_400(client: Client, admin_token: str, filename: str):
     await error_of(await restore(client, admin_token, filename), 400, "bad_request")
     await error_of(await client.delete(f"{BACKUPS}/{filename}", headers=bearer(admin_token)), 400, "bad_request")
 
 
-async def test_unknown_backup_is_404(client: TestClient, admin_token: str):
+async def test_unknown_backup_is_404(client: Client, admin_token: str):
     await error_of(await restore(client, admin_token, "backup-20240101-000000.tar.gz"), 404, "not_found")
     await error_of(await client.delete(f"{BACKUPS}/backup-20240101-000000.tar.gz", headers=bearer(admin_token)),
                    404, "not_found")
 
 
-async def test_list_newest_first_delete_and_same_second(client: TestClient, admin_token: str, config: Config,
+async def test_list_newest_first_delete_and_same_second(client: Client, admin_token: str, config: Config,
                                                         clock: MovableClock):
     assert await (await client.get(BACKUPS, headers=bearer(admin_token))).json() == []
     made = []
@@ -320,13 +321,13 @@ async def test_list_newest_first_delete_and_same_second(client: TestClient, admi
     ("POST", BACKUPS), ("GET", BACKUPS), ("POST", f"{BACKUPS}/backup-20240101-000000.tar.gz/restore"),
     ("DELETE", f"{BACKUPS}/backup-20240101-000000.tar.gz"),
 ])
-async def test_admin_only(client: TestClient, user_token: str, config: Config, method: str, path: str):
+async def test_admin_only(client: Client, user_token: str, config: Config, method: str, path: str):
     await error_of(await client.request(method, path, headers=bearer(user_token)), 403, "forbidden")
     await error_of(await client.request(method, path), 401, "unauthorized")
     assert not config.backups_path.exists() or not list(config.backups_path.iterdir())
 
 
-async def test_backup_actions_are_audited(client: TestClient, admin_token: str, db: Database, services: Services):
+async def test_backup_actions_are_audited(client: Client, admin_token: str, db: Database, services: Services):
     admin = await db.admin_users.find_one({"email": ADMIN_EMAIL})
     assert admin is not None
 
@@ -374,7 +375,7 @@ def test_cli_create_list_restore_delete(config: Config, tmp_path: Path, monkeypa
                         "MONGODB_DB": config.mongodb_db, "SECRET_KEY": config.secret_key,
                         "BACKUP_DIR": str(tmp_path / "cli-backups")}.items():
         monkeypatch.setenv(name, value)
-    sync = MongoClient(config.mongodb_url)
+    sync: MongoClient[dict[str, Any]] = MongoClient(config.mongodb_url)
     try:
         sync[config.mongodb_db].notes.insert_one({"_id": "n1", "text": "kept"})
         status, out, err = _cli(capsys, "backup", "create")

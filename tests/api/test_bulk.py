@@ -87,7 +87,9 @@ async def test_bulk_update_validates_data_once(client, admin_token, posts, seen)
                                      json={"record_ids": ids, "data": data})
         body = await error_of(response, 422, "validation_error")
         assert names_field(body["errors"], field_name), body
-    for body in [{"record_ids": ids}, {"record_ids": ids, "data": [1]}, {"record_ids": ids, "data": None}]:
+    bodies: list[dict[str, Any]] = [{"record_ids": ids}, {"record_ids": ids, "data": [1]},
+                                    {"record_ids": ids, "data": None}]
+    for body in bodies:
         response = await client.post(bulk_path("posts", "update"), headers=bearer(admin_token), json=body)
         assert "data" in (await error_of(response, 422, "validation_error"))["errors"]
     assert await records_by_id(client) == before and seen == []

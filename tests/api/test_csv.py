@@ -314,10 +314,12 @@ async def test_upload_must_be_multipart_with_a_file_field(client, admin_token):
     data.add_field("file", content, filename="x.csv")  # other fields may come first
     response = await client.post(import_path(), headers=bearer(admin_token), data=data)
     assert (await response.json()) == {"imported": 1, "failed": []}
-    for kwargs in [{"data": content, "headers": {**bearer(admin_token), "Content-Type": "text/csv"}},
-                   {"json": {"file": "title\nx\n"}, "headers": bearer(admin_token)},
-                   {"data": b"--x\r\nbroken", "headers": {**bearer(admin_token),
-                                                          "Content-Type": "multipart/form-data"}}]:
+    requests: list[dict[str, Any]] = [
+        {"data": content, "headers": {**bearer(admin_token), "Content-Type": "text/csv"}},
+        {"json": {"file": "title\nx\n"}, "headers": bearer(admin_token)},
+        {"data": b"--x\r\nbroken", "headers": {**bearer(admin_token), "Content-Type": "multipart/form-data"}},
+    ]
+    for kwargs in requests:
         response = await client.post(import_path(), **kwargs)
         await error_of(response, 400, "bad_request")
     assert len(await all_records(client)) == 1

@@ -26,7 +26,9 @@ LINK = re.compile(r"http://cms\.test/_/verify-email\?token=([A-Za-z0-9_\-]+)")
 def html_body(message) -> str:
     for part in message.walk():
         if part.get_content_type() == "text/html":
-            return part.get_payload(decode=True).decode()
+            payload = part.get_payload(decode=True)
+            assert isinstance(payload, bytes)
+            return payload.decode()
     raise AssertionError("no text/html part")
 
 
@@ -54,7 +56,8 @@ async def verify(client, token):
 async def verified_flag(client, access_token) -> bool:
     response = await client.get(ME, headers=bearer(access_token))
     assert response.status == 200
-    return (await response.json())["verified"]
+    verified: bool = (await response.json())["verified"]
+    return verified
 
 
 async def test_register_sends_a_verification_email(client, mailbox, run_jobs, config):

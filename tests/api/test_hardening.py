@@ -287,7 +287,7 @@ async def test_auth_collection_records_are_listed_only_to_their_user_and_admins(
     listed = await (await client.get(records_path(MEMBERS))).json()
     assert (listed["items"], listed["total"]) == ([], 0)
     assert "a@example.com" not in json.dumps(listed)
-    await error_of(await client.get(records_path(MEMBERS, a_id)), 404, "not_found")
+    await error_of(await client.get(records_path(MEMBERS, a_id)), 401, "unauthorized")
     await error_of(await client.get(records_path(MEMBERS, a_id), headers=b_auth), 404, "not_found")
     # an admin-table user of role `user` is not an admin
     other = await (await client.get(records_path(MEMBERS), headers=bearer(user_token))).json()

@@ -225,7 +225,8 @@ async def test_collection_user_reset(client, mailbox, run_jobs, services, member
     await run_jobs()  # the registration email
     sessions = [(await member_login(client))["token"] for _ in range(2)]
     # an admin-table user with the same address is a different account
-    assert (await client.post("/api/v1/auth/register", json={"email": MEMBER_EMAIL, "password": PASSWORD})).status == 201
+    response = await client.post("/api/v1/auth/register", json={"email": MEMBER_EMAIL, "password": PASSWORD})
+    assert response.status == 201
 
     response = await client.post(REQUEST, json={"email": MEMBER_EMAIL, "collection": "members"})
     assert response.status == 200 and await response.json() == {"message": MESSAGE}

@@ -8,7 +8,7 @@ import aiohttp
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
 
-async def set_setting(client, token, key, value):  # type: ignore[no-untyped-def]
+async def set_setting(client, token, key, value):
     response = await client.post("/api/v1/settings", headers=bearer(token), json={"key": key, "value": value})
     assert response.status == 200, await response.text()
 

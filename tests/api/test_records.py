@@ -137,7 +137,8 @@ WRONG_VALUES: list[tuple[str, Any]] = [
     ("published", "true"), ("published", 1), ("published", 0), ("published", "yes"),
     ("contact", "not-an-email"), ("contact", 5), ("site", "not a url"), ("site", "javascript alert"),
     ("site", 3), ("price", "5"), ("price", True), ("price", -1), ("price", 100.5), ("price", [1]),
-    ("views", 2**63), ("views", -(2**63) - 1), ("views", "1e3"), ("released", "yesterday"), ("released", 20240301), ("released", "2024-13-01"),
+    ("views", 2**63), ("views", -(2**63) - 1), ("views", "1e3"),
+    ("released", "yesterday"), ("released", 20240301), ("released", "2024-13-01"),
     ("released", True), ("released", "9999-12-31T23:59:59-01:00"), ("status", "archived"),
     ("status", ["draft"]), ("status", 1), ("tags", "a"), ("tags", ["a", "z"]), ("tags", ["a", "b", "c"]),
     ("tags", [1]), ("meta", {"$set": 1}), ("meta", {"a": {"b.c": 1}}), ("meta", [{"$where": "1"}]),
@@ -293,8 +294,9 @@ async def test_relations_must_point_to_existing_records(client, admin_token):
     bob = await create_record(client, admin_token, "authors", {"name": "Bob"})
     book = await create_record(client, admin_token, "books", {"author": ann["id"], "editors": [ann["id"], bob["id"]]})
     assert book["author"] == ann["id"] and book["editors"] == [ann["id"], bob["id"]]
-    for data in [{"author": MISSING_ID}, {"editors": [ann["id"], MISSING_ID]}, {"author": 5},
-                 {"editors": ann["id"]}, {"author": [ann["id"]]}]:
+    bad_values: list[dict[str, Any]] = [{"author": MISSING_ID}, {"editors": [ann["id"], MISSING_ID]},
+                                        {"author": 5}, {"editors": ann["id"]}, {"author": [ann["id"]]}]
+    for data in bad_values:
         response = await client.post(records_path("books"), headers=bearer(admin_token), json={"data": data})
         body = await error_of(response, 422, "validation_error")
         assert set(body["errors"]) == set(data), (data, body)

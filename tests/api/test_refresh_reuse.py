@@ -59,15 +59,18 @@ async def refreshed(client, refresh_token, path=REFRESH_PATH):
 
 
 async def me_status(client, access_token, path=ME) -> int:
-    return (await client.get(path, headers=bearer(access_token))).status
+    status: int = (await client.get(path, headers=bearer(access_token))).status
+    return status
 
 
 def jti(token: str) -> str:
-    return jwt.decode(token, options={"verify_signature": False})["jti"]
+    claims: dict[str, str] = jwt.decode(token, options={"verify_signature": False})
+    return claims["jti"]
 
 
 async def reuse_alerts(services, user_id) -> int:
-    return await services.audit.count(event_type="refresh_token_reuse", severity="critical", user_id=user_id)
+    count: int = await services.audit.count(event_type="refresh_token_reuse", severity="critical", user_id=user_id)
+    return count
 
 
 async def assert_revoked(client, services, user, token_objects, path=REFRESH_PATH, me=ME, audience=ADMIN_AUDIENCE):

@@ -212,8 +212,8 @@ async def test_text_to_relation_needs_existing_records(client, admin_token):
 
 
 async def test_any_type_change_of_an_empty_collection_is_accepted(client, admin_token):
-    fields = [{"name": "a", "type": "text"}, {"name": "b", "type": "number"},
-              {"name": "c", "type": "select", "values": ["x", "y"], "max_select": 2}]
+    fields: list[dict[str, Any]] = [{"name": "a", "type": "text"}, {"name": "b", "type": "number"},
+                                    {"name": "c", "type": "select", "values": ["x", "y"], "max_select": 2}]
     items = await create_collection(client, admin_token, "items", fields)
     for new_types in [("date", "bool", "json"), ("number", "date", "text"), ("bool", "json", "email")]:
         await patched(client, admin_token, items, [{"name": n, "type": t} for n, t in zip("abc", new_types,

@@ -3,6 +3,8 @@ checks, logout on every replica (decisions.md, Identity and tokens)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jwt
 import pytest
 
@@ -39,7 +41,8 @@ async def refresh(client, refresh_token):
 
 
 async def me_status(client, access_token) -> int:
-    return (await client.get(ME, headers=bearer(access_token))).status
+    status: int = (await client.get(ME, headers=bearer(access_token))).status
+    return status
 
 
 async def assert_401(response, code="unauthorized"):
@@ -162,7 +165,7 @@ async def test_refresh_malformed_json_is_400(client):
 # --- forged and foreign tokens -----------------------------------------------------------------
 
 
-def session_claims(access_token: str) -> dict:
+def session_claims(access_token: str) -> dict[str, Any]:
     return jwt.decode(access_token, options={"verify_signature": False})
 
 
@@ -206,7 +209,7 @@ async def test_well_signed_token_naming_another_user_of_the_session_is_401(clien
 
 async def test_unsigned_alg_none_token_is_401(client, tokens):
     claims = session_claims(tokens["access_token"])
-    unsigned = jwt.encode(claims, key=None, algorithm="none")
+    unsigned = jwt.encode(claims, key="", algorithm="none")
     await assert_401(await client.get(ME, headers=bearer(unsigned)))
 
 

@@ -382,3 +382,11 @@ async def test_without_webhooks_writes_take_no_transaction(services, client, adm
     record = await create_record(client, admin_token, "posts", {"title": "plain"})
     assert [(e.event, e.record_id) for e in seen] == [("create", record["id"])]
     assert await services.webhooks.wants(posts["id"]) is False
+
+
+@pytest.mark.parametrize("query", ["skip=35136006418180637458432", "skip=-1", "limit=0", "limit=201"],
+                         ids=["skip-past-int64", "negative-skip", "zero-limit", "limit-over-200"])
+async def test_delivery_log_paging_is_bounded(client, admin_token, query):
+    # skip past int64 was a 500 (found by the contract check): MongoDB cannot skip that far
+    response = await client.get(f"{WEBHOOKS}/deliveries/recent?{query}", headers=bearer(admin_token))
+    await error_of(response, 422, "validation_error")

@@ -208,7 +208,8 @@ def test_batches_number_rows_and_report_failures():
     assert [len(valid) + len(failed) for valid, failed in batches] == [2, 2, 1]
     valid = [row for rows, _ in batches for row in rows]
     failed = [row for _, rows in batches for row in rows]
-    assert [(r.row, r.values) for r in valid] == [(1, {"title": "first", "n": 1, "done": True}), (5, {"title": "fifth"})]
+    assert [(r.row, r.values) for r in valid] == [(1, {"title": "first", "n": 1, "done": True}),
+                                                  (5, {"title": "fifth"})]
     assert [(f.row, sorted(f.errors)) for f in failed] == [(2, ["title"]), (3, ["done", "n"]), (4, ["_row"])]
     assert "2 cells" in failed[2].errors["_row"][0] and "5" in failed[2].errors["_row"][0]
 

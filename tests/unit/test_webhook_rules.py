@@ -36,7 +36,7 @@ def test_standard_signature_matches_the_reference_library() -> None:
     assert standard_key("ab") == "whsec_YWI="
 
 
-def _datetime(timestamp: int):  # type: ignore[no-untyped-def]
+def _datetime(timestamp: int):
     from datetime import UTC, datetime
     return datetime.fromtimestamp(timestamp, tz=UTC)
 

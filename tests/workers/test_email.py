@@ -69,9 +69,9 @@ async def test_unreachable_smtp_retries_with_backoff_until_the_last_attempt(conf
         with pytest.raises(Retry) as raised:
             await send_email({"config": closed, "job_try": attempt}, message())
         assert raised.value.defer_score == email_retry_delay_s(attempt) * 1000
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(Exception) as failed:
         await send_email({"config": closed, "job_try": EMAIL_MAX_TRIES}, message())
-    assert not isinstance(raised.value, Retry)
+    assert not isinstance(failed.value, Retry)
     failures = [r for r in caplog.records if "someone@example.com" in r.getMessage()]
     assert len(failures) == EMAIL_MAX_TRIES
     assert failures[-1].levelno == logging.ERROR
@@ -108,7 +108,8 @@ async def test_worker_without_smtp_host_logs_the_verification_link(client, confi
 
 
 async def test_worker_delivers_the_queued_email(client, run_jobs, mailbox):
-    response = await client.post("/api/v1/auth/register", json={"email": "queued@example.com", "password": "password-1"})
+    response = await client.post("/api/v1/auth/register",
+                                 json={"email": "queued@example.com", "password": "password-1"})
     assert response.status == 201
     await run_jobs()
     assert "http://cms.test/_/verify-email?token=" in text_body(mailbox.last_to("queued@example.com"))

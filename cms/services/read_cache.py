@@ -1,0 +1,216 @@
+"""The response cache of record reads (issue "Fast reads"): serialized bodies of `GET` one record
+and `GET` a list page, in Redis, shared by every replica, never stale.
+
+Exactness comes from versions, not from expiry. Redis holds a version per collection name
+(`<prefix>:v:<name>`) and one epoch (`<prefix>:epoch`). Every record write bumps its collection's
+version through the record-event seam (`on_record_events`, subscribed to the EventBus, which runs
+after the write commits and before its response is sent); every collection change (schema, rules,
+rename, delete) and every restore bumps the epoch. An entry is stored with the stamp
+`<epoch>.<version>` it was computed under and served only while the stamp is current; one `MGET`
+reads the stamp and the entry together, so a hit costs one Redis round trip. Entries also carry a
+TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (README).
+
+An entry's key is a hash of everything the body depends on: the collection, the kind of read and
+its parameters, and the access decision the caller's rules bound to (`access.Access.decision`, the
+MongoDB query with the caller's values in it). Two callers share an entry only when their rules
+bound to the same query, so a response computed under a rule that reads `@request.*` is never
+served to a caller it was not computed for.
+
+Redis failures never fail a read: the cache is skipped (and the failure logged, at most once a
+minute); a failed bump is logged too, and the TTL bounds how long an entry written before it lives.
+
+`SingleFlight` lets identical reads that arrive while one is running wait for its result instead of
+running their own (per process, keyed like the cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+
+from cms.services.events import CollectionEvent, RecordEvent
+
+log = logging.getLogger("cms.read_cache")
+
+DEFAULT_TTL_S = 300
+"""Backstop lifetime of a cache entry, in seconds (versions make entries exact before that)."""
+MAX_ENTRY_BYTES = 1 << 20
+"""Largest body kept in the cache, in bytes (a page of 100 large records may be bigger; it is
+served, not stored)."""
+REDIS_TIMEOUT_S = 0.5
+"""How long a cache read or write may wait for Redis, in seconds, before the read goes on without."""
+FAILURE_LOG_INTERVAL_S = 60.0
+"""At most one warning per this many seconds while Redis fails."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CachedBody:
+    """A response body: `body` (JSON bytes), `etag` (a strong ETag, quoted, derived from the key and
+    the stamp, so it changes with every write to the collection) and `shared` (True when every
+    caller gets this body for this request: proxies may cache it)."""
+
+    body: bytes
+    etag: str
+    shared: bool
+
+
+def canonical(value: Any) -> str:
+    """A deterministic text for a query document or parameter: dict keys in order as given (their
+    order is meaningful in MongoDB sorts), type-tagged scalars, datetimes in ISO form and compiled
+    patterns with their flags. Raises TypeError for a value of another type."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, datetime):
+        return f"dt:{value.isoformat()}"
+    if isinstance(value, re.Pattern):
+        return f"re:{value.flags}:{value.pattern!r}"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{canonical(k)}={canonical(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(canonical(v) for v in value) + "]"
+    raise TypeError(f"cannot make a cache key of {type(value).__name__}")
+
+
+def entry_key(collection: str, kind: str, *parts: Any) -> str:
+    """The hash naming one cached read: `kind` (`list` or `get`) of `collection` with `parts`
+    (parameters and the bound access decision). Raises TypeError (see `canonical`)."""
+    digest = hashlib.sha256(canonical([collection, kind, *parts]).encode()).hexdigest()
+    return f"{collection}:{kind}:{digest[:40]}"
+
+
+class ReadCache:
+    """Versioned response cache in Redis (see the module docstring). `prefix` namespaces the keys
+    (one per database); `switch()` (e.g. the `read_cache_enabled` setting) is asked on every
+    lookup: False makes the lookup a miss that stores nothing. Bumps happen whatever the switch
+    says, so turning the cache back on never serves an entry older than a write."""
+
+    def __init__(self, redis: Redis, *, prefix: str, ttl_s: int = DEFAULT_TTL_S,
+                 switch: Callable[[], Awaitable[bool]] | None = None) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._ttl_s = ttl_s
+        self._switch = switch
+        self._last_failure_log = 0.0
+
+    def _version_key(self, collection: str) -> str:
+        return f"{self._prefix}:v:{collection}"
+
+    @property
+    def _epoch_key(self) -> str:
+        return f"{self._prefix}:epoch"
+
+    async def lookup(self, collection: str, key: str) -> tuple[str | None, bytes | None]:
+        """The current stamp of `collection` and the body stored under `key` if it was computed
+        under that stamp: `(stamp, body)`; `(stamp, None)` on a miss; `(None, None)` when the cache is
+        off or Redis failed (then nothing may be stored either)."""
+        if self._switch is not None and not await self._switch():
+            return None, None
+        try:
+            epoch, version, entry = await asyncio.wait_for(
+                self._redis.mget(self._epoch_key, self._version_key(collection), f"{self._prefix}:e:{key}"),
+                REDIS_TIMEOUT_S)
+        except Exception as exc:  # the database still answers: never fail a read on the cache
+            self._failed("read", exc)
+            return None, None
+        stamp = f"{_text(epoch)}.{_text(version)}"
+        if entry is None:
+            return stamp, None
+        stored_stamp, _, body = bytes(entry).partition(b"|")
+        return stamp, (body if stored_stamp.decode() == stamp else None)
+
+    async def store(self, key: str, stamp: str, body: bytes) -> None:
+        """Keep `body` under `key`, computed under `stamp` (from `lookup`), for `ttl_s` seconds.
+        Bodies over MAX_ENTRY_BYTES are not kept. Redis failures are logged."""
+        if len(body) > MAX_ENTRY_BYTES:
+            return
+        try:
+            await asyncio.wait_for(self._redis.set(f"{self._prefix}:e:{key}", stamp.encode() + b"|" + body,
+                                                   ex=self._ttl_s), REDIS_TIMEOUT_S)
+        except Exception as exc:
+            self._failed("write", exc)
+
+    async def bump(self, collections: Sequence[str]) -> None:
+        """Make every entry of `collections` stale (INCR their versions). Redis failures are logged."""
+        if not collections:
+            return
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for name in sorted(set(collections)):
+                    pipe.incr(self._version_key(name))
+                await asyncio.wait_for(pipe.execute(), REDIS_TIMEOUT_S)
+        except Exception as exc:
+            self._failed("version bump", exc)
+
+    async def bump_all(self) -> None:
+        """Make every entry stale (INCR the epoch): collection changes and restores."""
+        try:
+            await asyncio.wait_for(self._redis.incr(self._epoch_key), REDIS_TIMEOUT_S)
+        except Exception as exc:
+            self._failed("epoch bump", exc)
+
+    async def on_record_events(self, events: Sequence[RecordEvent]) -> None:
+        """EventBus subscriber: a record write bumps its collection's version."""
+        await self.bump([e.collection for e in events])
+
+    async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
+        """EventBus subscriber: a schema, rule or name change, or a delete, bumps the epoch."""
+        if events:
+            await self.bump_all()
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_failure_log >= FAILURE_LOG_INTERVAL_S:
+            self._last_failure_log = now
+            log.warning("read cache %s failed (reads go to the database): %r", what, exc)
+
+
+def etag_of(key: str, stamp: str | None, body: bytes) -> str:
+    """The ETag of a response: from the key and stamp when the cache knows the stamp (so a 304 needs
+    no database query), else from the body."""
+    source = f"{key}|{stamp}".encode() if stamp is not None else body
+    return '"' + hashlib.sha256(source).hexdigest()[:32] + '"'
+
+
+class SingleFlight:
+    """Identical concurrent calls share one run: `run(key, work)` awaits the run already in flight
+    for `key`, or starts `work()`. Errors reach every waiter. Per process."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, asyncio.Future[Any]] = {}
+
+    async def run(self, key: str, work: Callable[[], Awaitable[T]]) -> T:
+        """The result of `work()` for `key`, shared with concurrent callers of the same key."""
+        running = self._running.get(key)
+        if running is not None:
+            result: T = await asyncio.shield(running)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._running[key] = future
+        try:
+            value = await work()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        else:
+            future.set_result(value)
+            return value
+        finally:
+            del self._running[key]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "0"
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,238 @@
+"""The response cache of record reads (issue 12, items 1-4 and 7): versions in Redis, ETags and 304,
+Cache-Control, single-flight, skip_total, and no stale read across two app instances."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from cms.app import create_app
+from cms.services.read_cache import ReadCache, SingleFlight, canonical, entry_key
+from cms.wiring import open_services
+from tests.conftest import bearer, create_collection, create_record, records_path
+
+POSTS = [{"name": "title", "type": "text"}, {"name": "owner", "type": "text"}, {"name": "views", "type": "number"}]
+
+
+class Spy:
+    """Counts calls of one method of our own repository (the database behind it stays real)."""
+
+    def __init__(self, target: Any, name: str) -> None:
+        self.calls = 0
+        original: Callable[..., Awaitable[Any]] = getattr(target, name)
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return await original(*args, **kwargs)
+
+        setattr(target, name, counted)
+
+
+@pytest.fixture
+async def posts(client, admin_token):
+    await create_collection(client, admin_token, "posts", POSTS)
+    return [await create_record(client, admin_token, "posts", {"title": f"t{n}", "views": n}) for n in range(3)]
+
+
+async def test_a_repeated_read_is_served_from_the_cache_and_a_write_refreshes_it(client, services, admin_token, posts):
+    finds = Spy(services.records._records, "find")
+    gets = Spy(services.records._records, "get")
+    first = await client.get(records_path("posts"), params={"sort": "-views"})
+    assert first.status == 200
+    assert first.headers["Cache-Control"] == "public, max-age=0, must-revalidate"
+    body = await first.json()
+    assert [r["title"] for r in body["items"]] == ["t2", "t1", "t0"] and body["total"] == 3
+    again = await client.get(records_path("posts"), params={"sort": "-views"})
+    assert await again.json() == body and again.headers["ETag"] == first.headers["ETag"]
+    assert finds.calls == 1
+    one = records_path("posts", posts[0]["id"])
+    assert (await client.get(one)).status == 200 and (await client.get(one)).status == 200
+    assert gets.calls == 1
+    # a write through the API bumps the version before its response: the next read is fresh
+    created = await create_record(client, admin_token, "posts", {"title": "t9", "views": 9})
+    fresh = await (await client.get(records_path("posts"), params={"sort": "-views"})).json()
+    assert fresh["items"][0]["id"] == created["id"] and fresh["total"] == 4
+    patched = await client.patch(one, headers=bearer(admin_token), json={"data": {"title": "changed"}})
+    assert patched.status == 200
+    assert (await (await client.get(one)).json())["title"] == "changed"
+    assert finds.calls == 2 and gets.calls >= 2
+
+
+async def test_etag_and_304(client, admin_token, posts):
+    first = await client.get(records_path("posts"))
+    etag = first.headers["ETag"]
+    unchanged = await client.get(records_path("posts"), headers={"If-None-Match": etag})
+    assert unchanged.status == 304 and unchanged.headers["ETag"] == etag and await unchanged.read() == b""
+    one = await client.get(records_path("posts", posts[1]["id"]))
+    assert (await client.get(records_path("posts", posts[1]["id"]),
+                             headers={"If-None-Match": one.headers["ETag"]})).status == 304
+    await create_record(client, admin_token, "posts", {"title": "new"})
+    changed = await client.get(records_path("posts"), headers={"If-None-Match": etag})
+    assert changed.status == 200 and changed.headers["ETag"] != etag
+    # another query has another ETag
+    assert (await client.get(records_path("posts"), params={"page": 2})).headers["ETag"] != changed.headers["ETag"]
+
+
+async def test_every_kind_of_write_makes_cached_reads_fresh(client, services, admin_token, posts):
+    async def titles() -> list[str]:
+        page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
+        return [r["title"] for r in page["items"]]
+
+    assert await titles() == ["t0", "t1", "t2"]
+    ids = [p["id"] for p in posts]
+    response = await client.post(f"{records_path('posts')}/bulk-update", headers=bearer(admin_token),
+                                 json={"record_ids": ids[:2], "data": {"title": "bulk"}})
+    assert response.status == 200
+    assert await titles() == ["bulk", "bulk", "t2"]
+    response = await client.post(f"{records_path('posts')}/bulk-delete", headers=bearer(admin_token),
+                                 json={"record_ids": ids[:1]})
+    assert response.status == 200
+    assert await titles() == ["bulk", "t2"]
+    response = await client.post(f"{records_path('posts')}/import/csv", headers=bearer(admin_token),
+                                 data={"file": io.BytesIO(b"title,views\ncsv,99\n")})
+    assert response.status == 200 and (await response.json())["imported"] == 1
+    assert await titles() == ["bulk", "t2", "csv"]
+    assert (await client.delete(records_path("posts", ids[2]), headers=bearer(admin_token))).status == 204
+    assert await titles() == ["bulk", "csv"]
+    # a schema change (dropping `title`) changes every cached page of the collection
+    collection = (await (await client.get("/api/v1/collections")).json())[0]
+    response = await client.patch(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token),
+                                  json={"schema": [f for f in POSTS if f["name"] != "title"]})
+    assert response.status == 200, await response.text()
+    page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
+    assert all("title" not in r for r in page["items"])
+    # a restore bumps everything
+    await services.records._cache.bump_all()
+
+
+async def test_auth_collection_user_changes_refresh_cached_lists(client, admin_token):
+    await create_collection(client, admin_token, "members", [{"name": "nickname", "type": "text"}], type="auth")
+    listed = await (await client.get(records_path("members"), headers=bearer(admin_token))).json()
+    assert listed["total"] == 0
+    register = await client.post("/api/v1/collections/members/auth/register",
+                                 json={"email": "m@example.com", "password": "member-password-1", "nickname": "m"})
+    assert register.status == 201
+    listed = await (await client.get(records_path("members"), headers=bearer(admin_token))).json()
+    assert listed["total"] == 1
+
+
+async def test_a_page_computed_for_one_caller_is_never_served_to_another(client, admin_token):
+    await create_collection(client, admin_token, "customers", [], type="auth")
+    auth = {}
+    for name in ("ann", "bob"):
+        prefix = "/api/v1/collections/customers/auth"
+        response = await client.post(f"{prefix}/register", json={"email": f"{name}@x.io", "password": "pass-word-123"})
+        login = await client.post(f"{prefix}/login", json={"email": f"{name}@x.io", "password": "pass-word-123"})
+        auth[name] = ((await response.json())["user"]["id"], bearer((await login.json())["token"]["access_token"]))
+    await create_collection(client, admin_token, "notes", POSTS, list_rule="owner = @request.auth.id",
+                            view_rule="owner = @request.auth.id")
+    for name, (user_id, _) in auth.items():
+        await create_record(client, admin_token, "notes", {"title": name, "owner": user_id})
+    for _ in range(2):  # the second round is served from the cache
+        for name, (_, headers) in auth.items():
+            response = await client.get(records_path("notes"), headers=headers)
+            page = await response.json()
+            assert [r["title"] for r in page["items"]] == [name] and page["total"] == 1
+            assert response.headers["Cache-Control"].startswith("private")
+            assert "Authorization" in response.headers["Vary"]
+    assert (await (await client.get(records_path("notes"))).json())["total"] == 0
+    assert (await (await client.get(records_path("notes"), headers=bearer(admin_token))).json())["total"] == 2
+
+
+async def test_skip_total(client, services, posts):
+    counts = Spy(services.records._records, "count")
+    page = await (await client.get(records_path("posts"), params={"skip_total": "true", "per_page": 2})).json()
+    assert (len(page["items"]), page["total"]) == (2, -1) and counts.calls == 0
+    page = await (await client.get(records_path("posts"), params={"skip_total": "false"})).json()
+    assert page["total"] == 3 and counts.calls == 1
+    assert (await client.get(records_path("posts"), params={"skip_total": "maybe"})).status == 422
+
+
+async def test_the_setting_switches_the_cache_off(client, services, admin_token, posts):
+    response = await client.post("/api/v1/settings", headers=bearer(admin_token),
+                                 json={"key": "read_cache_enabled", "value": False})
+    assert response.status == 200, await response.text()
+    finds = Spy(services.records._records, "find")
+    for _ in range(3):
+        assert (await client.get(records_path("posts"))).status == 200
+    assert finds.calls == 3
+
+
+async def test_reads_go_on_when_redis_is_unreachable() -> None:
+    dead = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    try:
+        cache = ReadCache(dead, prefix="cms:rc:test")
+        assert await cache.lookup("posts", "k") == (None, None)
+        await cache.store("k", "0.0", b"{}")
+        await cache.bump(["posts"])
+        await cache.bump_all()
+    finally:
+        await dead.aclose()
+
+
+async def test_single_flight_runs_identical_work_once() -> None:
+    flights = SingleFlight()
+    runs = 0
+    gate = asyncio.Event()
+
+    async def work() -> int:
+        nonlocal runs
+        runs += 1
+        await gate.wait()
+        return 42
+
+    waiting = [asyncio.create_task(flights.run("k", work)) for _ in range(10)]
+    await asyncio.sleep(0)
+    gate.set()
+    assert await asyncio.gather(*waiting) == [42] * 10 and runs == 1
+
+    async def broken() -> int:
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    failing = [asyncio.create_task(flights.run("k", broken)) for _ in range(3)]
+    results = await asyncio.gather(*failing, return_exceptions=True)
+    assert all(isinstance(r, ValueError) for r in results)
+    assert await flights.run("k", work) == 42 and runs == 2
+
+
+def test_keys_are_canonical_and_typed() -> None:
+    assert canonical({"a": 1}) != canonical({"a": "1"}) != canonical({"a": True})
+    assert canonical([("a", 1)]) == canonical([["a", 1]])
+    assert entry_key("posts", "list", {"a": 1}) == entry_key("posts", "list", {"a": 1})
+    assert entry_key("posts", "list", {"a": 1}) != entry_key("posts", "get", {"a": 1})
+    with pytest.raises(TypeError):
+        canonical(object())
+
+
+async def test_no_read_after_a_write_returns_older_data_across_two_instances(
+        aiohttp_client, config, services, clock, admin_token, client):
+    """Two app instances on one MongoDB and Redis (as two replicas): each round writes through one
+    and then reads through the other, with the reader's cache warmed just before the write."""
+    await create_collection(client, admin_token, "posts", POSTS)
+    record = await create_record(client, admin_token, "posts", {"title": "v0", "views": 0})
+    async with open_services(config, clock=clock) as other_services:
+        other = await aiohttp_client(create_app(config, services=other_services))
+        instances = [client, other]
+        headers = bearer(admin_token)
+        for n in range(1, 25):
+            writer, reader = instances[n % 2], instances[(n + 1) % 2]
+            await reader.get(records_path("posts"))  # warm the reader's view of the cache
+            await reader.get(records_path("posts", record["id"]))
+            response = await writer.patch(records_path("posts", record["id"]), headers=headers,
+                                          json={"data": {"title": f"v{n}", "views": n}})
+            assert response.status == 200
+            if n % 3 == 0:
+                assert (await writer.post(records_path("posts"), headers=headers,
+                                          json={"data": {"title": f"extra{n}"}})).status == 201
+            page = await (await reader.get(records_path("posts"), params={"filter": "views > 0"})).json()
+            assert [r["title"] for r in page["items"]] == [f"v{n}"]
+            listed = await (await reader.get(records_path("posts"))).json()
+            assert listed["total"] == 1 + n // 3
+            one = await (await reader.get(records_path("posts", record["id"]))).json()
+            assert one["title"] == f"v{n}"

@@ -1,0 +1,145 @@
+"""The deployment files, checked without a Docker engine: docker-compose.yml (services, environment,
+health checks, the replica set, Redis persistence), deploy/Caddyfile and the Dockerfile."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cms.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+CMS_SERVICES = ("web", "worker")
+FIXED_VARIABLES = {"MONGODB_URL", "REDIS_URL", "CMS_DATA_DIR", "BACKUP_DIR"}
+"""Variables the stack sets itself (its own service names and volumes); the rest come from the environment."""
+_DEFAULTED = re.compile(r"^\$\{([A-Z0-9_]+)(?::-([^}]*)|:\?[^}]*)?\}$")
+
+
+def interpolate(value: Any, env: dict[str, str]) -> str:
+    """`value` with compose's `${NAME}`, `${NAME:-default}` and `${NAME:?error}` resolved from
+    `env` (a missing required one fails the test)."""
+    def one(match: re.Match[str]) -> str:
+        name, default, required = match.group(1), match.group(3), match.group(2) == ":?"
+        if name in env and env[name]:
+            return env[name]
+        if required:
+            pytest.fail(f"{name} is required")
+        return default or ""
+
+    return re.sub(r"\$\{([A-Z0-9_]+)(?:(:-|:\?)([^}]*))?\}", one, str(value))
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def config_variables() -> set[str]:
+    """Every variable `Config.from_env` reads, found in its source."""
+    source = Path(__import__("cms.config").config.__file__).read_text()
+    return set(re.findall(r'(?:env\.get\(|env\[|\(env, )"([A-Z][A-Z0-9_]+)"', source)) | {
+        name for name in re.findall(r'"([A-Z][A-Z0-9_]+)" in env', source)}
+
+
+def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"mongodb", "redis", "web", "worker", "caddy"}
+    web, worker = compose["services"]["web"], compose["services"]["worker"]
+    assert int(interpolate(web["deploy"]["replicas"], {})) == 2
+    assert web["command"][:2] == ["cms", "serve"] and "0.0.0.0" in web["command"]
+    assert worker["command"] == ["cms", "worker"]
+    assert web["build"] == worker["build"] == "." and web["image"] == worker["image"]  # one image
+
+
+def test_every_setting_comes_from_the_environment(compose: dict[str, Any]) -> None:
+    for name in CMS_SERVICES:
+        environment = compose["services"][name]["environment"]
+        assert config_variables() <= set(environment), config_variables() - set(environment)
+        for variable, value in environment.items():
+            if variable in FIXED_VARIABLES:
+                continue
+            match = _DEFAULTED.match(str(value))
+            assert match and match.group(1) == variable, f"{name}: {variable}={value!r} is not from the environment"
+    environment = compose["services"]["web"]["environment"]
+    assert "${SECRET_KEY:?" in environment["SECRET_KEY"]  # no default secret
+    with pytest.raises(pytest.fail.Exception):
+        interpolate(environment["SECRET_KEY"], {})
+
+
+def test_the_defaults_make_a_valid_production_config(compose: dict[str, Any]) -> None:
+    environment = compose["services"]["web"]["environment"]
+    env = {k: interpolate(v, {"SECRET_KEY": "s" * 40}) for k, v in environment.items()}
+    config = Config.from_env(env)
+    assert not config.embedded
+    assert config.log_format == "json" and config.shutdown_timeout_s == 10
+
+
+def test_mongodb_is_a_one_node_replica_set_initiated_by_its_health_check(compose: dict[str, Any]) -> None:
+    mongodb = compose["services"]["mongodb"]
+    command = mongodb["command"]
+    assert command[command.index("--replSet") + 1] == "rs0"
+    check = " ".join(mongodb["healthcheck"]["test"])
+    assert "rs.initiate(" in check and "_id: 'rs0'" in check and "mongodb:27017" in check
+    assert "isWritablePrimary" in check  # healthy only once it is primary
+    for name in CMS_SERVICES:
+        url = compose["services"][name]["environment"]["MONGODB_URL"]
+        assert url.startswith("mongodb://mongodb:27017/") and "replicaSet=rs0" in url
+
+
+def test_redis_persists_with_aof_and_never_evicts(compose: dict[str, Any]) -> None:
+    command = [interpolate(word, {}) for word in compose["services"]["redis"]["command"]]
+    assert command[0] == "redis-server"
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert options["--appendonly"] == "yes"
+    assert options["--maxmemory-policy"] == "noeviction"
+    assert re.fullmatch(r"\d+[kmg]b", options["--maxmemory"])
+    assert "redis:/data" in compose["services"]["redis"]["volumes"]
+
+
+def test_every_service_is_health_checked_and_waited_for(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name in ("mongodb", "redis", "worker"):
+        assert services[name]["healthcheck"]["test"][0] == "CMD", name
+    assert "arq" in services["worker"]["healthcheck"]["test"]
+    for name in CMS_SERVICES:
+        assert services[name]["depends_on"] == {"mongodb": {"condition": "service_healthy"},
+                                                "redis": {"condition": "service_healthy"}}
+        grace_s = int(services[name]["stop_grace_period"].removesuffix("s"))
+        assert grace_s > int(interpolate(services[name]["environment"]["SHUTDOWN_TIMEOUT_S"], {}))
+    # web uses the image's HEALTHCHECK
+    assert "healthcheck" not in services["web"]
+    assert re.search(r"^HEALTHCHECK .*/health", (ROOT / "Dockerfile").read_text(), re.M | re.S)
+
+
+def test_web_replicas_sit_behind_caddy_which_they_trust(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    caddy = services["caddy"]
+    assert caddy["image"].startswith("caddy:")
+    assert "./deploy/Caddyfile:/etc/caddy/Caddyfile:ro" in caddy["volumes"]
+    caddy_ip = caddy["networks"]["cms"]["ipv4_address"]
+    for name in CMS_SERVICES:
+        assert interpolate(services[name]["environment"]["TRUSTED_PROXIES"], {}) == caddy_ip
+        assert "ports" not in services[name]  # reachable only through the proxy
+    caddyfile = (ROOT / "deploy" / "Caddyfile").read_text()
+    assert re.search(r"dynamic a \{\s*name web\s*port 8090", caddyfile)
+
+
+def test_volumes_are_named(compose: dict[str, Any]) -> None:
+    declared = set(compose["volumes"])
+    for name, service in compose["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            assert source in declared or source == "./deploy/Caddyfile", f"{name}: {volume}"
+
+
+def test_the_dockerfile_is_slim_multi_stage_and_unprivileged() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    stages = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert len(stages) == 2 and all(re.fullmatch(r"python:3\.\d+-slim", image) for image in stages), stages
+    users = re.findall(r"^USER (\S+)", dockerfile, re.M)
+    assert users and users[-1] not in ("root", "0")
+    assert re.search(r'^CMD \["cms", "serve"', dockerfile, re.M)

