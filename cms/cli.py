@@ -313,6 +313,8 @@ class ProgressLine:
         self._shown_at = 0.0
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        """Show that `done` of `total` steps of `stage` are finished (a line per stage; on a
+        terminal the line is redrawn at most every few tenths of a second)."""
         if stage != self._stage:
             self.finish()
             self._stage, self._step, self._shown_at = stage, -1, 0.0

@@ -12,11 +12,13 @@ from cms.api.schemas import RULE_NAMES, CollectionCreateSchema, CollectionSchema
 
 
 async def list_collections(request: web.Request) -> web.Response:
+    """`GET /collections`: every collection with its schema and rules (public)."""
     collections = await services(request).collections.list()
     return web.json_response(CollectionSchema(many=True).dump(collections))
 
 
 async def get_collection(request: web.Request) -> web.Response:
+    """`GET /collections/{collection_id}`: one collection. 404 when unknown."""
     collection = await services(request).collections.get(request.match_info["collection_id"])
     return web.json_response(CollectionSchema().dump(collection))
 
@@ -27,6 +29,7 @@ def _rules(body: dict[str, Any]) -> dict[str, str | None]:
 
 
 async def create_collection(request: web.Request) -> web.Response:
+    """`POST /collections` (admin): 201 with the new collection; rules default by type."""
     principal = await require_admin(request)
     body = await parse_body(request, CollectionCreateSchema())
     collection = await services(request).collections.create(
@@ -36,8 +39,10 @@ async def create_collection(request: web.Request) -> web.Response:
 
 
 async def update_collection(request: web.Request) -> web.Response:
+    """`PATCH /collections/{collection_id}` (admin): change name, schema, otp_enabled, rules.
+    A body is required (400 without one)."""
     principal = await require_admin(request)
-    body = await parse_body(request, CollectionUpdateSchema())
+    body = await parse_body(request, CollectionUpdateSchema(), required=True)
     rules = _rules(body)
     collection = await services(request).collections.update(
         principal, request.match_info["collection_id"], rules=rules, **body)
@@ -45,6 +50,7 @@ async def update_collection(request: web.Request) -> web.Response:
 
 
 async def delete_collection(request: web.Request) -> web.Response:
+    """`DELETE /collections/{collection_id}` (admin): 204; the records go with it."""
     principal = await require_admin(request)
     await services(request).collections.delete(principal, request.match_info["collection_id"])
     return web.Response(status=204)

@@ -40,11 +40,14 @@ async def read_json(request: web.Request) -> Any:
         raise BadRequest(f"Malformed JSON body: {exc}") from None
 
 
-async def parse_body(request: web.Request, schema: Schema) -> dict[str, Any]:
-    """Decode the JSON body (an object) and load it with `schema`.
-    Raises BadRequest (malformed, not an object) or ValidationFailed (422, per-field errors)."""
+async def parse_body(request: web.Request, schema: Schema, *, required: bool = False) -> dict[str, Any]:
+    """Decode the JSON body (an object) and load it with `schema`; a missing body reads as `{}`
+    unless `required`. Raises BadRequest (missing though `required`, malformed, not an object) or
+    ValidationFailed (422, per-field errors)."""
     body = await read_json(request)
     if body is None:
+        if required:
+            raise BadRequest("A JSON body is required")
         body = {}
     if not isinstance(body, dict):
         raise BadRequest("JSON body must be an object")

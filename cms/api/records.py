@@ -24,6 +24,7 @@ log = logging.getLogger("cms.api")
 
 
 async def list_records(request: web.Request) -> web.StreamResponse:
+    """`GET .../records`: one page under the list rule, through the read cache (ETag, 304)."""
     # Other parameters (cache busters, `filter[title][$ne]=x`) are ignored, never read as a query.
     query = parse_query(request, RecordListQuerySchema())
     principal = await optional_principal(request)
@@ -41,6 +42,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
 
 
 async def get_record(request: web.Request) -> web.StreamResponse:
+    """`GET .../records/{record_id}`: one record under the view rule, through the read cache."""
     principal = await optional_principal(request)
     cached = await services(request).records.get_body(
         request.match_info["collection_name"], request.match_info["record_id"], principal=principal
@@ -63,6 +65,7 @@ def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
 
 
 async def create_record(request: web.Request) -> web.Response:
+    """`POST .../records`: 201 with the record, if the create rule allows it."""
     principal = await optional_principal(request)
     body = await parse_body(request, RecordWriteSchema())
     record = await services(request).records.create(principal, request.match_info["collection_name"], body["data"])
@@ -70,6 +73,7 @@ async def create_record(request: web.Request) -> web.Response:
 
 
 async def update_record(request: web.Request) -> web.Response:
+    """`PATCH .../records/{record_id}`: the changed record, under the view and update rules."""
     principal = await optional_principal(request)
     body = await parse_body(request, RecordWriteSchema())
     record = await services(request).records.update(
@@ -79,6 +83,7 @@ async def update_record(request: web.Request) -> web.Response:
 
 
 async def delete_record(request: web.Request) -> web.Response:
+    """`DELETE .../records/{record_id}`: 204, under the view and delete rules."""
     principal = await optional_principal(request)
     await services(request).records.delete(
         principal, request.match_info["collection_name"], request.match_info["record_id"]
@@ -90,6 +95,7 @@ async def delete_record(request: web.Request) -> web.Response:
 
 
 async def bulk_delete_records(request: web.Request) -> web.Response:
+    """`POST .../records/bulk-delete`: `{deleted}`; all or nothing; credentials required."""
     principal = await require_user(request)
     body = await parse_body(request, BulkDeleteSchema())
     deleted = await services(request).records.bulk_delete(
@@ -99,6 +105,7 @@ async def bulk_delete_records(request: web.Request) -> web.Response:
 
 
 async def bulk_update_records(request: web.Request) -> web.Response:
+    """`POST .../records/bulk-update`: `{updated}`; all or nothing; credentials required."""
     principal = await require_user(request)
     body = await parse_body(request, BulkUpdateSchema())
     updated = await services(request).records.bulk_update(
@@ -140,6 +147,7 @@ async def export_records_csv(request: web.Request) -> web.StreamResponse:
 
 
 async def import_records_csv(request: web.Request) -> web.Response:
+    """`POST .../records/import/csv`: `{imported, failed}`; the create rule per row."""
     principal = await require_user(request)
     content = await read_upload(request, "file", await services(request).records.import_max_bytes())
     result = await services(request).records.import_csv(principal, request.match_info["collection_name"], content)

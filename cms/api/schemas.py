@@ -137,6 +137,15 @@ def _rule_field(action: str, *, dump: bool = False) -> fields.String:
                          metadata={"description": description})
 
 
+_SCHEMA_DOC = {
+    "description": "List of fields, or {fields: [...]}",
+    "anyOf": [{"type": "array", "items": {"type": "object"}},
+              {"type": "object", "properties": {"fields": {"type": "array", "items": {"type": "object"}}},
+               "required": ["fields"]}],
+}
+"""The OpenAPI shape of a collection's `schema` in requests: a list of field objects or `{fields}`."""
+
+
 class CollectionSchema(Schema):
     id = fields.String()
     name = fields.String()
@@ -155,7 +164,7 @@ class CollectionSchema(Schema):
 class CollectionCreateSchema(Schema):
     name = fields.String(required=True)
     type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
-    schema = fields.Raw(load_default=list, metadata={"description": "List of fields, or {fields: [...]}"})
+    schema = fields.Raw(load_default=list, metadata=_SCHEMA_DOC)
     otp_enabled = StrictBoolean(load_default=None)
     list_rule = _rule_field("list")
     view_rule = _rule_field("view")
@@ -166,7 +175,7 @@ class CollectionCreateSchema(Schema):
 
 class CollectionUpdateSchema(Schema):
     name = fields.String()
-    schema = fields.Raw(metadata={"description": "List of fields, or {fields: [...]}"})
+    schema = fields.Raw(metadata=_SCHEMA_DOC)
     otp_enabled = StrictBoolean()
     list_rule = _rule_field("list")
     view_rule = _rule_field("view")
@@ -184,6 +193,9 @@ class RecordWriteSchema(Schema):
 
 class RecordSchema(Schema):
     """A record: system fields plus the collection's own fields (flat)."""
+
+    class Meta:
+        unknown = "include"  # marshmallow.INCLUDE: the collection's fields sit beside the system fields
 
     id = fields.String()
     created = fields.String()

@@ -43,7 +43,7 @@ async def get_webhook(request: web.Request) -> web.Response:
 async def update_webhook(request: web.Request) -> web.Response:
     """PATCH /webhooks/{webhook_id}: the changed webhook. 404, 422 (fields, URL)."""
     principal = await require_user(request)
-    body = await parse_body(request, WebhookUpdateSchema())
+    body = await parse_body(request, WebhookUpdateSchema(), required=True)
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"], body)
     return web.json_response(WebhookSchema().dump(webhook))
 

@@ -89,7 +89,8 @@ class AccountService:
         self._settings = settings
         self._clock = clock
 
-    async def register(self, email: str, password: str, password_confirm: str | None = None, name: str = "") -> AdminUser:
+    async def register(self, email: str, password: str, password_confirm: str | None = None,
+                       name: str = "") -> AdminUser:
         """Create a user with role `user`, unverified, and queue its verification email.
         Raises ValidationFailed (policy, confirmation, text that is not valid Unicode) or
         AlreadyExists (email taken, compared case-insensitively)."""

@@ -242,8 +242,8 @@ class FileService:
         ValidationFailed (422) naming the field at fault (also for a record the caller may not
         see), Unauthorized / Forbidden (a rule refuses)."""
         name, record_id = (values.get(n, "").strip() for n in TARGET_FIELDS)
-        missing = {n: [f"Missing: send the form field '{n}'."] for n, v in zip(TARGET_FIELDS, (name, record_id))
-                   if not v}
+        missing = {n: [f"Missing: send the form field '{n}'."]
+                   for n, v in zip(TARGET_FIELDS, (name, record_id), strict=True) if not v}
         if missing:
             raise ValidationFailed("The upload must name a collection and a record", errors=missing)
         try:

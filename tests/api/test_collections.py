@@ -461,3 +461,11 @@ async def test_bad_field_definition_errors_are_flat_dotted_keys(client, admin_to
     assert isinstance(body["errors"]["schema.1.validation.min"], list), body
     for messages in body["errors"].values():
         assert isinstance(messages, list) and all(isinstance(m, str) for m in messages), body
+
+
+async def test_patch_without_a_body_is_400_and_changes_nothing(client, admin_token):
+    created = await create_ok(client, admin_token, "posts", [{"name": "title", "type": "text"}])
+    response = await client.patch(f"{COLLECTIONS}/{created['id']}", headers=bearer(admin_token))
+    assert response.status == 400, await response.text()
+    assert (await response.json())["code"] == "bad_request"
+    assert await (await client.get(f"{COLLECTIONS}/{created['id']}")).json() == created
