@@ -72,6 +72,11 @@ class Config:
     """Time-out of one webhook delivery request, in seconds (decisions.md: 10 s)."""
     """Deliver webhooks to loopback, link-local and private addresses in production mode too
     (`WEBHOOK_ALLOW_PRIVATE`); embedded mode always allows them."""
+    database_timeout_s: int = 20
+    """Seconds a MongoDB or Redis operation may wait for the server (`DATABASE_TIMEOUT_S`): a stalled
+    server then gives 503 `service_unavailable`, not a hung request (after at most about three such
+    waits: the read, the driver's one retry and a new connection's handshake). Long operations are
+    many short round trips (batches), each bounded by this."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -163,6 +168,7 @@ class Config:
             worker_max_jobs=_int(env, "WORKER_MAX_JOBS", 20, 1, 1000),
             worker_poll_delay_s=_int(env, "WORKER_POLL_DELAY_MS", 50, 1, 10_000) / 1000,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
+            database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
         )
 
 

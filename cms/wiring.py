@@ -34,7 +34,7 @@ from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
 from cms.services.otp import OtpService
 from cms.services.password_resets import PasswordResetService
-from cms.services.rate_limits import RateLimitService
+from cms.services.rate_limits import LIMITER_TIMEOUT_S, RateLimitService
 from cms.services.read_cache import ReadCache
 from cms.services.records import RecordService
 from cms.services.sessions import SessionService
@@ -147,12 +147,15 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
     Raises ValueError if they are not; driver errors propagate when a server does not answer."""
     if not config.mongodb_url or not config.redis_url:
         raise ValueError("open_services needs mongodb_url and redis_url")
-    client = open_client(config.mongodb_url)
+    client = open_client(config.mongodb_url, timeout_s=min(10, config.database_timeout_s),
+                         operation_timeout_s=config.database_timeout_s)
     try:
         db = client[config.mongodb_db]
         await ensure_indexes(db)
         capabilities = await detect_capabilities(db)
         pool = await create_pool(redis_settings(config.redis_url), default_queue_name=config.queue_name)
+        # arq sets no read time-out: bound every command, so a stalled Redis fails fast (503)
+        pool.connection_pool.connection_kwargs["socket_timeout"] = config.database_timeout_s
         allow_private = config.embedded or config.webhook_allow_private
         http = aiohttp.ClientSession(connector=webhook_connector(allow_private=allow_private))
         try:
@@ -216,7 +219,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterat
                 audit=audit,
                 rate_limits=RateLimitService(
                     config.redis_url, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
-                    window_s=config.rate_limit_window_s,
+                    window_s=config.rate_limit_window_s, timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s),
                 ),
                 sessions=sessions,
                 accounts=accounts,

@@ -8,9 +8,20 @@ import uuid
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from pymongo.errors import ConnectionFailure as PyMongoConnectionFailure
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.api.context import REQUEST_ID
-from cms.errors import BadRequest, CmsError, MethodNotAllowed, NotFound, PayloadTooLarge, RateLimited
+from cms.errors import (
+    BadRequest,
+    CmsError,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    ServiceUnavailable,
+)
 
 log = logging.getLogger("cms.api")
 
@@ -47,6 +58,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         if _client_gone(request):
             _log_disconnect(request, request_id)
         raise
+    except (PyMongoConnectionFailure, RedisConnectionError, RedisTimeoutError) as exc:
+        # a database that is down or stalled: say so, and let the client retry
+        log.warning("%s %s: a database did not answer (request id %s): %r", request.method, request.path,
+                    request_id, exc)
+        return error_response(ServiceUnavailable("A database is not answering; retry shortly"), request_id)
     except Exception as exc:
         if isinstance(exc, ConnectionError) and _client_gone(request):
             # aiohttp fails the body read with ConnectionResetError("Connection lost"); nobody

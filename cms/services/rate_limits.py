@@ -43,14 +43,21 @@ class RateLimitDecision:
     window_s: int
 
 
+LIMITER_TIMEOUT_S = 2.0
+"""Seconds one rate-limit check may wait for Redis before the request goes on unlimited."""
+
+
 class RateLimitService:
     """Counts hits in Redis under `key_prefix`; `window_s` is the general and auth window in
     seconds, `mail_minute_window_s` / `mail_hour_window_s` the two mail windows (tests shorten them)."""
 
     def __init__(self, redis_url: str, settings: SettingsService, *, key_prefix: str = "cms:ratelimit",
                  window_s: int = DEFAULT_WINDOW_S, mail_minute_window_s: int = MAIL_MINUTE_WINDOW_S,
-                 mail_hour_window_s: int = MAIL_HOUR_WINDOW_S) -> None:
-        self._storage = RedisStorage(f"async+{redis_url}", implementation="redispy", key_prefix=key_prefix)
+                 mail_hour_window_s: int = MAIL_HOUR_WINDOW_S, timeout_s: float = LIMITER_TIMEOUT_S) -> None:
+        # A limiter that cannot answer within `timeout_s` seconds fails open (the API's middlewares)
+        # rather than holding every request while Redis stalls.
+        self._storage = RedisStorage(f"async+{redis_url}", implementation="redispy", key_prefix=key_prefix,
+                                     socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._settings = settings
         self._window_s = window_s

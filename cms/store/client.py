@@ -24,8 +24,12 @@ class Capabilities:
     transactions: bool = False
 
 
-def open_client(url: str, *, timeout_s: float = 10.0) -> AsyncMongoClient[dict[str, Any]]:
-    """A client returning aware UTC datetimes, with explicit time-outs (seconds).
+def open_client(url: str, *, timeout_s: float = 10.0,
+                operation_timeout_s: float | None = None) -> AsyncMongoClient[dict[str, Any]]:
+    """A client returning aware UTC datetimes, with explicit time-outs (seconds): `timeout_s` to
+    find and connect to a server, `operation_timeout_s` (None: none) for any one read from a
+    connection, so a server that stops answering fails the operation (`NetworkTimeout`) instead
+    of holding it forever.
 
     `retryWrites=false` is forced for the embedded server, whose retryable-write bookkeeping
     slows every write; real MongoDB accepts it too.
@@ -37,6 +41,7 @@ def open_client(url: str, *, timeout_s: float = 10.0) -> AsyncMongoClient[dict[s
         retryWrites=False,
         serverSelectionTimeoutMS=int(timeout_s * 1000),
         connectTimeoutMS=int(timeout_s * 1000),
+        socketTimeoutMS=None if operation_timeout_s is None else int(operation_timeout_s * 1000),
         uuidRepresentation="standard",
         appname="cms",
     )
