@@ -2,7 +2,7 @@
 
 A file belongs to one record (`collection` + `record_id`). Writing one (upload, delete) needs what
 changing the record needs: its collection's view and update rules (`access.check`,
-`records.checked_record`). Reading follows the view rule of its record. A file whose record the
+`records.permitted_record`). Reading follows the view rule of its record. A file whose record the
 caller may not see is 404 (401 for an anonymous caller under a rule that depends on the record),
 as its record would be.
 
@@ -32,7 +32,7 @@ from cms.models import Collection, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
 from cms.services.collections import CollectionService
 from cms.services.events import DELETE, CollectionEvent, RecordEvent
-from cms.services.records import checked_record
+from cms.services.records import checked_record, permitted_record
 from cms.services.settings import SettingsService
 from cms.store.files import FileReader, FileRepository, FileUpload
 from cms.store.records import RecordRepository
@@ -252,12 +252,10 @@ class FileService:
             raise ValidationFailed(f"Collection '{name}' not found",
                                    errors={"collection": [f"No collection named '{name}'."]}) from None
         try:
-            record = await checked_record(self._records, check(principal, collection, VIEW),
-                                          check(principal, collection, UPDATE), record_id, fetch=True)
+            await permitted_record(self._records, check(principal, collection, VIEW),
+                                   check(principal, collection, UPDATE), record_id)
         except NotFound:
             raise _no_record(collection) from None
-        if record is None:  # fetch=True returns the record or raises
-            raise _no_record(collection)
         return collection
 
     async def _check_record_still_there(self, file: StoredFile) -> None:

@@ -291,9 +291,7 @@ class RecordService:
     async def _visible(self, view: Access, record_id: str) -> Record:
         """The record, if the view rule `view` lets its principal see it (one `_id` look-up).
         Raises `view.refusal()` (refused outright) or `view.hidden()` (missing or hidden)."""
-        record = await checked_record(self._records, view, None, record_id, fetch=True)
-        assert record is not None  # fetch=True always returns the record or raises
-        return record
+        return await permitted_record(self._records, view, None, record_id)
 
     # --- one record ---------------------------------------------------------------------------
 
@@ -601,18 +599,24 @@ async def drop_if_deleted(collections: CollectionService, records: RecordReposit
     raise NotFound(f"Collection '{collection.name}' not found")
 
 
-async def checked_record(records: RecordRepository, view: Access, change: Access | None, record_id: str, *,
-                         fetch: bool = False) -> Record | None:
-    """The one check of a single record's rules, for records and files: the view rule `view` must
-    show the record and `change` (the update or delete rule, if any) permit it. Without `fetch`,
-    returns None without a look-up when neither rule depends on the record; else the record (one
-    `_id` look-up). Raises `refusal()` of a rule that refuses outright, `view.hidden()` (missing or
+async def checked_record(records: RecordRepository, view: Access, change: Access | None,
+                         record_id: str) -> Record | None:
+    """`permitted_record`, skipped when neither rule depends on the record (both permit every
+    record): returns None then, without a look-up. Raises what `permitted_record` raises."""
+    if view.everything and (change is None or change.everything):
+        return None
+    return await permitted_record(records, view, change, record_id)
+
+
+async def permitted_record(records: RecordRepository, view: Access, change: Access | None,
+                           record_id: str) -> Record:
+    """The one check of a single record's rules, for records and files: the record (one `_id`
+    look-up), once the view rule `view` shows it and `change` (the update or delete rule, if any)
+    permits it. Raises `refusal()` of a rule that refuses outright, `view.hidden()` (missing or
     hidden) or `change.refusal()` (shown, but not to be changed)."""
     view.require()
     if change is not None:
         change.require()
-    if not fetch and view.everything and (change is None or change.everything):
-        return None
     record = await records.get(view.collection.id, record_id)
     if record is None or not view.allows(record):
         raise view.hidden()

@@ -106,8 +106,10 @@ async def test_every_kind_of_write_makes_cached_reads_fresh(client, services, ad
     assert response.status == 200, await response.text()
     page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
     assert all("title" not in r for r in page["items"])
-    # a restore bumps everything
+    # a restore bumps the epoch (`on_restored`): every cached read gets a new ETag
+    before = (await client.get(records_path("posts"))).headers["ETag"]
     await services.records._cache.bump_all()
+    assert (await client.get(records_path("posts"))).headers["ETag"] != before
 
 
 async def test_auth_collection_user_changes_refresh_cached_lists(client, admin_token):
