@@ -138,6 +138,7 @@ class Config:
         if log_format not in LOG_FORMATS:
             raise ConfigError(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
         trusted_proxies = _networks(env, "TRUSTED_PROXIES")
+        worker = WorkerOptions.from_env(env)
         origins = tuple(o.strip() for o in env.get("CORS_ORIGINS", "*").split(",") if o.strip())
         return cls(
             secret_key=secret_key,
@@ -159,17 +160,37 @@ class Config:
             admin_password=admin_password,
             log_level=log_level,
             log_format=log_format,
-            shutdown_timeout_s=_int(env, "SHUTDOWN_TIMEOUT_S", 10, 1, 3600),
-            queue_name=_queue_name(env),
+            shutdown_timeout_s=worker.shutdown_timeout_s,
+            queue_name=worker.queue_name,
             cors_origins=origins or ("*",),
             embedded=embedded,
             trusted_proxies=trusted_proxies,
             webhook_allow_private=_bool(env, "WEBHOOK_ALLOW_PRIVATE", False),
-            worker_max_jobs=_int(env, "WORKER_MAX_JOBS", 20, 1, 1000),
-            worker_poll_delay_s=_int(env, "WORKER_POLL_DELAY_MS", 50, 1, 10_000) / 1000,
+            worker_max_jobs=worker.max_jobs,
+            worker_poll_delay_s=worker.poll_delay_s,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
         )
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """The process settings a worker and the web app share (decisions.md, Running it): the arq
+    queue's name, SHUTDOWN_TIMEOUT_S (seconds), WORKER_MAX_JOBS and WORKER_POLL_DELAY_MS (read
+    into seconds). `arq workers.WorkerSettings` reads them without building a whole Config."""
+
+    queue_name: str = QUEUE_NAME
+    shutdown_timeout_s: int = 10
+    max_jobs: int = 20
+    poll_delay_s: float = 0.05
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> WorkerOptions:
+        """Parse the variables above from `environ`; ConfigError names the first bad one."""
+        env = {k: v for k, v in environ.items() if v != ""}
+        return cls(queue_name=_queue_name(env), shutdown_timeout_s=_int(env, "SHUTDOWN_TIMEOUT_S", 10, 1, 3600),
+                   max_jobs=_int(env, "WORKER_MAX_JOBS", 20, 1, 1000),
+                   poll_delay_s=_int(env, "WORKER_POLL_DELAY_MS", 50, 1, 10_000) / 1000)
 
 
 def _stored_secret_key(data_dir: Path) -> str:

@@ -1,7 +1,11 @@
-"""open_services(config): the one place that opens clients and builds the services.
+"""open_services(config): the services of one process, built on one `Infra` (cms/infra.py).
 
-Used by the web app (cleanup_ctx), the worker (on_startup), the CLI and tests. Each process
-gets one AsyncMongoClient and one ArqRedis pool, closed in reverse order on exit.
+Used by the web app (cleanup_ctx), the worker (on_startup), the CLI and tests. `open_infra` opens
+and closes the network clients; the builders below each wire one feature on top of it, in the
+order they depend on each other: the platform (queue, events, audit, settings, sessions, mail,
+rate limits), content (collections, the records' store), identity (both user systems, API keys,
+the authenticator), webhooks, the read cache, files, then records, system figures and backups.
+Event subscribers are registered in that order and run in it.
 """
 
 from __future__ import annotations
@@ -11,12 +15,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
-from arq import create_pool
-from arq.connections import ArqRedis, RedisSettings
+from arq.connections import ArqRedis
 
 from cms.clock import Clock, utcnow
 from cms.config import Config
+from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
 from cms.security.tokens import TokenCodec
 from cms.services.accounts import AccountService
@@ -41,13 +44,12 @@ from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
 from cms.services.system import SystemService
 from cms.services.webhook_sender import WebhookSender, address_check
-from cms.services.webhook_sender import connector as webhook_connector
 from cms.services.webhooks import WebhookService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.api_keys import ApiKeyRepository
 from cms.store.audit import AuditRepository
 from cms.store.backups import DumpRepository
-from cms.store.client import Database, database_stats, detect_capabilities, ensure_indexes, open_client
+from cms.store.client import database_stats
 from cms.store.collection_users import CollectionUserRepository
 from cms.store.collections import CollectionRepository
 from cms.store.files import FileRepository
@@ -60,7 +62,7 @@ from cms.store.transactions import Transactions
 from cms.store.webhooks import DeliveryLog, DeliveryOutbox, WebhookRepository
 
 
-@dataclass
+@dataclass(frozen=True)
 class Services:
     """Every service of one process; handlers and jobs take the one they need."""
 
@@ -87,14 +89,6 @@ class Services:
     files: FileService
 
 
-def redis_settings(url: str) -> RedisSettings:
-    """arq connection settings for a redis:// URL, with explicit time-outs (seconds)."""
-    settings = RedisSettings.from_dsn(url)
-    settings.conn_timeout = 5
-    settings.conn_retries = 3
-    return settings
-
-
 REDIS_INFO_FIGURES = (
     "redis_version", "uptime_in_seconds", "connected_clients", "blocked_clients", "maxclients",
     "used_memory", "used_memory_peak", "maxmemory", "total_connections_received", "rejected_connections",
@@ -113,23 +107,6 @@ async def redis_stats(pool: ArqRedis, queue_name: str) -> dict[str, Any]:
     return figures
 
 
-async def _webhook_service(db: Database, config: Config, collections: CollectionService, jobs: JobQueue,
-                           http: aiohttp.ClientSession, clock: Clock, accounts: AccountService) -> WebhookService:
-    """The webhook service; the SSRF rule is on in production mode unless WEBHOOK_ALLOW_PRIVATE."""
-    allow_private = config.embedded or config.webhook_allow_private
-    webhooks, outbox, delivery_log = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
-    for repository in (webhooks, outbox, delivery_log):
-        await repository.ensure_indexes()
-    return WebhookService(webhooks, outbox, delivery_log, collections, jobs,
-                          WebhookSender(http, allow_private=allow_private, timeout_s=config.webhook_timeout_s),
-                          address_check(allow_private=allow_private), clock=clock, creator=accounts.principal_of)
-
-
-async def _webhook_stats(webhooks: WebhookService) -> dict[str, Any]:
-    """`{outbox_backlog}`: deliveries written but not yet finished."""
-    return {"outbox_backlog": await webhooks.backlog()}
-
-
 def _setting_on(settings: SettingsService, key: str) -> Callable[[], Awaitable[bool]]:
     """A switch that reads the boolean setting `key` (cached by the settings service)."""
 
@@ -139,113 +116,204 @@ def _setting_on(settings: SettingsService, key: str) -> Callable[[], Awaitable[b
     return on
 
 
+@dataclass(frozen=True)
+class Platform:
+    """What every feature builds on: the job queue, the event bus, audit, settings, sessions,
+    mail and one-time tokens."""
+
+    jobs: JobQueue
+    events: EventBus
+    audit: AuditService
+    settings: SettingsService
+    codec: TokenCodec
+    sessions: SessionService
+    mailer: Mailer
+    one_time: OneTimeTokens
+    rate_limits: RateLimitService
+
+
+async def build_platform(infra: Infra) -> Platform:
+    """The platform services; applies the audit retention setting and audits session events."""
+    config, db, clock = infra.config, infra.db, infra.clock
+    jobs = JobQueue(infra.redis, config.queue_name)
+    events = EventBus()
+    audit = AuditService(AuditRepository(db), clock=clock)
+    settings = SettingsService(SettingsRepository(db), infra.redis, audit,
+                               version_key=f"cms:settings:version:{config.mongodb_db}")
+    settings.on_change("audit_retention_days", audit.apply_retention)
+    await audit.apply_retention(int((await settings.values())["audit_retention_days"]))
+
+    async def on_session_events(batch: Sequence[SessionEvent]) -> None:
+        for event in batch:
+            await audit.record(event.event, user_id=event.session.user_id,
+                               details={"session_id": event.session.id, "audience": event.session.audience})
+
+    events.subscribe(on_session_events, SessionEvent)
+    codec = TokenCodec(config.secret_key, clock=clock)
+    rate_limits = RateLimitService(infra.redis, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
+                                   window_s=config.rate_limit_window_s,
+                                   timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s))
+    return Platform(jobs=jobs, events=events, audit=audit, settings=settings, codec=codec,
+                    sessions=SessionService(SessionRepository(db), codec, clock=clock, events=events),
+                    mailer=Mailer(jobs, config.base_url),
+                    one_time=OneTimeTokens(OneTimeTokenRepository(db), clock=clock), rate_limits=rate_limits)
+
+
+@dataclass(frozen=True)
+class Content:
+    """Collections and the records' store and schemas."""
+
+    record_repository: RecordRepository
+    schemas: RecordSchemas
+    collections: CollectionService
+
+
+async def build_content(infra: Infra, platform: Platform) -> Content:
+    """The collection service on the records' store; fills in default access rules of
+    collections stored before rules existed."""
+    record_repository = RecordRepository(infra.db, infra.capabilities)
+    collections = CollectionService(CollectionRepository(infra.db), record_repository, platform.settings,
+                                    platform.audit, platform.events, clock=infra.clock)
+    await collections.fill_default_rules()
+    return Content(record_repository=record_repository, schemas=RecordSchemas(), collections=collections)
+
+
+def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
+    """The read cache, switched by the `read_cache_enabled` setting; it subscribes to record and
+    collection events last, so a version is bumped after every other subscriber's writes."""
+    read_cache = ReadCache(infra.redis, prefix=f"cms:rc:{infra.config.mongodb_db}",
+                           switch=_setting_on(platform.settings, "read_cache_enabled"))
+    platform.events.subscribe(read_cache.on_record_events)
+    platform.events.subscribe(read_cache.on_collection_events, CollectionEvent)
+    return read_cache
+
+
+async def build_files(infra: Infra, platform: Platform, content: Content) -> FileService:
+    """The file service; deleting a record or collection deletes its files (event subscriber)."""
+    file_repository = FileRepository(infra.db)
+    await file_repository.ensure_indexes()
+    files = FileService(file_repository, content.collections, content.record_repository, platform.settings,
+                        clock=infra.clock)
+    platform.events.subscribe(files.on_record_events)
+    platform.events.subscribe(files.on_collection_events, CollectionEvent)
+    return files
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Both user systems, their token flows, API keys and the one authenticator."""
+
+    accounts: AccountService
+    collection_auth: CollectionAuthService
+    email_verification: EmailVerificationService
+    password_resets: PasswordResetService
+    otp: OtpService
+    api_keys: ApiKeyService
+    authenticator: Authenticator
+
+
+async def build_identity(infra: Infra, platform: Platform, content: Content) -> Identity:
+    """The identity services; subscribes auth-collection clean-up to record and collection events."""
+    db, clock, p = infra.db, infra.clock, platform
+    admin_users = AdminUserRepository(db)
+    accounts = AccountService(admin_users, p.sessions, p.one_time, p.mailer, p.settings, p.audit, clock=clock)
+    api_key_repository = ApiKeyRepository(db)
+    collection_users = CollectionUserRepository(db)
+    otp_codes = OtpCodeRepository(db)
+    for repository in (api_key_repository, collection_users, otp_codes):
+        await repository.ensure_indexes()
+    api_keys = ApiKeyService(api_key_repository, admin_users, p.audit, clock=clock)
+    collection_auth = CollectionAuthService(
+        content.collections, collection_users, content.record_repository, content.schemas, p.sessions, p.one_time,
+        p.mailer, p.settings, p.audit, p.events, clock=clock,
+    )
+    p.events.subscribe(collection_auth.on_record_events)
+    p.events.subscribe(collection_auth.on_collection_events, CollectionEvent)
+    return Identity(
+        accounts=accounts,
+        collection_auth=collection_auth,
+        email_verification=EmailVerificationService(accounts, collection_auth, p.one_time),
+        password_resets=PasswordResetService(accounts, collection_auth, p.one_time, p.jobs, p.mailer, p.settings,
+                                             p.audit),
+        otp=OtpService(collection_auth, otp_codes, p.jobs, p.mailer, p.audit, clock=clock),
+        api_keys=api_keys,
+        authenticator=Authenticator(p.codec, accounts, collection_auth, api_keys),
+    )
+
+
+async def build_webhooks(infra: Infra, platform: Platform, content: Content, identity: Identity) -> WebhookService:
+    """The webhook service, attached to the event bus as its outbox; the SSRF rule is on in
+    production mode unless WEBHOOK_ALLOW_PRIVATE."""
+    config, db = infra.config, infra.db
+    allow_private = config.embedded or config.webhook_allow_private
+    repositories = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
+    for repository in repositories:
+        await repository.ensure_indexes()
+    sender = WebhookSender(infra.http, allow_private=allow_private, timeout_s=config.webhook_timeout_s)
+    webhooks = WebhookService(*repositories, content.collections, platform.jobs, sender,
+                              address_check(allow_private=allow_private), clock=infra.clock,
+                              creator=identity.accounts.principal_of)
+    platform.events.attach_outbox(webhooks)
+    platform.events.subscribe(webhooks.on_collection_events, CollectionEvent)
+    return webhooks
+
+
+def build_system(infra: Infra, webhooks: WebhookService) -> SystemService:
+    """Health pings and the figures of /stats: MongoDB, Redis (with the queue depth) and the
+    webhook outbox backlog."""
+    config, db, redis = infra.config, infra.db, infra.redis
+
+    async def webhook_stats() -> dict[str, Any]:
+        return {"outbox_backlog": await webhooks.backlog()}
+
+    return SystemService(
+        pings={"mongodb": lambda: infra.mongo.admin.command("ping"), "redis": redis.ping},
+        stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(redis, config.queue_name),
+               "webhooks": webhook_stats},
+    )
+
+
 @asynccontextmanager
-async def open_services(config: Config, *, clock: Clock = utcnow) -> AsyncIterator[Services]:
-    """Open MongoDB and Redis, ensure indexes, and yield the wired services.
+async def open_services(config: Config, *, clock: Clock = utcnow,
+                        redis: ArqRedis | None = None) -> AsyncIterator[Services]:
+    """Open the infrastructure (`open_infra`), build every service on it and yield them; close
+    everything on exit.
 
-    `config.mongodb_url` and `config.redis_url` must be set (embedded servers fill them in).
-    Raises ValueError if they are not; driver errors propagate when a server does not answer."""
-    if not config.mongodb_url or not config.redis_url:
-        raise ValueError("open_services needs mongodb_url and redis_url")
-    client = open_client(config.mongodb_url, timeout_s=min(10, config.database_timeout_s),
-                         operation_timeout_s=config.database_timeout_s)
-    try:
-        db = client[config.mongodb_db]
-        await ensure_indexes(db)
-        capabilities = await detect_capabilities(db)
-        pool = await create_pool(redis_settings(config.redis_url), default_queue_name=config.queue_name)
-        # arq sets no read time-out: bound every command, so a stalled Redis fails fast (503)
-        pool.connection_pool.connection_kwargs["socket_timeout"] = config.database_timeout_s
-        allow_private = config.embedded or config.webhook_allow_private
-        http = aiohttp.ClientSession(connector=webhook_connector(allow_private=allow_private))
-        try:
-            jobs = JobQueue(pool, config.queue_name)
-            events = EventBus()
-            audit = AuditService(AuditRepository(db), clock=clock)
-            settings = SettingsService(SettingsRepository(db), pool, audit,
-                                       version_key=f"cms:settings:version:{config.mongodb_db}")
-            settings.on_change("audit_retention_days", audit.apply_retention)
-            await audit.apply_retention(int((await settings.values())["audit_retention_days"]))
-
-            async def on_session_events(batch: Sequence[SessionEvent]) -> None:
-                for event in batch:
-                    await audit.record(event.event, user_id=event.session.user_id,
-                                       details={"session_id": event.session.id, "audience": event.session.audience})
-
-            events.subscribe(on_session_events, SessionEvent)
-            codec = TokenCodec(config.secret_key, clock=clock)
-            sessions = SessionService(SessionRepository(db), codec, clock=clock,
-                                      events=events)
-            mailer = Mailer(jobs, config.base_url)
-            one_time = OneTimeTokens(OneTimeTokenRepository(db), clock=clock)
-            record_repository = RecordRepository(db, capabilities)
-            collections = CollectionService(CollectionRepository(db), record_repository, settings, audit, events,
-                                            clock=clock)
-            await collections.fill_default_rules()
-            schemas = RecordSchemas()
-            admin_users = AdminUserRepository(db)
-            accounts = AccountService(admin_users, sessions, one_time, mailer, settings, audit, clock=clock)
-            api_key_repository = ApiKeyRepository(db)
-            await api_key_repository.ensure_indexes()
-            api_keys = ApiKeyService(api_key_repository, admin_users, audit, clock=clock)
-            collection_users = CollectionUserRepository(db)
-            otp_codes = OtpCodeRepository(db)
-            await collection_users.ensure_indexes()
-            await otp_codes.ensure_indexes()
-            collection_auth = CollectionAuthService(
-                collections, collection_users, record_repository, schemas, sessions, one_time, mailer, settings,
-                audit, events, clock=clock,
-            )
-            events.subscribe(collection_auth.on_record_events)
-            events.subscribe(collection_auth.on_collection_events, CollectionEvent)
-            webhooks = await _webhook_service(db, config, collections, jobs, http, clock, accounts)
-            events.attach_outbox(webhooks)
-            events.subscribe(webhooks.on_collection_events, CollectionEvent)
-            read_cache = ReadCache(pool, prefix=f"cms:rc:{config.mongodb_db}",
-                                   switch=_setting_on(settings, "read_cache_enabled"))
-            events.subscribe(read_cache.on_record_events)
-            events.subscribe(read_cache.on_collection_events, CollectionEvent)
-            file_repository = FileRepository(db)
-            await file_repository.ensure_indexes()
-            files = FileService(file_repository, collections, record_repository, settings, clock=clock)
-            events.subscribe(files.on_record_events)
-            events.subscribe(files.on_collection_events, CollectionEvent)
-            yield Services(
-                config=config,
-                redis=pool,
-                jobs=jobs,
-                events=events,
-                settings=settings,
-                audit=audit,
-                rate_limits=RateLimitService(
-                    config.redis_url, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
-                    window_s=config.rate_limit_window_s, timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s),
-                ),
-                sessions=sessions,
-                accounts=accounts,
-                collections=collections,
-                records=RecordService(collections, record_repository, schemas, events, clock=clock,
-                                      transactions=Transactions(client, enabled=capabilities.transactions),
-                                      needs_transaction=webhooks.wants, settings=settings, cache=read_cache),
-                system=SystemService(
-                    pings={"mongodb": lambda: client.admin.command("ping"), "redis": pool.ping},
-                    stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(pool, config.queue_name),
-                           "webhooks": lambda: _webhook_stats(webhooks)},
-                ),
-                collection_auth=collection_auth,
-                email_verification=EmailVerificationService(accounts, collection_auth, one_time),
-                password_resets=PasswordResetService(accounts, collection_auth, one_time, jobs, mailer, settings,
-                                                     audit),
-                otp=OtpService(collection_auth, otp_codes, jobs, mailer, audit, clock=clock),
-                webhooks=webhooks,
-                api_keys=api_keys,
-                authenticator=Authenticator(codec, accounts, collection_auth, api_keys),
-                backups=BackupService(DumpRepository(db), audit, config.backups_path, clock=clock,
-                                      on_restored=[settings.invalidate, read_cache.bump_all]),
-                files=files,
-            )
-        finally:
-            await http.close()
-            await pool.aclose()
-    finally:
-        await client.close()
+    `redis`: an open pool to share (an arq Worker's), left open on exit. `config.mongodb_url` and
+    `config.redis_url` must be set (embedded servers fill them in): ValueError if not; driver
+    errors propagate when a server does not answer."""
+    async with open_infra(config, clock=clock, redis=redis) as infra:
+        platform = await build_platform(infra)
+        content = await build_content(infra, platform)
+        identity = await build_identity(infra, platform, content)
+        webhooks = await build_webhooks(infra, platform, content, identity)
+        read_cache = build_read_cache(infra, platform)
+        files = await build_files(infra, platform, content)
+        transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
+        records = RecordService(content.collections, content.record_repository, content.schemas, platform.events,
+                                clock=clock, transactions=transactions, needs_transaction=webhooks.wants,
+                                settings=platform.settings, cache=read_cache)
+        yield Services(
+            config=config,
+            redis=infra.redis,
+            jobs=platform.jobs,
+            events=platform.events,
+            settings=platform.settings,
+            audit=platform.audit,
+            rate_limits=platform.rate_limits,
+            sessions=platform.sessions,
+            accounts=identity.accounts,
+            collections=content.collections,
+            records=records,
+            system=build_system(infra, webhooks),
+            collection_auth=identity.collection_auth,
+            email_verification=identity.email_verification,
+            password_resets=identity.password_resets,
+            otp=identity.otp,
+            webhooks=webhooks,
+            backups=BackupService(DumpRepository(infra.db), platform.audit, config.backups_path, clock=clock,
+                                  on_restored=[platform.settings.invalidate, read_cache.bump_all]),
+            api_keys=identity.api_keys,
+            authenticator=identity.authenticator,
+            files=files,
+        )

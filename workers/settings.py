@@ -12,9 +12,10 @@ from arq import Worker
 from arq.cron import cron
 from arq.worker import func
 
-from cms.config import QUEUE_NAME, Config
+from cms.config import Config, WorkerOptions
+from cms.infra import lend, open_redis, redis_settings
 from cms.jobs import DELIVER_WEBHOOK, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
-from cms.wiring import Services, open_services, redis_settings
+from cms.wiring import Services, open_services
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
 from workers.webhooks import RELAY_EVERY_S, WEBHOOK_MAX_TRIES, deliver_webhook, relay_webhook_outbox
@@ -25,6 +26,8 @@ FUNCTIONS = [
     func(send_otp, name=SEND_OTP, max_tries=AUTH_JOB_MAX_TRIES),
     func(deliver_webhook, name=DELIVER_WEBHOOK, max_tries=WEBHOOK_MAX_TRIES),
 ]
+JOB_TIMEOUT_S = 120
+"""Seconds one job may run before arq cancels it (and retries it, up to its max_tries)."""
 HEALTH_CHECK_INTERVAL_S = 30
 """How often a worker refreshes its health-check key (`arq --check`; it expires 1 s after)."""
 CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)), run_at_startup=True,
@@ -32,12 +35,13 @@ CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)),
 
 
 async def on_startup(ctx: dict[str, Any]) -> None:
-    """Open services unless the caller handed them in (`ctx["services"]`)."""
+    """Open services unless the caller handed them in (`ctx["services"]`); they share the
+    worker's own Redis pool (`ctx["redis"]`), so a worker process holds one pool."""
     if "config" not in ctx:
         ctx["config"] = Config.from_env(os.environ)
     if "services" not in ctx:
         stack = AsyncExitStack()
-        ctx["services"] = await stack.enter_async_context(open_services(ctx["config"]))
+        ctx["services"] = await stack.enter_async_context(open_services(ctx["config"], redis=ctx["redis"]))
         ctx["exit_stack"] = stack
     # Deliveries whose enqueue was lost (a web process died after writing them) go out now; a burst
     # worker, which runs no cron jobs, relies on this.
@@ -58,8 +62,9 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
                  handle_signals: bool = True, poll_delay_s: float | None = None) -> Worker:
     """An arq Worker for `config`'s queue with every job function, running up to
     `config.worker_max_jobs` jobs at once and looking at the queue every `poll_delay_s` seconds
-    (default `config.worker_poll_delay_s`). It opens its own Redis pool; `services` may be shared
-    with the web app in the same process.
+    (default `config.worker_poll_delay_s`). Without `services` it opens the process's Redis pool
+    (`open_redis`, closed with the worker) and builds its services on it at start; `services`
+    (shared with the web app in the same process) lend it theirs, which its close leaves open.
 
     On SIGTERM or SIGINT (`handle_signals`), or `handle_sig_wait_for_completion()`, it stops taking
     jobs and gives running ones up to `config.shutdown_timeout_s` seconds; then arq cancels them,
@@ -71,7 +76,7 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
     return Worker(
         FUNCTIONS,
         queue_name=config.queue_name,
-        redis_settings=redis_settings(config.redis_url),
+        redis_pool=open_redis(config) if services is None else lend(services.redis),
         on_startup=on_startup,
         on_shutdown=on_shutdown,
         cron_jobs=None if burst else CRON_JOBS,
@@ -81,23 +86,28 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
         poll_delay=config.worker_poll_delay_s if poll_delay_s is None else poll_delay_s,
         max_jobs=config.worker_max_jobs,
         max_tries=EMAIL_MAX_TRIES,
-        job_timeout=120,
+        job_timeout=JOB_TIMEOUT_S,
         job_completion_wait=config.shutdown_timeout_s,
         health_check_interval=HEALTH_CHECK_INTERVAL_S,
     )
 
 
+_ENV = WorkerOptions.from_env(os.environ)
+
+
 class WorkerSettings:
-    """For `arq workers.WorkerSettings`: reads the configuration from the environment."""
+    """For `arq workers.WorkerSettings`: the same worker as `cms worker`, configured from the
+    environment (REDIS_URL, QUEUE_NAME, SHUTDOWN_TIMEOUT_S, WORKER_MAX_JOBS, WORKER_POLL_DELAY_MS)."""
 
     functions = FUNCTIONS
     cron_jobs = CRON_JOBS
     on_startup = on_startup
     on_shutdown = on_shutdown
-    queue_name = os.environ.get("QUEUE_NAME") or QUEUE_NAME
-    job_completion_wait = Config.shutdown_timeout_s
+    queue_name = _ENV.queue_name
+    job_completion_wait = _ENV.shutdown_timeout_s
     health_check_interval = HEALTH_CHECK_INTERVAL_S
-    redis_settings = redis_settings(os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    redis_settings = redis_settings(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
     max_tries = EMAIL_MAX_TRIES
-    max_jobs = Config.worker_max_jobs
-    poll_delay = Config.worker_poll_delay_s
+    job_timeout = JOB_TIMEOUT_S
+    max_jobs = _ENV.max_jobs
+    poll_delay = _ENV.poll_delay_s

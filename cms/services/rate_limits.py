@@ -12,6 +12,7 @@ All are switched off by the `rate_limit_enabled` setting.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
+from redis.asyncio import Redis
 
 from cms.services.settings import SettingsService
 
@@ -48,19 +50,22 @@ LIMITER_TIMEOUT_S = 2.0
 
 
 class RateLimitService:
-    """Counts hits in Redis under `key_prefix`; `window_s` is the general and auth window in
-    seconds, `mail_minute_window_s` / `mail_hour_window_s` the two mail windows (tests shorten them)."""
+    """Counts hits in Redis under `key_prefix`, over the connections of `redis` (the process's one
+    pool; this service opens no client of its own). `window_s` is the general and auth window in
+    seconds, `mail_minute_window_s` / `mail_hour_window_s` the two mail windows (tests shorten
+    them). Each check gives up after `timeout_s` seconds with TimeoutError (callers fail open)."""
 
-    def __init__(self, redis_url: str, settings: SettingsService, *, key_prefix: str = "cms:ratelimit",
+    def __init__(self, redis: Redis, settings: SettingsService, *, key_prefix: str = "cms:ratelimit",
                  window_s: int = DEFAULT_WINDOW_S, mail_minute_window_s: int = MAIL_MINUTE_WINDOW_S,
                  mail_hour_window_s: int = MAIL_HOUR_WINDOW_S, timeout_s: float = LIMITER_TIMEOUT_S) -> None:
         # A limiter that cannot answer within `timeout_s` seconds fails open (the API's middlewares)
         # rather than holding every request while Redis stalls.
-        self._storage = RedisStorage(f"async+{redis_url}", implementation="redispy", key_prefix=key_prefix,
-                                     socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._storage = RedisStorage("async+redis://", implementation="redispy", key_prefix=key_prefix,
+                                     connection_pool=redis.connection_pool)  # type: ignore[arg-type]
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._settings = settings
         self._window_s = window_s
+        self._timeout_s = timeout_s
         self._mail_items = (RateLimitItemPerSecond(MAIL_PER_MINUTE, mail_minute_window_s),
                             RateLimitItemPerSecond(MAIL_PER_HOUR, mail_hour_window_s))
 
@@ -73,7 +78,8 @@ class RateLimitService:
         enabled, per_window = await self._enabled_and_limit()
         if not enabled:
             return None
-        return await self._hit(per_window, "general", ip)
+        async with asyncio.timeout(self._timeout_s):
+            return await self._hit(per_window, "general", ip)
 
     async def hit_auth(self, action: str, ip: str, identifier: str) -> RateLimitDecision | None:
         """Count one auth attempt (`action` e.g. "login") by `ip` for `identifier` (e.g. the email,
@@ -81,7 +87,8 @@ class RateLimitService:
         enabled, _ = await self._enabled_and_limit()
         if not enabled:
             return None
-        return await self._hit(AUTH_LIMIT, f"auth:{action}", ip, identifier.strip().lower())
+        async with asyncio.timeout(self._timeout_s):
+            return await self._hit(AUTH_LIMIT, f"auth:{action}", ip, identifier.strip().lower())
 
     async def hit_mail(self, endpoint: str, address: str, *, user_id: str | None = None) -> RateLimitDecision | None:
         """Count one email that `endpoint` (e.g. "forgot_password", "shop:otp_request") is about to
@@ -89,10 +96,15 @@ class RateLimitService:
         may receive MAIL_PER_MINUTE per minute window and MAIL_PER_HOUR per hour window. A refused
         call consumes neither window, so a client hammering the endpoint does not use up its hour.
         Returns the decision (refused: `reset_after_s` until every exhausted window frees), or None
-        when rate limiting is switched off. Redis errors propagate (the caller fails open)."""
+        when rate limiting is switched off. Redis errors and TimeoutError propagate (the caller
+        fails open)."""
         enabled, _ = await self._enabled_and_limit()
         if not enabled:
             return None
+        async with asyncio.timeout(self._timeout_s):
+            return await self._hit_mail(endpoint, address, user_id)
+
+    async def _hit_mail(self, endpoint: str, address: str, user_id: str | None) -> RateLimitDecision:
         keys: list[tuple[str, ...]] = [("mail", endpoint, "address", address.strip().lower())]
         if user_id is not None:
             keys.append(("mail", endpoint, "user", user_id))
@@ -130,10 +142,11 @@ class RateLimitService:
     async def first_refusal(self, kind: str, ip: str, identifier: str, window_s: int) -> bool:
         """True the first time the limit `kind` (e.g. "auth:login") refuses (`ip`, `identifier`)
         within `window_s` seconds, False for every later refusal in that time; so a flood of
-        refused requests is audited once per key and window. Redis errors propagate."""
+        refused requests is audited once per key and window. Redis errors and TimeoutError propagate."""
         digest = hashlib.sha256(f"{kind}\0{ip}\0{identifier.strip().lower()}".encode()).hexdigest()
         # INCR + EXPIRE on the first increment, in one Lua call: the SET NX EX of this key
-        return await self._storage.incr(f"audited:{digest}", max(1, window_s)) == 1
+        async with asyncio.timeout(self._timeout_s):
+            return await self._storage.incr(f"audited:{digest}", max(1, window_s)) == 1
 
     async def reset(self) -> None:
         """Forget every counter (tests, and an operator unlocking everyone)."""

@@ -135,7 +135,7 @@ async def test_otp_request_is_limited_per_address(client, mailbox, run_jobs, mem
 @pytest.fixture
 async def short_windows(aiohttp_client, config, services):
     """An app on the test's services whose mail windows are 1 s ("minute") and 20 s ("hour")."""
-    limiter = RateLimitService(config.redis_url, services.settings,
+    limiter = RateLimitService(services.redis, services.settings,
                                key_prefix=f"cms:ratelimit:{config.mongodb_db}:short",
                                mail_minute_window_s=1, mail_hour_window_s=20)
     return await aiohttp_client(create_app(config, services=replace(services, rate_limits=limiter)))
