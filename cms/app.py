@@ -71,7 +71,7 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
         async with open_services(config) as services:
             app[SERVICES] = services
             if config.admin_email and config.admin_password:
-                await services.accounts.ensure_admin(config.admin_email, config.admin_password)
+                await services.identity.registration.ensure_admin(config.admin_email, config.admin_password)
             yield
 
     return ctx

@@ -249,7 +249,7 @@ def _running_embedded(config: Config) -> Config | None:
 
 async def _create_admin(config: Config, email: str, password: str, name: str) -> None:
     async with open_services(config) as services:
-        user = await services.accounts.create_admin(email, password, name)
+        user = await services.identity.registration.create_admin(email, password, name)
     print(f"admin {user.email} created (id {user.id})")
 
 

@@ -194,6 +194,7 @@ class Collection:
     updated: datetime
     version: int = 1
     otp_enabled: bool = False
+    mfa_enabled: bool = False
     rules: AccessRules = BASE_RULES
 
     def field(self, name: str) -> FieldSpec | None:
@@ -233,12 +234,14 @@ class TokenPair:
 
 @dataclass(frozen=True)
 class LoginResult:
-    """A login response: the user, the nested token object, a message and the 2FA flag."""
+    """A login response: the user, the nested token object, a message and the 2FA flag; with
+    `requires_2fa`, `token` is None and `mfa_token` is what `2fa/verify` takes."""
 
     user: Any
     token: TokenPair | None
     message: str | None = None
     requires_2fa: bool = False
+    mfa_token: str | None = None
 
 
 @dataclass(frozen=True)

@@ -22,21 +22,27 @@ from cms.config import Config
 from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
 from cms.security.tokens import TokenCodec
-from cms.services.accounts import AccountService
 from cms.services.api_keys import ApiKeyService
 from cms.services.audit import AuditService
 from cms.services.authn import Authenticator
 from cms.services.backups import BackupService
-from cms.services.collection_auth import CollectionAuthService
 from cms.services.collections import CollectionService
-from cms.services.email_verification import EmailVerificationService
 from cms.services.events import CollectionEvent, EventBus, SessionEvent
 from cms.services.fields import RecordSchemas
 from cms.services.files import FileService
+from cms.services.identity import Identity
+from cms.services.identity.credentials import Credentials
+from cms.services.identity.email_change import EmailChange
+from cms.services.identity.login import Login
+from cms.services.identity.mfa import TwoFactor
+from cms.services.identity.otp import OtpService
+from cms.services.identity.password_reset import PasswordReset
+from cms.services.identity.registration import Registration
+from cms.services.identity.sessions import UserSessions
+from cms.services.identity.systems import UserSystems
+from cms.services.identity.verification import Verification
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
-from cms.services.otp import OtpService
-from cms.services.password_resets import PasswordResetService
 from cms.services.rate_limits import LIMITER_TIMEOUT_S, RateLimitService
 from cms.services.read_cache import ReadCache
 from cms.services.records import RecordService
@@ -53,6 +59,7 @@ from cms.store.client import database_stats
 from cms.store.collection_users import CollectionUserRepository
 from cms.store.collections import CollectionRepository
 from cms.store.files import FileRepository
+from cms.store.mfa import MfaRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
 from cms.store.otp_codes import OtpCodeRepository
 from cms.store.records import RecordRepository
@@ -74,14 +81,10 @@ class Services:
     audit: AuditService
     rate_limits: RateLimitService
     sessions: SessionService
-    accounts: AccountService
     collections: CollectionService
     records: RecordService
     system: SystemService
-    collection_auth: CollectionAuthService
-    email_verification: EmailVerificationService
-    password_resets: PasswordResetService
-    otp: OtpService
+    identity: Identity
     webhooks: WebhookService
     backups: BackupService
     api_keys: ApiKeyService
@@ -199,46 +202,42 @@ async def build_files(infra: Infra, platform: Platform, content: Content) -> Fil
     return files
 
 
-@dataclass(frozen=True)
-class Identity:
-    """Both user systems, their token flows, API keys and the one authenticator."""
-
-    accounts: AccountService
-    collection_auth: CollectionAuthService
-    email_verification: EmailVerificationService
-    password_resets: PasswordResetService
-    otp: OtpService
-    api_keys: ApiKeyService
-    authenticator: Authenticator
-
-
-async def build_identity(infra: Infra, platform: Platform, content: Content) -> Identity:
-    """The identity services; subscribes auth-collection clean-up to record and collection events."""
+async def build_identity(infra: Infra, platform: Platform, content: Content) -> tuple[Identity, ApiKeyService,
+                                                                                     Authenticator]:
+    """Both user systems with every identity flow, API keys and the one authenticator; the user
+    systems clean up after deleted auth collections and user records (event subscribers)."""
     db, clock, p = infra.db, infra.clock, platform
     admin_users = AdminUserRepository(db)
-    accounts = AccountService(admin_users, p.sessions, p.one_time, p.mailer, p.settings, p.audit, clock=clock)
     api_key_repository = ApiKeyRepository(db)
     collection_users = CollectionUserRepository(db)
     otp_codes = OtpCodeRepository(db)
-    for repository in (api_key_repository, collection_users, otp_codes):
+    factors = MfaRepository(db)
+    for repository in (api_key_repository, collection_users, otp_codes, factors):
         await repository.ensure_indexes()
+    systems = UserSystems(admin_users, collection_users, content.record_repository, content.schemas,
+                          content.collections, p.sessions, p.settings, p.events, clock=clock)
+    p.events.subscribe(systems.on_record_events)
+    p.events.subscribe(systems.on_collection_events, CollectionEvent)
+    credentials = Credentials(p.settings, p.sessions, p.audit)
+    verification = Verification(systems, p.one_time, p.mailer, p.audit)
+    two_factor = TwoFactor(factors, p.codec, credentials, p.audit, clock=clock)
+    p.events.subscribe(two_factor.on_collection_events, CollectionEvent)
+    login = Login(p.sessions, p.settings, p.audit, two_factor)
+    sessions = UserSessions(systems, p.sessions, p.audit)
+    identity = Identity(
+        systems=systems,
+        credentials=credentials,
+        registration=Registration(systems, credentials, verification, p.audit),
+        login=login,
+        two_factor=two_factor,
+        otp=OtpService(systems, login, otp_codes, p.jobs, p.mailer, p.audit, clock=clock),
+        verification=verification,
+        password_reset=PasswordReset(systems, credentials, p.one_time, p.sessions, p.jobs, p.mailer, p.audit),
+        email_change=EmailChange(credentials, p.one_time, p.mailer, p.sessions),
+        sessions=sessions,
+    )
     api_keys = ApiKeyService(api_key_repository, admin_users, p.audit, clock=clock)
-    collection_auth = CollectionAuthService(
-        content.collections, collection_users, content.record_repository, content.schemas, p.sessions, p.one_time,
-        p.mailer, p.settings, p.audit, p.events, clock=clock,
-    )
-    p.events.subscribe(collection_auth.on_record_events)
-    p.events.subscribe(collection_auth.on_collection_events, CollectionEvent)
-    return Identity(
-        accounts=accounts,
-        collection_auth=collection_auth,
-        email_verification=EmailVerificationService(accounts, collection_auth, p.one_time),
-        password_resets=PasswordResetService(accounts, collection_auth, p.one_time, p.jobs, p.mailer, p.settings,
-                                             p.audit),
-        otp=OtpService(collection_auth, otp_codes, p.jobs, p.mailer, p.audit, clock=clock),
-        api_keys=api_keys,
-        authenticator=Authenticator(p.codec, accounts, collection_auth, api_keys),
-    )
+    return identity, api_keys, Authenticator(p.codec, sessions, api_keys)
 
 
 async def build_webhooks(infra: Infra, platform: Platform, content: Content, identity: Identity) -> WebhookService:
@@ -252,7 +251,7 @@ async def build_webhooks(infra: Infra, platform: Platform, content: Content, ide
     sender = WebhookSender(infra.http, allow_private=allow_private, timeout_s=config.webhook_timeout_s)
     webhooks = WebhookService(*repositories, content.collections, platform.jobs, sender,
                               address_check(allow_private=allow_private), clock=infra.clock,
-                              creator=identity.accounts.principal_of)
+                              creator=identity.systems.admin.principal_of)
     platform.events.attach_outbox(webhooks)
     platform.events.subscribe(webhooks.on_collection_events, CollectionEvent)
     return webhooks
@@ -285,7 +284,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
     async with open_infra(config, clock=clock, redis=redis) as infra:
         platform = await build_platform(infra)
         content = await build_content(infra, platform)
-        identity = await build_identity(infra, platform, content)
+        identity, api_keys, authenticator = await build_identity(infra, platform, content)
         webhooks = await build_webhooks(infra, platform, content, identity)
         read_cache = build_read_cache(infra, platform)
         files = await build_files(infra, platform, content)
@@ -302,18 +301,14 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
             audit=platform.audit,
             rate_limits=platform.rate_limits,
             sessions=platform.sessions,
-            accounts=identity.accounts,
             collections=content.collections,
             records=records,
             system=build_system(infra, webhooks),
-            collection_auth=identity.collection_auth,
-            email_verification=identity.email_verification,
-            password_resets=identity.password_resets,
-            otp=identity.otp,
+            identity=identity,
             webhooks=webhooks,
             backups=BackupService(DumpRepository(infra.db), platform.audit, config.backups_path, clock=clock,
                                   on_restored=[platform.settings.invalidate, read_cache.bump_all]),
-            api_keys=identity.api_keys,
-            authenticator=identity.authenticator,
+            api_keys=api_keys,
+            authenticator=authenticator,
             files=files,
         )

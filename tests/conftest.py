@@ -217,7 +217,7 @@ async def login(client: Client, email: str, password: str) -> dict[str, Any]:
 @pytest.fixture
 async def admin_token(client: Client, services: Services) -> str:
     """An access token of a user with role admin."""
-    await services.accounts.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+    await services.identity.registration.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
     return str((await login(client, ADMIN_EMAIL, ADMIN_PASSWORD))["token"]["access_token"])
 
 

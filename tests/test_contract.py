@@ -48,6 +48,11 @@ POSITIVE_DEFAULT = ["2XX", "3XX", "401", "403", "404", "409", "429", "5XX"]
 UNEXPRESSED: list[tuple[str, list[str], str]] = [
     (r"^POST .*/auth/(verify-email|me/confirm-email-change|otp/verify)$", ["400"],
      "one-time tokens and OTP codes that were never issued are 400 token_invalid / otp_invalid"),
+    (r"^POST .*/auth/me/change-password$", ["422"],
+     "`old_password` must be the caller's current password (422 errors.old_password, not 401: the token is fine)"),
+    (r"^POST .*/auth/2fa/(setup|enable|disable|verify)$", ["400", "422"],
+     "codes must come from the caller's TOTP secret and an mfa_token from a login (400 otp_invalid / "
+     "token_invalid); setup and enable need 2FA off, disable on (400); disable needs the current password (422)"),
     (r"^POST /api/v1/auth/reset-password$", ["400", "422"],
      "a reset token that was never issued is 400; `password_confirm` must equal `new_password` (422)"),
     (r"^POST .*/auth/register$", ["400", "422"],

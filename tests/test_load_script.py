@@ -13,7 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "load_packages.py"
 
 
 async def test_load_script_loads_rows_and_times_queries(client, services, tmp_path):
-    await services.accounts.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+    await services.identity.registration.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
     path = tmp_path / "packages.csv"
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)

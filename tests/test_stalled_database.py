@@ -50,7 +50,7 @@ async def stack(aiohttp_client, config: Config, own_servers, clock):
     own = replace(config, mongodb_url=mongodb.url, redis_url=redis.url, database_timeout_s=TIMEOUT_S)
     async with open_services(own, clock=clock) as services:
         client = await aiohttp_client(create_app(own, services=services))
-        await services.accounts.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+        await services.identity.registration.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
         token = str((await login(client, ADMIN_EMAIL, ADMIN_PASSWORD))["token"]["access_token"])
         await create_collection(client, token, "posts", [{"name": "title", "type": "text"}])
         record = await create_record(client, token, "posts", {"title": "hello"})

@@ -16,9 +16,9 @@ async def send_password_reset(ctx: dict[str, Any], audience: str, email: str, ip
                               user_agent: str) -> None:
     """Email a reset link if `email` is a user of the user system `audience` (`admin` or
     `collection:<id>`). The outcome is not returned: job results are kept in Redis."""
-    await ctx["services"].password_resets.send_link(audience, email, ip=ip, user_agent=user_agent)
+    await ctx["services"].identity.password_reset.send_link(audience, email, ip=ip, user_agent=user_agent)
 
 
 async def send_otp(ctx: dict[str, Any], collection_id: str, email: str, ip: str, user_agent: str) -> None:
     """Email an OTP login code if `email` is a user of the auth collection `collection_id`."""
-    await ctx["services"].otp.send_code(collection_id, email)
+    await ctx["services"].identity.otp.send_code(collection_id, email)

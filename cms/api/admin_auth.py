@@ -1,25 +1,23 @@
-"""Handlers of the admin-table users' auth endpoints, `/api/v1/auth/*` (spec: Admin authentication)."""
+"""Handlers of the admin-table users' own auth endpoints, `/api/v1/auth/*` (spec: Admin
+authentication): register, verify-email (any user system's token) and password reset. Login,
+refresh, me, logout, change-password, resend-verification and sessions are shared with the auth
+collections (`cms/api/user_auth.py`)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
 from cms.api.context import client_ip, parse_body, services, user_agent
-from cms.api.guards import require_admin_user
 from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.schemas import (
-    AdminUserSchema,
     ForgotPasswordSchema,
-    LoginResponseSchema,
-    LoginSchema,
     PasswordResetRequestSchema,
-    RefreshSchema,
     RegisterSchema,
     ResetPasswordSchema,
     TokenBodySchema,
-    TokenSchema,
 )
-from cms.services.password_resets import RESET_REQUESTED_MESSAGE
+from cms.api.user_auth import admin_user_json
+from cms.services.identity.password_reset import RESET_REQUESTED_MESSAGE
 
 
 async def register(request: web.Request) -> web.Response:
@@ -28,68 +26,22 @@ async def register(request: web.Request) -> web.Response:
     429 (10 attempts per minute per client IP and email)."""
     body = await parse_body(request, RegisterSchema())
     await enforce_auth_limit(request, "register", body["email"])
-    user = await services(request).accounts.register(
-        body["email"], body["password"], body["password_confirm"], body["name"]
+    identity = services(request).identity
+    user = await identity.registration.register(
+        identity.systems.admin, body["email"], body["password"], body["password_confirm"], {"name": body["name"]},
+        ip=client_ip(request), user_agent=user_agent(request),
     )
     message = "Registered. A verification link has been sent to your email address."
-    return web.json_response({"user": AdminUserSchema().dump(user), "message": message}, status=201)
-
-
-async def login(request: web.Request) -> web.Response:
-    """POST /auth/login: 200 `{user, token, message, requires_2fa}`, one new session.
-    401 invalid_credentials (the same for an unknown email and a wrong password), 400, 422,
-    429 (10 attempts per minute per client IP and email)."""
-    body = await parse_body(request, LoginSchema())
-    await enforce_auth_limit(request, "login", body["email"])
-    result = await services(request).accounts.login(
-        body["email"], body["password"], user_agent=user_agent(request), ip=client_ip(request)
-    )
-    return web.json_response(LoginResponseSchema().dump(result))
-
-
-async def refresh(request: web.Request) -> web.Response:
-    """POST /auth/refresh: 200 token object `{access_token, refresh_token, token_type, expires_in}`;
-    the presented refresh token is spent. 401 for an invalid, expired, spent or revoked one; 429."""
-    body = await parse_body(request, RefreshSchema())
-    await enforce_auth_limit(request, "refresh", body["refresh_token"])
-    pair = await services(request).accounts.refresh(body["refresh_token"])
-    return web.json_response(TokenSchema().dump(pair))
-
-
-async def me(request: web.Request) -> web.Response:
-    """GET /auth/me: 200 `{id, email, role, verified, name, created, updated}`. 401 without a valid token."""
-    principal = await require_admin_user(request)
-    user = await services(request).accounts.me(principal)
-    return web.json_response(AdminUserSchema().dump(user))
-
-
-async def logout(request: web.Request) -> web.Response:
-    """POST /auth/logout: 200 `{message}`; the session is revoked, its access and refresh tokens
-    stop working on every replica. 401 without a valid token."""
-    principal = await require_admin_user(request)
-    await services(request).accounts.logout(principal)
-    return web.json_response({"message": "Logged out"})
+    return web.json_response({"user": admin_user_json(user), "message": message}, status=201)
 
 
 async def verify_email(request: web.Request) -> web.Response:
-    """POST /auth/verify-email `{token}`: 200 `{message}`, the user is verified.
-    400 token_invalid (unknown, used, replaced) or token_expired (24 h), 422 (no token)."""
+    """POST /auth/verify-email `{token}`: 200 `{message}`, the user is verified, whichever user
+    system issued the token. 400 token_invalid (unknown, used, replaced) or token_expired (24 h),
+    422 (no token)."""
     body = await parse_body(request, TokenBodySchema())
-    await services(request).email_verification.verify(body["token"])
+    await services(request).identity.verification.verify_any(body["token"])
     return web.json_response({"message": "Email verified"})
-
-
-async def resend_verification(request: web.Request) -> web.Response:
-    """POST /auth/resend-verification: 200 `{message}`; a new link is queued and older links stop
-    working, or the message says the email is already verified. 401 without a valid token, 429
-    (mail limit per user and address)."""
-    principal = await require_admin_user(request)
-    user = await services(request).accounts.me(principal)
-    if not user.verified:
-        await enforce_mail_limit(request, "resend_verification", user.email, user_id=user.id)
-    sent = await services(request).accounts.resend_verification(principal)
-    message = "A new verification link has been sent" if sent else "Email is already verified"
-    return web.json_response({"message": message})
 
 
 async def request_password_reset(request: web.Request) -> web.Response:
@@ -103,7 +55,7 @@ async def request_password_reset(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "reset", limit_key)
     endpoint = f"{body['collection']}:request_password_reset" if body["collection"] else "request_password_reset"
     await enforce_mail_limit(request, endpoint, body["email"])
-    await services(request).password_resets.request(
+    await services(request).identity.password_reset.request(
         body["email"], body["collection"], ip=client_ip(request), user_agent=user_agent(request)
     )
     return web.json_response({"message": RESET_REQUESTED_MESSAGE})
@@ -115,7 +67,7 @@ async def forgot_password(request: web.Request) -> web.Response:
     body = await parse_body(request, ForgotPasswordSchema())
     await enforce_auth_limit(request, "reset", body["email"])
     await enforce_mail_limit(request, "forgot_password", body["email"])
-    await services(request).password_resets.request(
+    await services(request).identity.password_reset.request(
         body["email"], None, ip=client_ip(request), user_agent=user_agent(request)
     )
     return web.json_response({"message": RESET_REQUESTED_MESSAGE})
@@ -128,7 +80,7 @@ async def reset_password(request: web.Request) -> web.Response:
     (1 hour), 422 (policy, confirmation; the token stays usable), 429."""
     body = await parse_body(request, ResetPasswordSchema())
     await enforce_auth_limit(request, "reset", body["token"])
-    await services(request).password_resets.reset(
+    await services(request).identity.password_reset.reset(
         body["token"], body["new_password"], body["password_confirm"],
         ip=client_ip(request), user_agent=user_agent(request),
     )

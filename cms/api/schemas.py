@@ -90,6 +90,8 @@ class LoginResponseSchema(Schema):
     token = fields.Nested(TokenSchema, allow_none=True)
     message = fields.String(allow_none=True)
     requires_2fa = fields.Boolean()
+    mfa_token = fields.String(metadata={"description": "With requires_2fa only: what 2fa/verify takes (5 minutes, "
+                                                       "single use); `user` is then only {id, email}"})
 
 
 class RegisterResponseSchema(Schema):
@@ -152,6 +154,7 @@ class CollectionSchema(Schema):
     type = fields.String()
     schema = fields.Function(lambda c: CollectionSchemaSchema().dump(c))
     otp_enabled = fields.Boolean()
+    mfa_enabled = fields.Boolean()
     list_rule = _rule_field("list", dump=True)
     view_rule = _rule_field("view", dump=True)
     create_rule = _rule_field("create", dump=True)
@@ -166,6 +169,7 @@ class CollectionCreateSchema(Schema):
     type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
     schema = fields.Raw(load_default=list, metadata=_SCHEMA_DOC)
     otp_enabled = StrictBoolean(load_default=None)
+    mfa_enabled = StrictBoolean(load_default=None)
     list_rule = _rule_field("list")
     view_rule = _rule_field("view")
     create_rule = _rule_field("create")
@@ -177,6 +181,7 @@ class CollectionUpdateSchema(Schema):
     name = fields.String()
     schema = fields.Raw(metadata=_SCHEMA_DOC)
     otp_enabled = StrictBoolean()
+    mfa_enabled = StrictBoolean()
     list_rule = _rule_field("list")
     view_rule = _rule_field("view")
     create_rule = _rule_field("create")
@@ -333,6 +338,40 @@ class CollectionLoginResponseSchema(Schema):
     token = fields.Nested(TokenSchema, allow_none=True)
     message = fields.String(allow_none=True)
     requires_2fa = fields.Boolean()
+    mfa_token = fields.String(metadata={"description": "With requires_2fa only: what 2fa/verify takes (5 minutes, "
+                                                       "single use); `user` is then only {id, email}"})
+
+
+# --- two-factor login (decisions.md, Two-factor login) ----------------------------------------------
+
+MAX_CODE = 64
+"""Longest `code` accepted (a TOTP code is 6 digits, a recovery code 10 hex digits and a dash)."""
+
+
+class TwoFactorSetupSchema(Schema):
+    secret = fields.String(metadata={"description": "Base32 TOTP secret (RFC 6238, 30 s, 6 digits, SHA-1)"})
+    otpauth_url = fields.String()
+    qr_svg = fields.String(metadata={"description": "The otpauth URL as a QR code, SVG text"})
+
+
+class TwoFactorCodeSchema(Schema):
+    code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE))
+
+
+class RecoveryCodesSchema(Schema):
+    recovery_codes = fields.List(fields.String(), metadata={"description": "Shown once; each works once"})
+
+
+class TwoFactorDisableSchema(Schema):
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+    code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE),
+                         metadata={"description": "A TOTP code or a recovery code"})
+
+
+class TwoFactorVerifySchema(Schema):
+    mfa_token = fields.String(required=True, validate=validate.Length(min=1, max=4096))
+    code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE),
+                         metadata={"description": "A TOTP code or a recovery code"})
 
 
 class CollectionRegisterResponseSchema(Schema):

@@ -1,7 +1,7 @@
 """JWT access and refresh tokens: HS256 only, with `typ` and `aud` checked on every decode.
 
 Claims (decisions.md, Identity and tokens): `sub` (user id), `sid` (session id), `jti` (token id),
-`typ` (`access` | `refresh`), `aud` (`admin` or `collection:<collection id>`), `iat` and `exp`
+`typ` (`access` | `refresh` | `mfa`), `aud` (`admin` or `collection:<collection id>`), `iat` and `exp`
 (integer seconds since the epoch). Whether the session is still active is the caller's check;
 this module only proves that a token is authentic, current and meant for the caller.
 """
@@ -19,7 +19,9 @@ from cms.errors import Unauthorized
 
 ACCESS = "access"
 REFRESH = "refresh"
-TOKEN_TYPES = frozenset({ACCESS, REFRESH})
+MFA = "mfa"
+"""The `mfa_token` between a login's first and second factor: valid for `2fa/verify` only."""
+TOKEN_TYPES = frozenset({ACCESS, REFRESH, MFA})
 
 ALGORITHM = "HS256"
 _STRING_CLAIMS = ("sub", "sid", "jti", "typ", "aud")
@@ -84,18 +86,19 @@ class TokenCodec:
         token = jwt.encode(payload, self._secret_key, algorithm=ALGORITHM)
         return token, claims
 
-    def decode(self, token: str, *, typ: str, audience: str) -> TokenClaims:
+    def decode(self, token: str, *, typ: str, audience: str, check_expiry: bool = True) -> TokenClaims:
         """Verify `token` and return its claims; it must be of type `typ` and for exactly `audience`.
 
         Raises Unauthorized for a malformed token, a bad signature, any algorithm but HS256 (`none`
         included), a missing or ill-typed claim, a wrong `typ` (a refresh token is never an access
-        token), a wrong `aud`, or expiry ("Token has expired": the clock's time is at or past `exp`)."""
+        token), a wrong `aud`, or expiry ("Token has expired": the clock's time is at or past `exp`;
+        not checked with `check_expiry` False, for callers that answer expiry with their own error)."""
         claims = _claims_from_payload(self._verified_payload(token))
         if claims.typ != typ:
             raise Unauthorized(f"Wrong token type: expected '{typ}'")
         if claims.aud != audience:
             raise Unauthorized("Token is not valid for this audience")
-        if self._clock() >= claims.exp:
+        if check_expiry and self._clock() >= claims.exp:
             raise Unauthorized("Token has expired")
         return claims
 

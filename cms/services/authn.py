@@ -9,22 +9,18 @@ the rest (type, expiry, active session, user still there).
 
 from __future__ import annotations
 
-from cms.errors import Unauthorized
-from cms.models import ADMIN_AUDIENCE, Principal, audience_collection_id
+from cms.models import Principal
 from cms.security.tokens import TokenCodec
-from cms.services.accounts import AccountService
 from cms.services.api_keys import ApiKeyService, is_api_key
-from cms.services.collection_auth import CollectionAuthService
+from cms.services.identity.sessions import UserSessions
 
 
 class Authenticator:
     """Resolves credentials of every kind with the user systems and the API key service."""
 
-    def __init__(self, codec: TokenCodec, accounts: AccountService, collection_auth: CollectionAuthService,
-                 api_keys: ApiKeyService) -> None:
+    def __init__(self, codec: TokenCodec, sessions: UserSessions, api_keys: ApiKeyService) -> None:
         self._codec = codec
-        self._accounts = accounts
-        self._collection_auth = collection_auth
+        self._sessions = sessions
         self._api_keys = api_keys
 
     async def authenticate(self, credential: str) -> Principal:
@@ -32,9 +28,4 @@ class Authenticator:
         when it is not valid anywhere (bad, expired, revoked, unknown audience)."""
         if is_api_key(credential):
             return await self._api_keys.authenticate(credential)
-        audience = self._codec.verified_audience(credential)
-        if audience == ADMIN_AUDIENCE:
-            return await self._accounts.authenticate(credential)
-        if audience_collection_id(audience) is not None:
-            return await self._collection_auth.authenticate(credential, audience)
-        raise Unauthorized("Token is not valid here")
+        return await self._sessions.authenticate(credential, self._codec.verified_audience(credential))

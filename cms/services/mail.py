@@ -1,6 +1,7 @@
 """Emails the service sends: rendered from text and HTML templates, queued for the worker.
 
-Messages: email verification, password reset, email-change confirmation and OTP login code.
+Messages: email verification, password reset, email-change confirmation, the notice of a changed
+address (to the old one) and OTP login code.
 
 Templates live in `cms/templates/<name>.txt` and `<name>.html` (string.Template syntax,
 `$link`, `$app_name`, `$code`); values are HTML-escaped in the HTML part.
@@ -20,6 +21,7 @@ SUBJECTS = {
     "verify_email": "Verify your email address",
     "password_reset": "Reset your password",
     "email_change": "Confirm your new email address",
+    "email_changed": "Your email address was changed",
     "otp": "Your login code",
 }
 
@@ -62,11 +64,15 @@ class Mailer:
         token's audience tells the API which user system it belongs to, so the link needs no more."""
         await self.send("password_reset", to, link=self.link("reset-password", token=token))
 
-    async def send_email_change(self, to: str, token: str, collection: str) -> None:
+    async def send_email_change(self, to: str, token: str, collection: str | None) -> None:
         """The email-change confirmation, sent to the new address: a link to
-        `/_/confirm-email-change?token=...&collection=<name>`."""
-        link = self.link("confirm-email-change", token=token, collection=collection)
-        await self.send("email_change", to, link=link)
+        `/_/confirm-email-change?token=...&collection=<name>` (no `collection` for the admin table)."""
+        query = {"token": token, **({"collection": collection} if collection else {})}
+        await self.send("email_change", to, link=self.link("confirm-email-change", **query))
+
+    async def send_email_changed(self, to: str, new_email: str) -> None:
+        """The notice to the old address `to` that the account's address is now `new_email`."""
+        await self.send("email_changed", to, new_email=new_email)
 
     async def send_otp(self, to: str, code: str) -> None:
         """The OTP login message carrying the 6-digit `code` (valid 10 minutes)."""

@@ -517,7 +517,7 @@ async def run(args: argparse.Namespace, work_dir: Path) -> int:
         config = Config(secret_key="bench-" + "x" * 40, mongodb_url=mongodb_url, redis_url=redis_url,
                         mongodb_db=f"bench_webhooks_{new_id()[:8]}", data_dir=work_dir, webhook_allow_private=True)
         async with open_services(config) as services:
-            admin = await services.accounts.create_admin("bench@example.com", "bench-password-1234")
+            admin = await services.identity.registration.create_admin("bench@example.com", "bench-password-1234")
             principal = Principal(kind="admin_user", user_id=admin.id, role="admin")
             ids = await seed(services, principal, min(args.events, BULK_IDS))
             redis_version = str((await services.redis.info()).get("redis_version", "?"))

@@ -7,7 +7,7 @@ import pytest
 from argon2 import PasswordHasher
 
 from cms.clock import utcnow
-from cms.models import ADMIN_AUDIENCE, Principal
+from cms.models import ADMIN_AUDIENCE
 from cms.security import passwords
 from cms.store.admin_users import AdminUserRepository
 from cms.store.client import open_client
@@ -40,7 +40,7 @@ async def test_register_creates_unverified_user_with_role_user(client, services)
     assert user["name"] == "New User"
     assert user["created"].endswith("Z")
 
-    stored = await services.accounts.me(Principal(kind="admin_user", user_id=user["id"]))
+    stored = await services.identity.systems.admin.get(user["id"])
     assert stored.email == "new@example.com" and stored.role == "user" and not stored.verified
     assert stored.password_hash.startswith("$argon2id$")
     assert passwords.verify_password(stored.password_hash, PASSWORD)
@@ -193,7 +193,7 @@ async def test_password_hash_is_never_in_a_response(client, services):
     response = await client.get(ME, headers=bearer(access_token))
     texts.append(await response.text())
 
-    stored = await services.accounts.me(Principal(kind="admin_user", user_id=user_id))
+    stored = await services.identity.systems.admin.get(user_id)
     digest = stored.password_hash.rsplit("$", 1)[-1]
     for text in texts:
         assert "password" not in text
@@ -250,7 +250,7 @@ async def test_every_login_creates_a_session(client, services):
 
 
 async def test_login_admin_user(client, services):
-    await services.accounts.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+    await services.identity.registration.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
     body = await login(client, ADMIN_EMAIL, ADMIN_PASSWORD)
     assert body["user"]["role"] == "admin"
     assert body["user"]["verified"] is True
@@ -346,7 +346,7 @@ async def test_login_upgrades_a_hash_made_with_other_parameters(client, config, 
         await mongo.close()
 
     await login(client, "old-hash@example.com", PASSWORD)
-    stored = await services.accounts.me(Principal(kind="admin_user", user_id=user_id))
+    stored = await services.identity.systems.admin.get(user_id)
     assert stored.password_hash != weak
     assert not passwords.needs_rehash(stored.password_hash)
     await login(client, "old-hash@example.com", PASSWORD)

@@ -219,7 +219,7 @@ async def test_resend_for_a_verified_user_says_so_and_sends_nothing(client, mail
 
 
 async def test_create_admin_sends_no_verification_email(client, services, mailbox, run_jobs):
-    await services.accounts.create_admin("boss@example.com", "boss-password-1")
+    await services.identity.registration.create_admin("boss@example.com", "boss-password-1")
     await run_jobs()
     assert mailbox.to("boss@example.com") == []
 

@@ -14,11 +14,12 @@ from typing import NoReturn
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import NotFound, OtpDisabled, OtpInvalid
 from cms.jobs import JobQueue
-from cms.models import Collection, CollectionUser, LoginResult, OtpCode, collection_audience
+from cms.models import CollectionUser, LoginResult, OtpCode
 from cms.security.codes import constant_time_equals, hash_token, new_otp_code
-from cms.services.accounts import normalize_email
 from cms.services.audit import AuditService
-from cms.services.collection_auth import CollectionAuthService
+from cms.services.identity.credentials import normalize_email
+from cms.services.identity.login import Login
+from cms.services.identity.systems import CollectionUsers, UserSystems
 from cms.services.mail import Mailer
 from cms.store.otp_codes import OtpCodeRepository
 
@@ -37,7 +38,8 @@ class OtpService:
 
     def __init__(
         self,
-        collection_auth: CollectionAuthService,
+        systems: UserSystems,
+        login: Login,
         codes: OtpCodeRepository,
         jobs: JobQueue,
         mailer: Mailer,
@@ -45,75 +47,76 @@ class OtpService:
         *,
         clock: Clock = utcnow,
     ) -> None:
-        self._collection_auth = collection_auth
+        self._systems = systems
+        self._login = login
         self._codes = codes
         self._jobs = jobs
         self._mailer = mailer
         self._audit = audit
         self._clock = clock
 
-    async def _otp_collection(self, collection_name: str) -> Collection:
-        collection = await self._collection_auth.auth_collection(collection_name)
-        if not collection.otp_enabled:
+    @staticmethod
+    def _require_enabled(system: CollectionUsers) -> CollectionUsers:
+        if not system.collection.otp_enabled:
             raise OtpDisabled()
-        return collection
+        return system
 
-    async def request(self, collection_name: str, email: str, *, ip: str = "", user_agent: str = "") -> None:
+    async def request(self, system: CollectionUsers, email: str, *, ip: str = "", user_agent: str = "") -> None:
         """Queue a code for `email`. Does not look the address up, so it answers alike either way.
-        Raises NotFound (no such auth collection) or OtpDisabled (403)."""
-        collection = await self._otp_collection(collection_name)
-        await self._jobs.enqueue_otp(collection.id, email, ip, user_agent)
+        Raises OtpDisabled (403) unless the collection's `otp_enabled`."""
+        self._require_enabled(system)
+        await self._jobs.enqueue_otp(system.collection.id, email, ip, user_agent)
 
     async def send_code(self, collection_id: str, email: str) -> bool:
         """The job's work: if `email` is a user of the collection (and OTP is still enabled there),
         store a new code (older ones stop working) and queue the email. Returns whether one was sent."""
         try:
-            collection = await self._collection_auth.auth_collection_by_id(collection_id)
+            system = await self._systems.collection_by_id(collection_id)
         except NotFound:
             return False
-        user = await self._collection_auth.find_by_email(collection.id, email)
-        if not collection.otp_enabled or user is None or not user.email:
+        user = await system.find_by_email(email)
+        if not system.collection.otp_enabled or user is None or not user.email:
             return False
         now = self._clock()
         code, code_id = new_otp_code(), new_id()
-        await self._codes.void_unused(collection.id, user.id, now)
+        await self._codes.void_unused(collection_id, user.id, now)
         await self._codes.insert(OtpCode(
-            id=code_id, collection_id=collection.id, user_id=user.id, code_hash=code_hash(code_id, code),
+            id=code_id, collection_id=collection_id, user_id=user.id, code_hash=code_hash(code_id, code),
             created=now, expires_at=now + timedelta(seconds=OTP_LIFETIME_S),
         ))
         await self._mailer.send_otp(user.email, code)
         return True
 
-    async def verify(self, collection_name: str, email: str, code: str, *, ip: str = "",
+    async def verify(self, system: CollectionUsers, email: str, code: str, *, ip: str = "",
                      user_agent: str = "") -> LoginResult:
         """Check the newest code of `email` and start a session; the address counts as verified.
 
-        Raises NotFound (collection), OtpDisabled (403) or OtpInvalid (400, the same for an unknown
-        address, no code, a wrong, expired, used or used-up code). Each failure is audited (`otp_failed`);
-        the fifth try of a code is its last."""
-        collection = await self._otp_collection(collection_name)
+        Raises OtpDisabled (403) or OtpInvalid (400, the same for an unknown address, no code, a
+        wrong, expired, used or used-up code). Each failure is audited (`otp_failed`); the fifth try
+        of a code is its last."""
+        self._require_enabled(system)
         email = normalize_email(email)
-        user = await self._collection_auth.find_by_email(collection.id, email)
-        current = await self._codes.latest_unused(collection.id, user.id) if user else None
+        user = await system.find_by_email(email)
+        collection_id = system.collection.id
+        current = await self._codes.latest_unused(collection_id, user.id) if user else None
         if user is None or current is None or self._clock() >= current.expires_at:
-            await self._failed(collection, email, user, ip, user_agent, "no valid code")
+            await self._failed(system, email, user, ip, user_agent, "no valid code")
         claimed = await self._codes.claim_attempt(current.id, OTP_MAX_ATTEMPTS)
         if claimed is None:
-            await self._failed(collection, email, user, ip, user_agent, "code used up")
+            await self._failed(system, email, user, ip, user_agent, "code used up")
         if not constant_time_equals(claimed.code_hash, code_hash(claimed.id, code)):
             if claimed.attempts >= OTP_MAX_ATTEMPTS:
                 await self._codes.mark_used(claimed.id, self._clock())
-            await self._failed(collection, email, user, ip, user_agent, "wrong code")
+            await self._failed(system, email, user, ip, user_agent, "wrong code")
         if not await self._codes.mark_used(claimed.id, self._clock()):
-            await self._failed(collection, email, user, ip, user_agent, "code used up")
-        user = await self._collection_auth.mark_verified(collection, user)
-        return await self._collection_auth.start_session(collection, user, method="otp", ip=ip,
-                                                         user_agent=user_agent)
+            await self._failed(system, email, user, ip, user_agent, "code used up")
+        user = await system.set_verified(user)
+        return await self._login.signed_in(system, user, method="otp", ip=ip, user_agent=user_agent)
 
-    async def _failed(self, collection: Collection, email: str, user: CollectionUser | None, ip: str,
+    async def _failed(self, system: CollectionUsers, email: str, user: CollectionUser | None, ip: str,
                       user_agent: str, reason: str) -> NoReturn:
         await self._audit.record(
             "otp_failed", user_id=user.id if user else None, ip_address=ip, user_agent=user_agent,
-            details={"email": email, "audience": collection_audience(collection.id), "reason": reason},
+            details={"email": email, "audience": system.audience, "reason": reason},
         )
         raise OtpInvalid()

@@ -1,49 +1,38 @@
-"""Password reset for admin-table users and auth-collection users (spec: Admin authentication
-rules 1-2, States and transitions, Errors rules 2 and 4; decisions.md: Response shapes).
+"""Password reset, for every user system (spec: Admin authentication rules 1-2, States and
+transitions, Errors rules 2 and 4; decisions.md: Response shapes).
 
 A request never looks the address up while the client waits: it is queued (`send_password_reset`
 job), so the answer and its timing are the same whether or not the address exists. The job finds
 the user and emails a link carrying a one-time token (1 hour, single use) whose audience names the
-user system. Spending it sets the new password and revokes every session of that user.
+user system. Spending it sets the new password, marks the address verified (the link proved it) and
+revokes every session of that user.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from cms.errors import TokenInvalid
 from cms.jobs import JobQueue
-from cms.models import ADMIN_AUDIENCE, AdminUser, CollectionUser, audience_collection_id, collection_audience
-from cms.security.passwords import hash_password
-from cms.services.accounts import AccountService, check_password, normalize_email
 from cms.services.audit import AuditService
-from cms.services.collection_auth import CollectionAuthService
+from cms.services.identity.credentials import Credentials, new_password_hash, normalize_email
+from cms.services.identity.systems import UserSystems
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import PASSWORD_RESET, OneTimeTokens
-from cms.services.settings import SettingsService
+from cms.services.sessions import SessionService
 
 RESET_REQUESTED_MESSAGE = "If an account with this email exists, a password reset link has been sent to it."
 
 
-class PasswordResetService:
-    """Requests (queued), link emails (in the worker) and resets, for every user system."""
+class PasswordReset:
+    """Requests (queued), link emails (in the worker) and resets."""
 
-    def __init__(
-        self,
-        accounts: AccountService,
-        collection_auth: CollectionAuthService,
-        one_time_tokens: OneTimeTokens,
-        jobs: JobQueue,
-        mailer: Mailer,
-        settings: SettingsService,
-        audit: AuditService,
-    ) -> None:
-        self._accounts = accounts
-        self._collection_auth = collection_auth
+    def __init__(self, systems: UserSystems, credentials: Credentials, one_time_tokens: OneTimeTokens,
+                 sessions: SessionService, jobs: JobQueue, mailer: Mailer, audit: AuditService) -> None:
+        self._systems = systems
+        self._credentials = credentials
         self._one_time_tokens = one_time_tokens
+        self._sessions = sessions
         self._jobs = jobs
         self._mailer = mailer
-        self._settings = settings
         self._audit = audit
 
     async def request(self, email: str, collection_name: str | None = None, *, ip: str = "",
@@ -51,11 +40,8 @@ class PasswordResetService:
         """Queue a reset for `email` among the admin-table users, or among the users of the auth
         collection `collection_name`. Does not look the address up and hashes nothing, so it takes
         the same time either way. Raises NotFound only for an unknown or non-auth collection."""
-        audience = ADMIN_AUDIENCE
-        if collection_name is not None:
-            collection = await self._collection_auth.auth_collection(collection_name)
-            audience = collection_audience(collection.id)
-        await self._jobs.enqueue_password_reset(audience, email, ip, user_agent)
+        system = self._systems.admin if collection_name is None else await self._systems.collection(collection_name)
+        await self._jobs.enqueue_password_reset(system.audience, email, ip, user_agent)
 
     async def send_link(self, audience: str, email: str, *, ip: str = "", user_agent: str = "") -> bool:
         """The job's work: if `email` is a user of the user system `audience`, issue a reset token
@@ -63,13 +49,8 @@ class PasswordResetService:
         to the audit log (`password_reset_requested`, with `known` false for an unknown address).
         Returns whether an email was queued."""
         email = normalize_email(email)
-        user: AdminUser | CollectionUser | None = None
-        if audience == ADMIN_AUDIENCE:
-            user = await self._accounts.find_by_email(email)
-        else:
-            collection_id = audience_collection_id(audience)
-            if collection_id is not None:
-                user = await self._collection_auth.find_by_email(collection_id, email)
+        system = await self._systems.by_audience(audience)
+        user = await system.find_by_email(email) if system is not None else None
         await self._audit.record(
             "password_reset_requested", user_id=user.id if user else None, ip_address=ip,
             user_agent=user_agent, details={"email": email, "audience": audience, "known": user is not None},
@@ -87,17 +68,17 @@ class PasswordResetService:
 
         The password is checked before the token is spent, so a refused password leaves the link
         usable. Raises ValidationFailed (policy: errors `{"new_password": [...]}`, confirmation),
-        TokenInvalid (unknown, used, replaced by a newer request, user gone) or TokenExpired (1 hour)."""
-        policy = (await self._settings.auth()).password_policy
-        check_password(policy, new_password, password_confirm, field="new_password")
+        TokenInvalid (unknown, used, replaced by a newer request, user or collection gone) or
+        TokenExpired (1 hour)."""
+        await self._credentials.check_policy(new_password, password_confirm, field="new_password")
         spent = await self._one_time_tokens.consume(token, PASSWORD_RESET)
-        password_hash = await asyncio.to_thread(hash_password, new_password)
-        if spent.audience == ADMIN_AUDIENCE:
-            done = await self._accounts.complete_password_reset(spent.user_id, password_hash)
-        else:
-            done = await self._collection_auth.complete_password_reset(spent.audience, spent.user_id,
-                                                                      password_hash)
-        if not done:
+        password_hash = await new_password_hash(new_password)
+        system = await self._systems.by_audience(spent.audience)
+        user = await system.get(spent.user_id) if system is not None else None
+        if system is None or user is None:
             raise TokenInvalid("The user of this token no longer exists")
+        await system.set_password_hash(user.id, password_hash)
+        await system.set_verified(user)
+        await self._sessions.revoke_all(user.id, spent.audience)
         await self._audit.record("password_reset_completed", user_id=spent.user_id, ip_address=ip,
                                  user_agent=user_agent, details={"audience": spent.audience})

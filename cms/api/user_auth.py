@@ -1,0 +1,240 @@
+"""Handlers shared by both user systems (issue 13): the same handler serves `/api/v1/auth/...` (the
+admin table) and `/api/v1/collections/{collection_name}/auth/...` (that auth collection); the path
+says which (`door`). Spec: Admin authentication, Auth collection endpoints; decisions.md: Identity
+and tokens, Response shapes.
+
+Only the user's JSON shape and the rate-limit keys differ: an admin-table user is
+`{id, email, role, verified, name, created, updated}`, a collection user its record; an address or
+a mail endpoint counts per collection (`<collection>:<email>`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from cms.api.context import client_ip, parse_body, services, user_agent
+from cms.api.guards import require_user
+from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
+from cms.api.schemas import (
+    AdminUserSchema,
+    ChangePasswordSchema,
+    LoginSchema,
+    RecoveryCodesSchema,
+    RefreshSchema,
+    SessionSchema,
+    TokenSchema,
+    TwoFactorCodeSchema,
+    TwoFactorDisableSchema,
+    TwoFactorSetupSchema,
+    TwoFactorVerifySchema,
+)
+from cms.errors import Unauthorized
+from cms.models import CollectionUser, LoginResult, Principal
+from cms.services.identity.systems import UserSystem
+from cms.services.records import record_json
+
+COLLECTION_PARAM = "collection_name"
+
+
+def collection_user_json(user: CollectionUser) -> dict[str, Any]:
+    """A collection user as the API shows it: its record `{id, created, updated, email, verified, ...fields}`."""
+    return record_json(user.record)
+
+
+def admin_user_json(user: Any) -> dict[str, Any]:
+    """An admin-table user as the API shows it (no password hash)."""
+    result: dict[str, Any] = AdminUserSchema().dump(user)
+    return result
+
+
+@dataclass(frozen=True)
+class Door:
+    """The user system a request's path names, with its JSON shape of a user and the prefix of its
+    rate-limit keys ("" for the admin table, "<collection>:" for an auth collection)."""
+
+    system: UserSystem[Any]
+    user_json: Callable[[Any], dict[str, Any]]
+    prefix: str
+
+    def login_json(self, result: LoginResult) -> dict[str, Any]:
+        """The login response `{user, token, message, requires_2fa}`; with `requires_2fa`, `user`
+        is only `{id, email}`, `token` null, and `mfa_token` is added (decisions.md, Two-factor login)."""
+        if result.requires_2fa:
+            return {"user": {"id": result.user.id, "email": result.user.email}, "token": None,
+                    "message": result.message, "requires_2fa": True, "mfa_token": result.mfa_token}
+        return {"user": self.user_json(result.user), "token": TokenSchema().dump(result.token),
+                "message": result.message, "requires_2fa": result.requires_2fa}
+
+
+async def door(request: web.Request) -> Door:
+    """The user system of the request's path. Raises NotFound (unknown or non-auth collection)."""
+    systems = services(request).identity.systems
+    name = request.match_info.get(COLLECTION_PARAM)
+    if name is None:
+        return Door(systems.admin, admin_user_json, "")
+    return Door(await systems.collection(name), collection_user_json, f"{name}:")
+
+
+async def caller(request: web.Request) -> Principal:
+    """The signed-in caller of an endpoint of the path's kind of user system, checked before the
+    collection is looked up. Raises Unauthorized (no token, or a token of another kind of system)."""
+    principal = await require_user(request)
+    collection_route = COLLECTION_PARAM in request.match_info
+    if principal.kind != ("collection_user" if collection_route else "admin_user"):
+        raise Unauthorized("Not a token of this collection" if collection_route else "Not an admin-table user token")
+    return principal
+
+
+async def signed_in(request: web.Request, principal: Principal | None = None) -> tuple[Door, Principal, Any]:
+    """The door, the caller (`caller`, unless given) and the caller's user. Raises Unauthorized (see
+    `caller`), NotFound (collection), then Unauthorized (a user of another collection, or gone)."""
+    principal = principal or await caller(request)
+    entry = await door(request)
+    return entry, principal, await services(request).identity.systems.current(entry.system, principal)
+
+
+async def login(request: web.Request) -> web.Response:
+    """POST .../auth/login `{email, password}`: 200 `{user, token, message, requires_2fa}`, one new
+    session. 401 invalid_credentials (the same for an unknown email and a wrong password), 400, 404
+    (collection), 422, 429 (10 attempts per minute per client IP and address)."""
+    body = await parse_body(request, LoginSchema())
+    await enforce_auth_limit(request, "login", _limit_key(request, body["email"]))
+    entry = await door(request)
+    result = await services(request).identity.login.password(
+        entry.system, body["email"], body["password"], ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response(entry.login_json(result))
+
+
+def _limit_key(request: web.Request, email: str) -> str:
+    """The auth rate limit's identifier: an address counts per collection."""
+    name = request.match_info.get(COLLECTION_PARAM)
+    return email if name is None else f"{name}:{email}"
+
+
+async def refresh(request: web.Request) -> web.Response:
+    """POST .../auth/refresh `{refresh_token}`: 200 token object `{access_token, refresh_token,
+    token_type, expires_in}`; the presented token is spent. 401 (invalid, expired, spent, revoked,
+    of another user system), 404 (collection), 429."""
+    body = await parse_body(request, RefreshSchema())
+    await enforce_auth_limit(request, "refresh", body["refresh_token"])
+    entry = await door(request)
+    pair = await services(request).identity.login.refresh(entry.system, body["refresh_token"])
+    return web.json_response(TokenSchema().dump(pair))
+
+
+async def me(request: web.Request) -> web.Response:
+    """GET .../auth/me: 200 the caller (no password). 401, 404 (collection)."""
+    entry, _, user = await signed_in(request)
+    return web.json_response(entry.user_json(user))
+
+
+async def change_password(request: web.Request) -> web.Response:
+    """POST .../auth/me/change-password `{old_password, new_password, password_confirm?}`: 200
+    `{message}`; the user's other sessions are revoked, the caller's stays. 401, 404 (collection),
+    422 (wrong `old_password`, policy, confirmation), 429."""
+    principal = await caller(request)
+    body = await parse_body(request, ChangePasswordSchema())
+    await enforce_auth_limit(request, "change_password", principal.user_id)
+    entry, _, user = await signed_in(request, principal)
+    await services(request).identity.credentials.change_password(
+        entry.system, principal, user, body["old_password"], body["new_password"], body["password_confirm"],
+        ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response({"message": "Password changed. Your other sessions have been signed out."})
+
+
+async def resend_verification(request: web.Request) -> web.Response:
+    """POST .../auth/resend-verification: 200 `{message}`; a new link is queued (older ones stop
+    working) or the message says the address is already verified. 401, 404 (collection), 429 (mail
+    limit per user and address)."""
+    entry, _, user = await signed_in(request)
+    if not user.verified:
+        await enforce_mail_limit(request, f"{entry.prefix}resend_verification", user.email, user_id=user.id)
+    sent = await services(request).identity.verification.resend(entry.system, user)
+    message = "A new verification link has been sent" if sent else "Email is already verified"
+    return web.json_response({"message": message})
+
+
+async def logout(request: web.Request) -> web.Response:
+    """POST .../auth/logout: 200 `{message}`; the session is revoked, its access and refresh tokens
+    stop working on every replica. 401."""
+    await services(request).identity.sessions.logout(await caller(request))
+    return web.json_response({"message": "Logged out"})
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    """GET .../auth/sessions: 200 `[{id, created, last_used, user_agent, ip, current}]`, the caller's
+    active sessions, newest first. 401, 404 (collection)."""
+    entry, principal, user = await signed_in(request)
+    sessions = await services(request).identity.sessions.active(entry.system, user)
+    return web.json_response(
+        [SessionSchema().dump({**vars(s), "current": s.id == principal.session_id}) for s in sessions]
+    )
+
+
+async def revoke_session(request: web.Request) -> web.Response:
+    """DELETE .../auth/sessions/{session_id}: 204; that session's tokens stop working at once.
+    401, 404 (collection, or not an active session of the caller)."""
+    entry, _, user = await signed_in(request)
+    await services(request).identity.sessions.revoke(
+        entry.system, user, request.match_info["session_id"], ip=client_ip(request), user_agent=user_agent(request))
+    return web.Response(status=204)
+
+
+async def revoke_all_sessions(request: web.Request) -> web.Response:
+    """DELETE .../auth/sessions/all: 204; every session of the caller, this one included, is revoked.
+    401, 404 (collection)."""
+    entry, _, user = await signed_in(request)
+    await services(request).identity.sessions.revoke_all(entry.system, user, ip=client_ip(request),
+                                                         user_agent=user_agent(request))
+    return web.Response(status=204)
+
+
+# --- two-factor login (decisions.md, Two-factor login (TOTP)) ---------------------------------------
+
+
+async def two_factor_setup(request: web.Request) -> web.Response:
+    """POST .../auth/2fa/setup: 200 `{secret, otpauth_url, qr_svg}`, a new secret awaiting its
+    first code; nothing is enabled yet. 400 (2FA already on), 401, 404 (collection)."""
+    entry, _, user = await signed_in(request)
+    setup = await services(request).identity.two_factor.setup(entry.system, user)
+    return web.json_response(TwoFactorSetupSchema().dump(setup))
+
+
+async def two_factor_enable(request: web.Request) -> web.Response:
+    """POST .../auth/2fa/enable `{code}`: 200 `{recovery_codes}` (shown once); 2FA is on. 400
+    otp_invalid (wrong code, or no setup), 400 (already on), 401, 404, 422, 429."""
+    principal = await caller(request)
+    body = await parse_body(request, TwoFactorCodeSchema())
+    await enforce_auth_limit(request, "2fa", principal.user_id)
+    entry, _, user = await signed_in(request, principal)
+    codes = await services(request).identity.two_factor.enable(entry.system, user, body["code"],
+                                                               ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response(RecoveryCodesSchema().dump({"recovery_codes": codes}))
+
+
+async def two_factor_disable(request: web.Request) -> web.Response:
+    """POST .../auth/2fa/disable `{password, code}` (`code`: TOTP or recovery): 200 `{message}`;
+    2FA is off. 400 otp_invalid, 400 (not on), 401, 404, 422 (wrong password: `errors.password`), 429."""
+    principal = await caller(request)
+    body = await parse_body(request, TwoFactorDisableSchema())
+    await enforce_auth_limit(request, "2fa", principal.user_id)
+    entry, _, user = await signed_in(request, principal)
+    await services(request).identity.two_factor.disable(entry.system, user, body["password"], body["code"],
+                                                        ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response({"message": "Two-factor authentication is off."})
+
+
+async def two_factor_verify(request: web.Request) -> web.Response:
+    """POST .../auth/2fa/verify `{mfa_token, code}`: 200 the login response, one new session. 400
+    otp_invalid (wrong, replayed or used code; the fifth voids the token), token_invalid (bad,
+    spent or voided `mfa_token`, or of another user system), token_expired (5 minutes), 404, 422, 429."""
+    body = await parse_body(request, TwoFactorVerifySchema())
+    await enforce_auth_limit(request, "2fa_verify", body["mfa_token"])
+    entry = await door(request)
+    result = await services(request).identity.login.second_step(
+        entry.system, body["mfa_token"], body["code"], ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response(entry.login_json(result))

@@ -1,0 +1,55 @@
+"""A signed-in user's sessions, for every user system: authenticate an access token, log out, list
+the active sessions, revoke one or all (spec: Auth collection endpoints `sessions`; decisions.md:
+Identity and tokens). Revocation holds on every replica at once: sessions live in MongoDB.
+"""
+
+from __future__ import annotations
+
+from cms.errors import NotFound, Unauthorized
+from cms.models import ADMIN_AUDIENCE, Principal, Session, audience_collection_id
+from cms.services.audit import AuditService
+from cms.services.identity.systems import U, UserSystem, UserSystems
+from cms.services.sessions import SessionService
+
+
+class UserSessions:
+    """Session management for signed-in users of any system."""
+
+    def __init__(self, systems: UserSystems, sessions: SessionService, audit: AuditService) -> None:
+        self._systems = systems
+        self._sessions = sessions
+        self._audit = audit
+
+    async def authenticate(self, access_token: str, audience: str) -> Principal:
+        """The principal behind an access token whose (verified) audience is `audience`: the token's
+        type and expiry, an active session and an existing user are required. Raises Unauthorized."""
+        if audience != ADMIN_AUDIENCE and audience_collection_id(audience) is None:
+            raise Unauthorized("Token is not valid here")
+        claims, session = await self._sessions.authenticate(access_token, audience)
+        return await self._systems.principal(audience, claims.sub, session.id)
+
+    async def logout(self, principal: Principal) -> None:
+        """Revoke the caller's session: its access and refresh tokens stop working at once."""
+        if principal.session_id is not None:
+            await self._sessions.revoke(principal.session_id)
+            await self._audit.record("logout", user_id=principal.user_id, details={"session_id": principal.session_id})
+
+    async def active(self, system: UserSystem[U], user: U) -> list[Session]:
+        """The user's active sessions, newest first."""
+        return await self._sessions.list_active(user.id, system.audience)
+
+    async def revoke(self, system: UserSystem[U], user: U, session_id: str, *, ip: str = "",
+                     user_agent: str = "") -> None:
+        """Revoke one of the user's sessions (its tokens stop working at once). Raises NotFound (no
+        active session of the user has this id)."""
+        if not await self._sessions.revoke(session_id, user_id=user.id):
+            raise NotFound("Session not found")
+        await self._audit.record("session_revoked", user_id=user.id, ip_address=ip, user_agent=user_agent,
+                                 details={"audience": system.audience, "session_id": session_id})
+
+    async def revoke_all(self, system: UserSystem[U], user: U, *, ip: str = "", user_agent: str = "") -> int:
+        """Revoke every session of the user, the current one included; returns how many."""
+        count = await self._sessions.revoke_all(user.id, system.audience)
+        await self._audit.record("session_revoked", user_id=user.id, ip_address=ip, user_agent=user_agent,
+                                 details={"audience": system.audience, "all": True, "count": count})
+        return count
