@@ -11,6 +11,8 @@ SEND_EMAIL = "send_email"
 SEND_PASSWORD_RESET = "send_password_reset"
 SEND_OTP = "send_otp"
 DELIVER_WEBHOOK = "deliver_webhook"
+"""One delivery per job: the jobs of earlier versions, still run (as a batch of one) after an upgrade."""
+DELIVER_WEBHOOKS = "deliver_webhooks"
 
 
 @dataclass(frozen=True)
@@ -45,9 +47,10 @@ class JobQueue:
         await self._pool.enqueue_job(SEND_OTP, collection_id, email, ip, user_agent,
                                      _queue_name=self._queue_name)
 
-    async def enqueue_webhook_delivery(self, delivery_id: str) -> None:
-        """Queue the `deliver_webhook` job for one outbox delivery. The arq job id is the delivery
-        id, so a delivery handed on twice (by the web request and by a relay, or by two relays)
-        runs once."""
-        await self._pool.enqueue_job(DELIVER_WEBHOOK, delivery_id, _job_id=f"webhook:{delivery_id}",
-                                     _queue_name=self._queue_name)
+    async def enqueue_webhook_batch(self, batch_id: str, *, defer_s: float = 0) -> None:
+        """Queue the `deliver_webhooks` job for an outbox batch of webhook deliveries, `defer_s`
+        seconds from now. The arq job id is derived from the batch id, so a batch handed on twice
+        (by the web request and a relay, by two relays, or by a re-run handing over a retry) is
+        queued once while its job is queued, running or its result kept."""
+        await self._pool.enqueue_job(DELIVER_WEBHOOKS, batch_id, _job_id=f"webhooks:{batch_id}",
+                                     _defer_by=defer_s or None, _queue_name=self._queue_name)

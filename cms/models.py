@@ -195,6 +195,7 @@ class Collection:
     version: int = 1
     otp_enabled: bool = False
     mfa_enabled: bool = False
+    oauth_enabled: bool = False
     rules: AccessRules = BASE_RULES
 
     def field(self, name: str) -> FieldSpec | None:
@@ -329,10 +330,11 @@ class Webhook:
 
 @dataclass(frozen=True)
 class WebhookDelivery:
-    """One delivery of one event to one webhook, as its outbox entry: `body` is the exact JSON
-    text sent on every attempt; `status` is "pending" (written with the change, not yet handed
-    to a worker), "enqueued" (an arq job exists) or "done" (delivered, failed for good, or dropped).
-    `id` is the delivery id (`X-Webhook-Delivery`, `webhook-id`), stable across retries."""
+    """One delivery of one event to one webhook: `body` is the exact JSON text sent on every
+    attempt; `id` is the delivery id (`X-Webhook-Delivery`, `webhook-id`), stable across retries.
+    Deliveries travel in outbox batches (`cms.store.webhooks.OutboxBatch`), which carry the status;
+    `status`, `enqueued_at` and `done_at` here are read only from outbox entries written before
+    batching (one delivery per document)."""
 
     id: str
     webhook_id: str

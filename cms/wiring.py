@@ -35,6 +35,7 @@ from cms.services.identity.credentials import Credentials
 from cms.services.identity.email_change import EmailChange
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
+from cms.services.identity.oauth import OAuthLogin
 from cms.services.identity.otp import OtpService
 from cms.services.identity.password_reset import PasswordReset
 from cms.services.identity.registration import Registration
@@ -60,6 +61,7 @@ from cms.store.collection_users import CollectionUserRepository
 from cms.store.collections import CollectionRepository
 from cms.store.files import FileRepository
 from cms.store.mfa import MfaRepository
+from cms.store.oauth_identities import OAuthIdentityRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
 from cms.store.otp_codes import OtpCodeRepository
 from cms.store.records import RecordRepository
@@ -212,7 +214,8 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     collection_users = CollectionUserRepository(db)
     otp_codes = OtpCodeRepository(db)
     factors = MfaRepository(db)
-    for repository in (api_key_repository, collection_users, otp_codes, factors):
+    identities = OAuthIdentityRepository(db)
+    for repository in (api_key_repository, collection_users, otp_codes, factors, identities):
         await repository.ensure_indexes()
     systems = UserSystems(admin_users, collection_users, content.record_repository, content.schemas,
                           content.collections, p.sessions, p.settings, p.events, clock=clock)
@@ -223,6 +226,8 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     two_factor = TwoFactor(factors, p.codec, credentials, p.audit, clock=clock)
     p.events.subscribe(two_factor.on_collection_events, CollectionEvent)
     login = Login(p.sessions, p.settings, p.audit, two_factor)
+    oauth = OAuthLogin(login, p.settings, identities, infra.http, infra.config.secret_key, clock=clock)
+    p.events.subscribe(oauth.on_collection_events, CollectionEvent)
     sessions = UserSessions(systems, p.sessions, p.audit)
     identity = Identity(
         systems=systems,
@@ -230,6 +235,7 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
         registration=Registration(systems, credentials, verification, p.audit),
         login=login,
         two_factor=two_factor,
+        oauth=oauth,
         otp=OtpService(systems, login, otp_codes, p.jobs, p.mailer, p.audit, clock=clock),
         verification=verification,
         password_reset=PasswordReset(systems, credentials, p.one_time, p.sessions, p.jobs, p.mailer, p.audit),

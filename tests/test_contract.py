@@ -53,6 +53,8 @@ UNEXPRESSED: list[tuple[str, list[str], str]] = [
     (r"^POST .*/auth/2fa/(setup|enable|disable|verify)$", ["400", "422"],
      "codes must come from the caller's TOTP secret and an mfa_token from a login (400 otp_invalid / "
      "token_invalid); setup and enable need 2FA off, disable on (400); disable needs the current password (422)"),
+    (r"^POST .*/auth/oauth2/callback$", ["400", "422"],
+     "`provider` must name a configured provider (422) and `state` must be one the service signed (400 token_invalid)"),
     (r"^POST /api/v1/auth/reset-password$", ["400", "422"],
      "a reset token that was never issued is 400; `password_confirm` must equal `new_password` (422)"),
     (r"^POST .*/auth/register$", ["400", "422"],

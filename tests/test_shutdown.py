@@ -250,7 +250,7 @@ async def test_sigterm_to_a_worker_finishes_or_requeues_its_jobs(
                 queued = [job.decode() for job in cast(list[bytes], queue.zrange(env["QUEUE_NAME"], 0, -1))]
             finally:
                 queue.close()
-            assert len([job for job in queued if job.startswith("webhook:")]) == 1, queued
+            assert len([job for job in queued if job.startswith("webhooks:")]) == 1, queued
 
             second_worker = processes.start("worker2", "worker")
 

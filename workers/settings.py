@@ -14,17 +14,18 @@ from arq.worker import func
 
 from cms.config import Config, WorkerOptions
 from cms.infra import lend, open_redis, redis_settings
-from cms.jobs import DELIVER_WEBHOOK, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
+from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
 from cms.wiring import Services, open_services
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
-from workers.webhooks import RELAY_EVERY_S, WEBHOOK_MAX_TRIES, deliver_webhook, relay_webhook_outbox
+from workers.webhooks import BATCH_MAX_TRIES, RELAY_EVERY_S, deliver_webhook, deliver_webhooks, relay_webhook_outbox
 
 FUNCTIONS = [
     func(send_email, name=SEND_EMAIL, max_tries=EMAIL_MAX_TRIES),
     func(send_password_reset, name=SEND_PASSWORD_RESET, max_tries=AUTH_JOB_MAX_TRIES),
     func(send_otp, name=SEND_OTP, max_tries=AUTH_JOB_MAX_TRIES),
-    func(deliver_webhook, name=DELIVER_WEBHOOK, max_tries=WEBHOOK_MAX_TRIES),
+    func(deliver_webhooks, name=DELIVER_WEBHOOKS, max_tries=BATCH_MAX_TRIES),
+    func(deliver_webhook, name=DELIVER_WEBHOOK, max_tries=BATCH_MAX_TRIES),
 ]
 JOB_TIMEOUT_S = 120
 """Seconds one job may run before arq cancels it (and retries it, up to its max_tries)."""

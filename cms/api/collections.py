@@ -34,13 +34,14 @@ async def create_collection(request: web.Request) -> web.Response:
     body = await parse_body(request, CollectionCreateSchema())
     collection = await services(request).collections.create(
         principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"],
-        mfa_enabled=body["mfa_enabled"], rules=_rules(body),
+        mfa_enabled=body["mfa_enabled"], oauth_enabled=body["oauth_enabled"], rules=_rules(body),
     )
     return web.json_response(CollectionSchema().dump(collection), status=201)
 
 
 async def update_collection(request: web.Request) -> web.Response:
-    """`PATCH /collections/{collection_id}` (admin): change name, schema, otp_enabled, mfa_enabled, rules.
+    """`PATCH /collections/{collection_id}` (admin): change name, schema, otp_enabled, mfa_enabled,
+    oauth_enabled, rules.
     A body is required (400 without one)."""
     principal = await require_admin(request)
     body = await parse_body(request, CollectionUpdateSchema(), required=True)

@@ -155,6 +155,7 @@ class CollectionSchema(Schema):
     schema = fields.Function(lambda c: CollectionSchemaSchema().dump(c))
     otp_enabled = fields.Boolean()
     mfa_enabled = fields.Boolean()
+    oauth_enabled = fields.Boolean()
     list_rule = _rule_field("list", dump=True)
     view_rule = _rule_field("view", dump=True)
     create_rule = _rule_field("create", dump=True)
@@ -170,6 +171,7 @@ class CollectionCreateSchema(Schema):
     schema = fields.Raw(load_default=list, metadata=_SCHEMA_DOC)
     otp_enabled = StrictBoolean(load_default=None)
     mfa_enabled = StrictBoolean(load_default=None)
+    oauth_enabled = StrictBoolean(load_default=None)
     list_rule = _rule_field("list")
     view_rule = _rule_field("view")
     create_rule = _rule_field("create")
@@ -182,6 +184,7 @@ class CollectionUpdateSchema(Schema):
     schema = fields.Raw(metadata=_SCHEMA_DOC)
     otp_enabled = StrictBoolean()
     mfa_enabled = StrictBoolean()
+    oauth_enabled = StrictBoolean()
     list_rule = _rule_field("list")
     view_rule = _rule_field("view")
     create_rule = _rule_field("create")
@@ -366,6 +369,35 @@ class TwoFactorDisableSchema(Schema):
     password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
     code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE),
                          metadata={"description": "A TOTP code or a recovery code"})
+
+
+# --- OAuth2 / OpenID Connect login --------------------------------------------------------------------
+
+_REDIRECT_URI = [validate.Length(min=1, max=2048), validate.Regexp(r"^https?://", error="Must be an http(s) URL.")]
+
+
+class OAuthProvidersQuerySchema(Schema):
+    redirect_uri = fields.String(load_default=None, validate=_REDIRECT_URI,
+                                 metadata={"description": "Where the provider sends the user back; without "
+                                                          "it auth_url ends in `&redirect_uri=` for the client"})
+
+
+class OAuthProviderSchema(Schema):
+    name = fields.String()
+    auth_url = fields.String(metadata={"description": "Send the user here (PKCE S256, state and nonce included)"})
+    state = fields.String(metadata={"description": "Compare with the state the provider sends back; post it to "
+                                                   "oauth2/callback (valid 10 minutes)"})
+    code_verifier = fields.String(metadata={"description": "Keep it; post it to oauth2/callback"})
+    code_challenge = fields.String()
+    code_challenge_method = fields.String()
+
+
+class OAuthCallbackSchema(Schema):
+    provider = fields.String(required=True, validate=validate.Length(min=1, max=32))
+    code = fields.String(required=True, validate=validate.Length(min=1, max=4096))
+    code_verifier = fields.String(required=True, validate=validate.Length(min=43, max=128))
+    state = fields.String(required=True, validate=validate.Length(min=1, max=2048))
+    redirect_uri = fields.String(required=True, validate=_REDIRECT_URI)
 
 
 class TwoFactorVerifySchema(Schema):

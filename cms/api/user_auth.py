@@ -16,13 +16,16 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.api.context import client_ip, parse_body, services, user_agent
+from cms.api.context import client_ip, parse_body, parse_query, services, user_agent
 from cms.api.guards import require_user
 from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.schemas import (
     AdminUserSchema,
     ChangePasswordSchema,
     LoginSchema,
+    OAuthCallbackSchema,
+    OAuthProviderSchema,
+    OAuthProvidersQuerySchema,
     RecoveryCodesSchema,
     RefreshSchema,
     SessionSchema,
@@ -34,7 +37,7 @@ from cms.api.schemas import (
 )
 from cms.errors import Unauthorized
 from cms.models import CollectionUser, LoginResult, Principal
-from cms.services.identity.systems import UserSystem
+from cms.services.identity.systems import AdminUsers, CollectionUsers, UserSystem
 from cms.services.records import record_json
 
 COLLECTION_PARAM = "collection_name"
@@ -85,7 +88,7 @@ async def caller(request: web.Request) -> Principal:
     principal = await require_user(request)
     collection_route = COLLECTION_PARAM in request.match_info
     if principal.kind != ("collection_user" if collection_route else "admin_user"):
-        raise Unauthorized("Not a token of this collection" if collection_route else "Not an admin-table user token")
+        raise Unauthorized((CollectionUsers if collection_route else AdminUsers).foreign_token_message)
     return principal
 
 
@@ -237,4 +240,31 @@ async def two_factor_verify(request: web.Request) -> web.Response:
     entry = await door(request)
     result = await services(request).identity.login.second_step(
         entry.system, body["mfa_token"], body["code"], ip=client_ip(request), user_agent=user_agent(request))
+    return web.json_response(entry.login_json(result))
+
+
+# --- OAuth2 / OpenID Connect login ------------------------------------------------------------------
+
+
+async def oauth_providers(request: web.Request) -> web.Response:
+    """GET .../auth/oauth2/providers?redirect_uri=: 200 `[{name, auth_url, state, code_verifier,
+    code_challenge, code_challenge_method}]`, each with a fresh state and PKCE pair. 403 (OAuth2
+    login off for this user system), 404 (collection), 422."""
+    query = parse_query(request, OAuthProvidersQuerySchema())
+    entry = await door(request)
+    links = await services(request).identity.oauth.providers(entry.system, query["redirect_uri"])
+    return web.json_response(OAuthProviderSchema(many=True).dump(links))
+
+
+async def oauth_callback(request: web.Request) -> web.Response:
+    """POST .../auth/oauth2/callback `{provider, code, code_verifier, state, redirect_uri}`: 200 the
+    login response (a session, or `requires_2fa`). 400 token_invalid (state or ID token), 400
+    (the provider refused or could not be reached), 400 already_exists (an account has the address
+    and the provider did not verify it), 403 (OAuth2 off), 404, 422, 429."""
+    body = await parse_body(request, OAuthCallbackSchema())
+    await enforce_auth_limit(request, "oauth2", body["provider"])
+    entry = await door(request)
+    result = await services(request).identity.oauth.callback(
+        entry.system, body["provider"], body["code"], body["code_verifier"], body["state"], body["redirect_uri"],
+        ip=client_ip(request), user_agent=user_agent(request))
     return web.json_response(entry.login_json(result))

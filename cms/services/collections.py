@@ -24,7 +24,8 @@ COLLECTION_TYPES = ("base", "auth")
 
 
 AUTH_SWITCHES = {"otp_enabled": "Only auth collections have OTP login.",
-                 "mfa_enabled": "Only auth collections have two-factor login."}
+                 "mfa_enabled": "Only auth collections have two-factor login.",
+                 "oauth_enabled": "Only auth collections have OAuth2 login."}
 """The login switches an auth collection carries (copied from the global settings at creation)."""
 
 
@@ -105,9 +106,11 @@ class CollectionService:
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
         rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
+        oauth_enabled: bool | None = None,
     ) -> Collection:
         """Create a collection of type `base` or `auth` with the schema (list or `{fields}`).
-        Auth collections copy `otp_enabled` and `mfa_enabled` from the global settings unless given. `rules` maps
+        Auth collections copy `otp_enabled`, `mfa_enabled` and `oauth_enabled` from the global
+        settings unless given. `rules` maps
         `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
         takes the type's default (`models.default_rules`). Admins only.
         Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema), InvalidFilter (a
@@ -117,16 +120,18 @@ class CollectionService:
         if type_ not in COLLECTION_TYPES:
             raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth."]})
         fields = parse_schema(schema, auth=type_ == "auth")
-        check_auth_switches(type_, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled)
+        check_auth_switches(type_, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
         defaults = await self._settings.auth()
         if otp_enabled is None:
             otp_enabled = defaults.otp_enabled if type_ == "auth" else False
         if mfa_enabled is None:
             mfa_enabled = defaults.mfa_enabled if type_ == "auth" else False
+        if oauth_enabled is None:
+            oauth_enabled = defaults.oauth_enabled if type_ == "auth" else False
         now = self._clock()
         collection = Collection(
             id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled,
-            mfa_enabled=mfa_enabled, rules=replace(default_rules(type_), **(rules or {})),
+            mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled, rules=replace(default_rules(type_), **(rules or {})),
         )
         check_rules(collection.rules, collection)
         await self._check_relations(collection)
@@ -145,11 +150,13 @@ class CollectionService:
     async def update(
         self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
         otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
+        oauth_enabled: bool | None = None,
     ) -> Collection:
-        """Change name, schema, otp_enabled, mfa_enabled and/or access rules (`rules`: the `<action>_rule`s
-        given; the others are kept). Fields dropped from the schema are removed from every record;
-        unique and text indexes follow the new schema. Values of a changed field are converted to
-        its new type or shape (`schema_changes`). Every rule must fit the new schema. Admins only.
+        """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled and/or access rules
+        (`rules`: the `<action>_rule`s given; the others are kept). Fields dropped from the schema
+        are removed from every record; unique and text indexes follow the new schema. Values of a
+        changed field are converted to its new type or shape (`schema_changes`). Every rule must fit
+        the new schema. Admins only.
         Raises Unauthorized / Forbidden, NotFound, ValidationFailed (including duplicates under a
         new unique rule, and stored values that do not convert; then nothing changes),
         InvalidFilter (a rule, or a kept rule naming a removed field), AlreadyExists (name),
@@ -162,11 +169,14 @@ class CollectionService:
             changed = replace(changed, name=name)
         if schema is not None:
             changed = replace(changed, fields=parse_schema(schema, auth=current.type == "auth"))
-        check_auth_switches(current.type, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled)
+        check_auth_switches(current.type, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled,
+                            oauth_enabled=oauth_enabled)
         if otp_enabled is not None:
             changed = replace(changed, otp_enabled=otp_enabled)
         if mfa_enabled is not None:
             changed = replace(changed, mfa_enabled=mfa_enabled)
+        if oauth_enabled is not None:
+            changed = replace(changed, oauth_enabled=oauth_enabled)
         if rules:
             changed = replace(changed, rules=replace(changed.rules, **rules))
         check_rules(changed.rules, changed)

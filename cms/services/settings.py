@@ -9,6 +9,7 @@ hot path (the rate limiter, on every request) never reads MongoDB.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import re
 import time
@@ -20,6 +21,7 @@ from redis.asyncio import Redis
 
 from cms.errors import Forbidden, ValidationFailed
 from cms.models import Principal
+from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
 from cms.services.audit import AuditService
 from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
@@ -45,6 +47,8 @@ SETTINGS_RANGES: dict[str, tuple[int, int]] = {
 SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "password_auth_enabled": (True, "auth"),
     "oauth_enabled": (True, "auth"),
+    # a JSON list of OAuth2 / OIDC providers (cms.security.oauth); client secrets read as "********"
+    "oauth_providers": ("[]", "auth"),
     "otp_enabled": (False, "auth"),
     "mfa_enabled": (False, "auth"),
     "password_min_length": (8, "auth"),
@@ -101,6 +105,7 @@ class AuthSettings:
     otp_enabled: bool
     mfa_enabled: bool
     refresh_reuse_interval_s: int = 0
+    oauth_enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -112,11 +117,16 @@ class Setting:
     category: str
 
 
-def render_value(value: Any) -> str:
-    """A setting value as its API string: booleans as `true`/`false`, integers in decimal."""
+SECRET_SETTINGS = {"oauth_providers": oauth.masked}
+"""Settings holding secrets, and how a read (API, audit) shows them."""
+
+
+def render_value(value: Any, key: str = "") -> str:
+    """A setting value as its API string: booleans as `true`/`false`, integers in decimal, text
+    as is; the secrets in a SECRET_SETTINGS value masked."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    return SECRET_SETTINGS[key](str(value)) if key in SECRET_SETTINGS else str(value)
 
 
 def _value_error(message: str) -> ValidationFailed:
@@ -129,11 +139,19 @@ def _check_key(key: str) -> tuple[Any, str]:
     return SETTINGS_DEFAULTS[key]
 
 
-def parse_value(key: str, raw: Any) -> bool | int:
+def parse_value(key: str, raw: Any) -> bool | int | str:
     """The typed value of setting `key` from what a client sent: a JSON bool or integer, or its
-    string form (`"true"`, `"false"`, `"8"`). Raises ValidationFailed (422): `errors.key` for an
-    unknown key, `errors.value` (a list of strings) for a wrong type or an integer out of range."""
+    string form (`"true"`, `"false"`, `"8"`); for a text setting (`oauth_providers`) a JSON string,
+    checked and normalised. Raises ValidationFailed (422): `errors.key` for an unknown key,
+    `errors.value` (a list of strings) for a wrong type, an integer out of range or a bad text value."""
     default, _ = _check_key(key)
+    if isinstance(default, str):
+        if not isinstance(raw, str):
+            raise _value_error("Must be a JSON string.")
+        try:
+            return oauth.dump_providers(oauth.parse_providers(raw))
+        except oauth.ProviderConfigError as exc:
+            raise _value_error(str(exc)) from exc
     if isinstance(default, bool):
         if isinstance(raw, bool):
             return raw
@@ -236,6 +254,7 @@ class SettingsService:
             otp_enabled=bool(v["otp_enabled"]),
             mfa_enabled=bool(v["mfa_enabled"]),
             refresh_reuse_interval_s=int(v["refresh_reuse_interval_s"]),
+            oauth_enabled=bool(v["oauth_enabled"]),
         )
 
     def on_change(self, key: str, listener: SettingListener) -> None:
@@ -249,7 +268,8 @@ class SettingsService:
         same call can be repeated)."""
         default, category = _check_key(key)
         if type(value) is not type(default):
-            raise _value_error(f"Must be a {'boolean' if isinstance(default, bool) else 'whole number'}.")
+            kind = {bool: "boolean", int: "whole number", str: "string"}[type(default)]
+            raise _value_error(f"Must be a {kind}.")
         if isinstance(value, int) and not isinstance(value, bool):
             _check_range(key, value)
         await self._repository.put(key, value, category)
@@ -269,7 +289,7 @@ class SettingsService:
         unless `principal` is an admin."""
         _require_admin(principal)
         stored = await self._repository.all()
-        return [Setting(key, render_value(stored.get(key, default)), category)
+        return [Setting(key, render_value(stored.get(key, default), key), category)
                 for key, (default, category) in SETTINGS_DEFAULTS.items()]
 
     async def change(self, principal: Principal, key: str, raw_value: Any, *, category: str | None = None,
@@ -285,13 +305,24 @@ class SettingsService:
             raise ValidationFailed(f"Setting '{key}' is in category '{key_category}'",
                                    errors={"category": [f"Must be '{key_category}'."]})
         old_value = await self._repository.get(key)
+        if key == "oauth_providers":  # secrets are write-only: a masked one written back is kept
+            value = oauth.dump_providers(oauth.with_kept_secrets(oauth.parse_providers(str(value)),
+                                                                 str(old_value or default)))
         await self.set(key, value)
         await self._audit.record(
             "setting_changed", user_id=principal.user_id, ip_address=ip, user_agent=user_agent,
-            details={"key": key, "old_value": render_value(default if old_value is None else old_value),
-                     "new_value": render_value(value)},
+            details={"key": key, "old_value": render_value(default if old_value is None else old_value, key),
+                     "new_value": render_value(value, key)},
         )
-        return Setting(key, render_value(value), key_category)
+        return Setting(key, render_value(value, key), key_category)
+
+    async def oauth_providers(self) -> builtins.list[oauth.ProviderConfig]:
+        """The configured OAuth2 / OIDC providers, secrets included (cached like every setting)."""
+        try:
+            return oauth.parse_providers(str((await self.values())["oauth_providers"]))
+        except oauth.ProviderConfigError:
+            log.warning("stored oauth_providers is not valid; no provider is offered", exc_info=True)
+            return []
 
 
 def _require_admin(principal: Principal) -> None:

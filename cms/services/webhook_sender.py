@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,6 +31,10 @@ REQUEST_TIMEOUT_S = 10.0
 """Time-out of one delivery request (connect, send, response), in seconds."""
 MAX_RESPONSE_BYTES = 2048
 """How much of a receiver's response body the delivery log keeps."""
+CONNECTION_LIMIT = 100
+"""Connections of the delivery session, and requests one process has in flight at once."""
+SEND_CONCURRENCY = 50
+"""Requests one batch (`send_all`) has in flight at once."""
 USER_AGENT = f"cms-webhooks/{__version__}"
 REFUSED_ADDRESS = "refused: the URL resolves to a loopback, link-local or private address"
 
@@ -81,7 +85,7 @@ def address_check(*, allow_private: bool) -> AddressCheck:
 
 def connector(*, allow_private: bool) -> aiohttp.TCPConnector:
     """The connector of the delivery session: guarded name resolution unless `allow_private`."""
-    return aiohttp.TCPConnector(resolver=None if allow_private else GuardedResolver(), limit=100)
+    return aiohttp.TCPConnector(resolver=None if allow_private else GuardedResolver(), limit=CONNECTION_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -109,26 +113,93 @@ class SendResult:
 
 class WebhookSender:
     """POSTs deliveries with `session` (whose connector applies the SSRF rule), `allow_private` for
-    IP literals, and a time-out of `timeout_s` seconds per request."""
+    IP literals, and a time-out of `timeout_s` seconds per request. At most CONNECTION_LIMIT
+    requests are in flight at once, however many batches run: a request waits for its turn before
+    its time-out starts, not in the connector's pool, where the wait would count against it."""
 
     def __init__(self, session: aiohttp.ClientSession, *, allow_private: bool,
-                 timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+                 timeout_s: float = REQUEST_TIMEOUT_S, max_in_flight: int = CONNECTION_LIMIT) -> None:
         self._session = session
         self._allow_private = allow_private
         self._timeout_s = timeout_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._in_flight = asyncio.Semaphore(max_in_flight)
+
+    async def send_all(self, requests: Sequence[tuple[Webhook, WebhookDelivery]], *,
+                       concurrency: int = SEND_CONCURRENCY, start_within_s: float | None = None
+                       ) -> list[SendResult | None]:
+        """`send` each (webhook, delivery), at most `concurrency` at a time; the results in the
+        order of `requests`. With `start_within_s`, a request that could not start within that
+        many seconds (slow receivers hold the slots) is not sent, and its result is None. Never
+        raises for network trouble."""
+        slots = asyncio.Semaphore(concurrency)
+        waiting: set[asyncio.Task[Any]] = set()
+        expired = False
+
+        def expire() -> None:  # one timer per batch, not one per request
+            nonlocal expired
+            expired = True
+            for task in waiting:
+                task.cancel()
+
+        async def one(webhook: Webhook, delivery: WebhookDelivery) -> SendResult | None:
+            refused = self._refused(webhook)
+            if refused is not None:
+                return refused
+            task = asyncio.current_task()
+            assert task is not None
+            waiting.add(task)
+            try:
+                await slots.acquire()
+                try:
+                    await self._in_flight.acquire()
+                except BaseException:
+                    slots.release()
+                    raise
+            except asyncio.CancelledError:
+                waiting.discard(task)
+                if expired and task.uncancel() == 0:  # given up by `expire`, not cancelled from outside
+                    return None
+                raise
+            waiting.discard(task)
+            try:
+                return await self._post(webhook, delivery)
+            finally:
+                self._in_flight.release()
+                slots.release()
+
+        timer = (None if start_within_s is None
+                 else asyncio.get_running_loop().call_later(start_within_s, expire))
+        try:
+            return list(await asyncio.gather(*(one(w, d) for w, d in requests)))
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     async def send(self, webhook: Webhook, delivery: WebhookDelivery) -> SendResult:
         """One attempt: POST `delivery.body` to `webhook.url` with the headers of decisions.md and
-        the Standard Webhooks headers. Never raises for network trouble: it is in the result."""
-        body = delivery.body.encode("utf-8")
-        started = time.monotonic()
+        the Standard Webhooks headers, once one of the process's in-flight slots is free. Never
+        raises for network trouble: it is in the result."""
+        refused = self._refused(webhook)
+        if refused is not None:
+            return refused
+        async with self._in_flight:
+            return await self._post(webhook, delivery)
+
+    def _refused(self, webhook: Webhook) -> SendResult | None:
+        """The result of a URL whose host is an IP literal the SSRF rule refuses (aiohttp does
+        not resolve literals, so the guarded resolver never sees them), else None."""
         host = urlsplit(webhook.url).hostname or ""
         if not self._allow_private and _is_ip_literal(host) and not is_public_address(host):
             return SendResult(None, "", 0, REFUSED_ADDRESS)
+        return None
+
+    async def _post(self, webhook: Webhook, delivery: WebhookDelivery) -> SendResult:
+        body = delivery.body.encode("utf-8")
+        started = time.monotonic()
         try:
             async with self._session.post(webhook.url, data=body, headers=delivery_headers(webhook, delivery, body),
-                                          allow_redirects=False,
-                                          timeout=aiohttp.ClientTimeout(total=self._timeout_s)) as response:
+                                          allow_redirects=False, timeout=self._timeout) as response:
                 excerpt = await response.content.read(MAX_RESPONSE_BYTES)
                 return SendResult(response.status, excerpt.decode("utf-8", "replace"), _ms_since(started), None)
         except TimeoutError:

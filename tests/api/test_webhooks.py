@@ -17,6 +17,7 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 from cms.clock import new_id
 from cms.models import Webhook, WebhookDelivery
 from cms.security.signing import standard_key, verify
+from cms.services.webhooks import batches_of
 from cms.wiring import open_services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from workers.settings import build_worker
@@ -277,14 +278,15 @@ async def test_a_delivery_written_before_a_crash_still_arrives(services, client,
     hook = await make_webhook(client, admin_token, receiver.url)
     delivery = WebhookDelivery(id=new_id(), webhook_id=hook["id"], event="create", collection="posts",
                                record_id="r1", body='{"event":"create","record_id":"r1"}', created=clock())
-    await services.webhooks._outbox.insert_many([delivery])
+    [batch] = batches_of([delivery], clock())
+    await services.webhooks._outbox.insert([batch])
     assert (await client.get("/api/v1/stats", headers=bearer(admin_token))).status == 200
     stats = await (await client.get("/api/v1/stats", headers=bearer(admin_token))).json()
     assert stats["webhooks"]["outbox_backlog"] == 1
     clock.advance(seconds=5)
     await run_jobs()
     assert [h["X-Webhook-Delivery"] for h, _, _ in receiver.requests] == [delivery.id]
-    assert (await services.webhooks._outbox.get(delivery.id)).status == "done"
+    assert (await services.webhooks._outbox.get(batch.id)).status == "done"
     assert await services.webhooks.backlog() == 0
 
 
@@ -293,7 +295,7 @@ async def test_two_workers_and_two_relays_deliver_each_delivery_once(services, c
     hook = await make_webhook(client, admin_token, receiver.url)
     deliveries = [WebhookDelivery(id=new_id(), webhook_id=hook["id"], event="create", collection="posts",
                                   record_id=f"r{n}", body="{}", created=clock()) for n in range(20)]
-    await services.webhooks._outbox.insert_many(deliveries)
+    await services.webhooks._outbox.insert(batches_of(deliveries, clock()))
     clock.advance(seconds=5)
     await asyncio.gather(services.webhooks.relay(), services.webhooks.relay())
     async with open_services(config, clock=clock) as second:
@@ -341,9 +343,10 @@ async def test_delivery_time_refusal_when_dns_points_inward(config, admin_token,
             await production.webhooks._webhooks.insert(webhook)
             delivery = WebhookDelivery(id=new_id(), webhook_id=webhook.id, event="create", collection="posts",
                                        record_id="r", body="{}", created=clock())
-            await production.webhooks._outbox.insert_many([delivery])
-            outcome = await production.webhooks.deliver(delivery.id, attempt=1)
-            assert outcome.retry_after_s is None
+            [batch] = batches_of([delivery], clock())
+            await production.webhooks._outbox.insert([batch])
+            outcome = await production.webhooks.deliver_batch(batch.id)
+            assert (outcome.sent, outcome.failed, outcome.retrying) == (1, 1, 0)
             items, _ = await production.webhooks._log.page(webhook_ids=[webhook.id], skip=0, limit=10)
             assert items[0].error is not None and items[0].error.startswith("refused")
     assert receiver.requests == []
@@ -364,8 +367,8 @@ async def test_the_change_and_its_outbox_entries_commit_together(services, confi
     mongo = open_client(config.mongodb_url)
     try:
         outbox = mongo[config.mongodb_db]["webhook_outbox"]
-        await outbox.create_index("event", unique=True, name="test_block")
-        await outbox.insert_one({"_id": "blocker", "event": "create", "status": "done"})
+        await outbox.create_index("attempt", unique=True, name="test_block")
+        await outbox.insert_one({"_id": "blocker", "attempt": 1, "status": "done"})
         response = await client.post(records_path("posts"), headers=bearer(admin_token),
                                      json={"data": {"title": "all or nothing"}})
         assert response.status >= 500

@@ -125,6 +125,10 @@ class UserSystem(Protocol[U]):
         """Whether the system's users with 2FA on must give a second factor at login."""
         ...
 
+    async def oauth_enabled(self) -> bool:
+        """Whether the system's users may log in with OAuth2 / OIDC providers."""
+        ...
+
 
 class AdminUsers:
     """The admin table as a user system (UserSystem[AdminUser]). `data` at creation: `name`, and
@@ -142,6 +146,10 @@ class AdminUsers:
     async def mfa_enabled(self) -> bool:
         """The global `mfa_enabled` setting."""
         return (await self._settings.auth()).mfa_enabled
+
+    async def oauth_enabled(self) -> bool:
+        """The global `oauth_enabled` setting."""
+        return (await self._settings.auth()).oauth_enabled
 
     def owns(self, principal: Principal) -> bool:
         """Admin-table users (not API keys acting for them)."""
@@ -231,6 +239,10 @@ class CollectionUsers:
     async def mfa_enabled(self) -> bool:
         """The collection's own `mfa_enabled`."""
         return self.collection.mfa_enabled
+
+    async def oauth_enabled(self) -> bool:
+        """The collection's own `oauth_enabled`."""
+        return self.collection.oauth_enabled
 
     def owns(self, principal: Principal) -> bool:
         """Users of this collection."""
