@@ -226,7 +226,8 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     two_factor = TwoFactor(factors, p.codec, credentials, p.audit, clock=clock)
     p.events.subscribe(two_factor.on_collection_events, CollectionEvent)
     login = Login(p.sessions, p.settings, p.audit, two_factor)
-    oauth = OAuthLogin(login, p.settings, identities, infra.http, infra.config.secret_key, clock=clock)
+    oauth = OAuthLogin(login, two_factor, p.sessions, p.settings, identities, infra.http, infra.config.secret_key,
+                       clock=clock)
     p.events.subscribe(oauth.on_collection_events, CollectionEvent)
     sessions = UserSessions(systems, p.sessions, p.audit)
     identity = Identity(

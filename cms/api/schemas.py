@@ -395,8 +395,10 @@ class OAuthProviderSchema(Schema):
 class OAuthCallbackSchema(Schema):
     provider = fields.String(required=True, validate=validate.Length(min=1, max=32))
     code = fields.String(required=True, validate=validate.Length(min=1, max=4096))
-    code_verifier = fields.String(required=True, validate=validate.Length(min=43, max=128))
-    state = fields.String(required=True, validate=validate.Length(min=1, max=2048))
+    code_verifier = fields.String(required=True, validate=validate.Regexp(
+        r"^[A-Za-z0-9._~-]{43,128}\Z", error="Must be 43 to 128 characters of A-Z a-z 0-9 . _ ~ - (RFC 7636)."))
+    state = fields.String(required=True, validate=[validate.Length(min=1, max=2048), validate.Regexp(
+        r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z", error="Must be a state from oauth2/providers.")])
     redirect_uri = fields.String(required=True, validate=_REDIRECT_URI)
 
 

@@ -133,14 +133,31 @@ def masked(raw: str) -> str:
     return dump_providers([replace(p, client_secret=MASK if p.client_secret else "") for p in providers])
 
 
+def _where_secret_goes(provider: ProviderConfig) -> tuple[str, ...]:
+    """What decides where a provider's client secret is sent: its client id and every endpoint."""
+    return (provider.client_id, provider.discovery_url, provider.auth_url, provider.token_url, provider.userinfo_url,
+            provider.jwks_url, provider.issuer, provider.emails_url)
+
+
 def with_kept_secrets(new: list[ProviderConfig], stored_raw: str) -> list[ProviderConfig]:
-    """`new` with each MASK secret replaced by the stored secret of the provider of that name
-    (empty when there is none), so an admin can write back what a read showed."""
+    """`new` with each MASK secret replaced by the stored secret of the provider of that name, so an
+    admin can write back what a read showed. A MASK is kept only while the provider's client id and
+    endpoints are unchanged (else the stored secret could be sent somewhere new): ProviderConfigError
+    then, as when no secret is stored under that name."""
     try:
-        stored = {p.name: p.client_secret for p in parse_providers(stored_raw)}
+        stored = {p.name: p for p in parse_providers(stored_raw)}
     except ProviderConfigError:
         stored = {}
-    return [replace(p, client_secret=stored.get(p.name, "")) if p.client_secret == MASK else p for p in new]
+    kept = []
+    for index, provider in enumerate(new):
+        if provider.client_secret == MASK:
+            before = stored.get(provider.name)
+            if before is None or _where_secret_goes(before) != _where_secret_goes(provider):
+                raise ProviderConfigError(f"providers[{index}].client_secret must be given again: the stored one is "
+                                          "kept only while the provider's client_id and endpoints stay the same")
+            provider = replace(provider, client_secret=before.client_secret)
+        kept.append(provider)
+    return kept
 
 
 # --- state ----------------------------------------------------------------------------------------
@@ -175,7 +192,7 @@ def sign_state(state: LoginState, key: bytes) -> str:
 def read_state(text: str, key: bytes, now_s: int) -> LoginState | None:
     """The state signed by `sign_state` with `key`, or None when it is malformed, forged or past
     its expiry (`now_s`: Unix seconds)."""
-    if len(text) > 2048 or text.count(".") != 1:
+    if len(text) > 2048 or not text.isascii() or text.count(".") != 1:
         return None
     body, signature = text.split(".")
     expected = _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())

@@ -306,8 +306,11 @@ class SettingsService:
                                    errors={"category": [f"Must be '{key_category}'."]})
         old_value = await self._repository.get(key)
         if key == "oauth_providers":  # secrets are write-only: a masked one written back is kept
-            value = oauth.dump_providers(oauth.with_kept_secrets(oauth.parse_providers(str(value)),
-                                                                 str(old_value or default)))
+            try:
+                value = oauth.dump_providers(oauth.with_kept_secrets(oauth.parse_providers(str(value)),
+                                                                     str(old_value or default)))
+            except oauth.ProviderConfigError as exc:
+                raise _value_error(str(exc)) from exc
         await self.set(key, value)
         await self._audit.record(
             "setting_changed", user_id=principal.user_id, ip_address=ip, user_agent=user_agent,

@@ -75,6 +75,19 @@ class MfaRepository:
         )
         return result.modified_count == 1
 
+    async def count_failure(self, audience: str, user_id: str, now: datetime, window_start: datetime) -> None:
+        """Count one wrong code against the user's factor: `failures` within the window that began at
+        `failures_since`, restarted at `now` when that is before `window_start`."""
+        key = factor_id(audience, user_id)
+        counted = await self._factors.update_one({"_id": key, "failures_since": {"$gte": window_start}},
+                                                 {"$inc": {"failures": 1}})
+        if counted.modified_count == 0:
+            await self._factors.update_one({"_id": key}, {"$set": {"failures": 1, "failures_since": now}})
+
+    async def clear_failures(self, audience: str, user_id: str) -> None:
+        """Forget the wrong codes counted so far (a right one was given)."""
+        await self._factors.update_one({"_id": factor_id(audience, user_id)}, {"$set": {"failures": 0}})
+
     async def delete(self, audience: str, user_id: str) -> None:
         """Forget the user's factor (2FA off)."""
         await self._factors.delete_one({"_id": factor_id(audience, user_id)})

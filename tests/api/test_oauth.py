@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import bearer, create_collection, error_of, link_token
 from tests.oidc_provider import OidcProvider, ProviderUser, running_provider
-from tests.user_systems import ADMIN_TABLE, EMAIL, MEMBERS, System, prepare
+from tests.user_systems import ADMIN_TABLE, EMAIL, MEMBERS, PASSWORD, System, prepare
 
 REDIRECT_URI = "http://app.test/oauth-return"
 
@@ -93,7 +93,11 @@ async def test_a_new_account_creates_a_verified_user_and_signs_in(client, system
     assert await services.audit.count(event_type="login_success") >= 2
 
 
-async def test_a_verified_provider_email_links_the_existing_user(client, system, provider):
+async def test_a_verified_provider_email_links_the_verified_existing_user(client, system, provider, mailbox,
+                                                                             run_jobs):
+    await run_jobs()
+    response = await client.post("/api/v1/auth/verify-email", json={"token": link_token(mailbox.last_to(EMAIL))})
+    assert response.status == 200, await response.text()
     provider.user = ProviderUser(sub="linked-1", email=EMAIL.upper(), email_verified=True)
     response = await sign_in(client, system, provider)
     assert response.status == 200, await response.text()
@@ -103,13 +107,20 @@ async def test_a_verified_provider_email_links_the_existing_user(client, system,
     assert (await system.login_response(client))["user"]["id"] == body["user"]["id"]
 
 
-async def test_an_unverified_provider_email_is_not_linked_to_an_existing_account(client, system, provider):
-    provider.user = ProviderUser(sub="intruder", email=EMAIL, email_verified=False)
-    await error_of(await sign_in(client, system, provider), 400, "already_exists")
-    # an unverified address that nobody has yet makes an unverified user
-    provider.user = ProviderUser(sub="fresh", email="fresh@example.com", email_verified=False)
-    body = await (await sign_in(client, system, provider)).json()
-    assert body["user"]["email"] == "fresh@example.com" and body["user"]["verified"] is False
+async def test_an_unverified_existing_account_is_secured_before_it_is_linked(client, system, provider):
+    """Whoever registered the address without proving the mailbox (a pre-hijacking attempt) loses
+    the account's password and sessions when the provider proves the address belongs to someone."""
+    squatter = await system.login(client)
+    provider.user = ProviderUser(sub="owner", email=EMAIL, email_verified=True)
+    response = await sign_in(client, system, provider)
+    assert response.status == 200, await response.text()
+    owner = await response.json()
+    assert owner["user"]["email"] == EMAIL and await system.me_status(client, owner["token"]) == 200
+    me = await (await client.get(f"{system.auth}/me", headers=bearer(owner["token"]["access_token"]))).json()
+    assert me["verified"] is True
+    assert await system.me_status(client, squatter) == 401
+    response = await client.post(f"{system.auth}/login", json={"email": EMAIL, "password": PASSWORD})
+    await error_of(response, 401, "invalid_credentials")
 
 
 async def test_a_state_that_does_not_match_is_refused(client, system, provider):
@@ -164,7 +175,11 @@ async def test_oauth_off_is_403(client, admin_token, services, system, provider)
     await error_of(await finish(client, system, link, code, state), 403, "forbidden")
 
 
-async def test_two_factor_applies_to_oauth_logins(client, clock, admin_token, services, system, provider):
+async def test_two_factor_applies_to_oauth_logins(client, clock, admin_token, services, system, provider, mailbox,
+                                                  run_jobs):
+    await run_jobs()  # a verified account keeps its factor when the provider account is linked
+    response = await client.post("/api/v1/auth/verify-email", json={"token": link_token(mailbox.last_to(EMAIL))})
+    assert response.status == 200, await response.text()
     await switch(client, admin_token, services, system, "mfa_enabled", True)
     access = (await system.login(client))["access_token"]
     secret = (await (await client.post(f"{system.auth}/2fa/setup", headers=bearer(access))).json())["secret"]

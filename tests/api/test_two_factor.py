@@ -215,3 +215,35 @@ async def test_auth_collections_copy_the_global_switch_and_base_collections_refu
                                  json={"name": "posts", "schema": [], "mfa_enabled": True})
     payload = await error_of(response, 422, "validation_error")
     assert "mfa_enabled" in payload["errors"]
+
+
+async def test_setup_and_enable_are_refused_while_the_switch_is_off(client, clock, admin_token, services, system):
+    access = (await system.login(client))["access_token"]
+    secret = (await (await post(client, system, "setup", access)).json())["secret"]
+    if system is ADMIN_TABLE:
+        await services.settings.set("mfa_enabled", False)
+    else:
+        listed = await (await client.get("/api/v1/collections", headers=bearer(admin_token))).json()
+        collection = next(c for c in listed if c["name"] == "members")
+        await client.patch(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token),
+                           json={"mfa_enabled": False})
+    await error_of(await post(client, system, "setup", access), 403, "forbidden")
+    await error_of(await post(client, system, "enable", access, code=code_at(secret, clock)), 403, "forbidden")
+
+
+async def test_wrong_codes_are_counted_per_user_across_tokens(client, clock, system):
+    secret, _ = await turn_on(client, system, clock)
+    wrong = "000000" if code_at(secret, clock) != "000000" else "111111"
+    for _ in range(2):  # two logins: five and five wrong codes, each token voided in turn
+        body = await first_step(client, system)
+        for _ in range(5):
+            response = await post(client, system, "verify", mfa_token=body["mfa_token"], code=wrong)
+            await error_of(response, 400, "otp_invalid")
+    body = await first_step(client, system)
+    response = await post(client, system, "verify", mfa_token=body["mfa_token"], code=code_at(secret, clock))
+    await error_of(response, 429, "rate_limited")
+    assert 0 < int(response.headers["Retry-After"]) <= 900
+    clock.advance(seconds=901)  # the window ends: the right code works again
+    body = await first_step(client, system)
+    response = await post(client, system, "verify", mfa_token=body["mfa_token"], code=code_at(secret, clock))
+    assert response.status == 200, await response.text()

@@ -76,6 +76,24 @@ def test_secrets_are_masked_and_a_mask_written_back_keeps_the_secret():
     assert [p["client_secret"] if "client_secret" in p else "" for p in json.loads(shown)] == [MASK, ""]
     kept = with_kept_secrets(parse_providers(shown), stored)
     assert [p.client_secret for p in kept] == ["s3cret", ""]
-    renamed = with_kept_secrets(parse_providers(shown.replace('"github"', '"google"')), stored)
-    assert renamed[0].client_secret == ""  # a mask under another name keeps nothing
+    scopes_changed = json.loads(shown)
+    scopes_changed[0]["scopes"] = ["read:user"]
+    assert with_kept_secrets(parse_providers(json.dumps(scopes_changed)), stored)[0].client_secret == "s3cret"
     assert masked("not json") == "[]"
+
+
+@pytest.mark.parametrize("change", [
+    lambda p: {**p, "name": "google"},  # a mask under another name: nothing stored to keep
+    lambda p: {**p, "token_url": "https://attacker.example/token"},
+    lambda p: {**p, "client_id": "other"},
+    lambda p: {k: v for k, v in p.items() if k != "userinfo_url"} | {"userinfo_url": "https://x.example/u"},
+])
+def test_a_mask_is_refused_once_the_secret_would_go_elsewhere(change):
+    stored = dump_providers(parse_providers(json.dumps([{"name": "github", "client_id": "a",
+                                                         "client_secret": "s3cret"}])))
+    shown = json.loads(masked(stored))
+    with pytest.raises(ProviderConfigError, match="client_secret"):
+        with_kept_secrets(parse_providers(json.dumps([change(shown[0])])), stored)
+    # a new secret with the change is fine
+    changed = {**change(shown[0]), "client_secret": "new"}
+    assert with_kept_secrets(parse_providers(json.dumps([changed])), stored)[0].client_secret == "new"

@@ -11,8 +11,11 @@ Authentication 5 `requires_2fa`, setting `mfa_enabled`; decisions.md: Two-factor
   spends it with a code and the login completes with a session.
 - A code is accepted within TOTP_DRIFT_STEPS steps (30 s each) of the server's time and only for a
   time step later than the last accepted one, so no code works twice. MFA_MAX_ATTEMPTS wrong codes
-  void an `mfa_token`. Every step is audited: `mfa_enabled`, `mfa_disabled`, `mfa_failed` and
-  `mfa_recovery_used` (the last two as warnings).
+  void an `mfa_token`; MAX_USER_FAILURES wrong codes within FAILURE_WINDOW_S, over every token and
+  client address, make further codes 429 until the window ends. Every step is audited:
+  `mfa_enabled`, `mfa_disabled`, `mfa_failed` and `mfa_recovery_used` (the last two as warnings).
+- Setup and enable are refused (403) while the system's `mfa_enabled` is off: a factor that login
+  would ignore must not look like protection.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 import pyotp
 import segno
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, OtpInvalid, TokenExpired, TokenInvalid, Unauthorized
+from cms.errors import BadRequest, Forbidden, OtpInvalid, RateLimited, TokenExpired, TokenInvalid, Unauthorized
 from cms.models import collection_audience
 from cms.security.codes import constant_time_equals, hash_token
 from cms.security.tokens import MFA, TokenCodec
@@ -49,6 +52,10 @@ TOTP_DRIFT_STEPS = 1
 RECOVERY_CODE_COUNT = 10
 RECOVERY_CODE_BYTES = 5
 """Each recovery code is 10 hex digits, shown as `xxxxx-xxxxx`."""
+MAX_USER_FAILURES = 10
+FAILURE_WINDOW_S = 900
+"""Wrong codes one user may get within this many seconds, over all tokens and client addresses;
+beyond that every code is refused with 429 until the window ends."""
 MAX_CODE_LENGTH = 64
 """Longer `code` values are refused before any work."""
 ISSUER = "CMS"
@@ -95,7 +102,9 @@ class TwoFactor:
 
     async def setup(self, system: UserSystem[U], user: U) -> TotpSetup:
         """A new secret for `user`, pending until `enable` proves it; nothing is enabled yet.
-        Raises BadRequest when 2FA is already on (turn it off first)."""
+        Raises Forbidden (the system's `mfa_enabled` is off: a factor would be ignored at login) or
+        BadRequest when 2FA is already on (turn it off first)."""
+        await self._require_switch(system)
         factor = await self._repository.factor(system.audience, user.id)
         if factor is not None and factor.get("enabled"):
             raise BadRequest("Two-factor authentication is already enabled; disable it first")
@@ -108,7 +117,9 @@ class TwoFactor:
     async def enable(self, system: UserSystem[U], user: U, code: str, *, ip: str = "",
                      user_agent: str = "") -> list[str]:
         """Turn 2FA on with a code from the pending secret; returns the recovery codes (shown once).
-        Raises OtpInvalid (no pending secret, or a wrong code) or BadRequest (already on)."""
+        Raises Forbidden (`mfa_enabled` off), OtpInvalid (no pending secret, or a wrong code) or
+        BadRequest (already on)."""
+        await self._require_switch(system)
         factor = await self._repository.factor(system.audience, user.id)
         if factor is not None and factor.get("enabled"):
             raise BadRequest("Two-factor authentication is already enabled")
@@ -138,11 +149,20 @@ class TwoFactor:
         await self._audit.record("mfa_disabled", user_id=user.id, ip_address=ip, user_agent=user_agent,
                                  details={"audience": system.audience})
 
+    async def forget(self, system: UserSystem[U], user_id: str) -> None:
+        """Drop the user's factor, if any (the account is being secured by another proof)."""
+        await self._repository.delete(system.audience, user_id)
+
     async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
         """Subscriber: the factors of a deleted auth collection's users are dropped."""
         for event in events:
             if event.event == DELETE and event.collection.type == AUTH_TYPE:
                 await self._repository.delete_audience(collection_audience(event.collection.id))
+
+    @staticmethod
+    async def _require_switch(system: UserSystem[U]) -> None:
+        if not await system.mfa_enabled():
+            raise Forbidden("Two-factor login is switched off for these users")
 
     # --- the second step of a login -------------------------------------------------------------
 
@@ -203,21 +223,35 @@ class TwoFactor:
                           user_agent: str, during: str) -> None:
         """Accept a TOTP code of a later step than the last accepted one, or an unused recovery
         code (spent, and audited `mfa_recovery_used`). Raises OtpInvalid otherwise (audited `mfa_failed`)."""
+        now = self._clock()
+        since = factor.get("failures_since")
+        if (int(factor.get("failures", 0)) >= MAX_USER_FAILURES and isinstance(since, datetime)
+                and now - since < timedelta(seconds=FAILURE_WINDOW_S)):
+            retry_after_s = max(1, int((since + timedelta(seconds=FAILURE_WINDOW_S) - now).total_seconds()))
+            raise RateLimited("Too many wrong codes for this account; try again later", retry_after_s=retry_after_s)
         code = code[:MAX_CODE_LENGTH]
         step = self._matching_step(str(factor.get("secret", "")), code)
         if step is not None:
             if await self._repository.claim_step(system.audience, user_id, step):
+                await self._cleared(system, user_id, factor)
                 return
             await self._failed(system, user_id, ip, user_agent, f"{during}: replayed code")
         recovery = _normalized_recovery_code(code)
         if recovery is not None and await self._repository.use_recovery_code(system.audience, user_id,
                                                                               hash_token(recovery)):
+            await self._cleared(system, user_id, factor)
             await self._audit.record("mfa_recovery_used", user_id=user_id, ip_address=ip, user_agent=user_agent,
                                      details={"audience": system.audience, "during": during})
             return
         await self._failed(system, user_id, ip, user_agent, f"{during}: wrong code")
 
+    async def _cleared(self, system: UserSystem[U], user_id: str, factor: dict[str, Any]) -> None:
+        if factor.get("failures"):
+            await self._repository.clear_failures(system.audience, user_id)
+
     async def _failed(self, system: UserSystem[U], user_id: str, ip: str, user_agent: str, reason: str) -> NoReturn:
+        now = self._clock()
+        await self._repository.count_failure(system.audience, user_id, now, now - timedelta(seconds=FAILURE_WINDOW_S))
         await self._audit.record("mfa_failed", user_id=user_id, ip_address=ip, user_agent=user_agent,
                                  details={"audience": system.audience, "reason": reason})
         raise OtpInvalid()

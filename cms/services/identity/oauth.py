@@ -10,10 +10,10 @@ and tokens, "Every login (password, OTP, OAuth2, 2FA completion) creates a sessi
 3. `callback` checks the state, exchanges the code at the token endpoint, and validates the ID
    token (signature against the provider's JWKS with `joserfc`, issuer, audience, expiry, nonce)
    or, for a provider without OIDC, reads the profile. The provider account (`provider`,
-   `subject`) is linked to a user: an existing link wins; else a user with the same address is
-   linked only when the provider says the address is verified; else a new user is created
-   (`verified` as the provider says; no usable password until a reset). The login then completes
-   as any other (a session, or `requires_2fa`).
+   `subject`) is linked to a user: an existing link wins; else, only when the provider says the
+   address is verified, the user with that address (secured first if its own address was never
+   verified: password, sessions and second factor are dropped) or a new verified user (no usable
+   password until a reset). The login then completes as any other (a session, or `requires_2fa`).
 
 Outgoing requests use the process's one HTTP session, time-outs HTTP_TIMEOUT_S, answers capped at
 MAX_RESPONSE_BYTES. Discovery documents and key sets are cached for METADATA_TTL_S.
@@ -21,6 +21,7 @@ MAX_RESPONSE_BYTES. Discovery documents and key sets are cached for METADATA_TTL
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -43,8 +44,11 @@ from cms.models import LoginResult, collection_audience
 from cms.security.oauth import STATE_LIFETIME_S, LoginState, ProviderConfig, read_state, sign_state
 from cms.services.access import AUTH_TYPE
 from cms.services.events import DELETE, CollectionEvent
+from cms.services.identity.credentials import new_password_hash
 from cms.services.identity.login import Login
+from cms.services.identity.mfa import TwoFactor
 from cms.services.identity.systems import U, UserSystem
+from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
 from cms.store.oauth_identities import OAuthIdentityRepository
 
@@ -54,6 +58,8 @@ HTTP_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 1024 * 1024
 METADATA_TTL_S = 600.0
 """How long a discovery document or key set is reused (seconds)."""
+FAILURE_TTL_S = 60.0
+"""How long a failed fetch of one is remembered before it is tried again (seconds)."""
 CLOCK_LEEWAY_S = 60
 """Allowed clock difference with the provider when checking an ID token's times (seconds)."""
 ID_TOKEN_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384", "EdDSA")
@@ -108,9 +114,12 @@ class OAuthLogin:
     """The provider list and the callback of OAuth2 login, for any user system; every method raises
     CmsError subclasses only."""
 
-    def __init__(self, login: Login, settings: SettingsService, identities: OAuthIdentityRepository,
-                 http: aiohttp.ClientSession, secret_key: str, *, clock: Clock = utcnow) -> None:
+    def __init__(self, login: Login, two_factor: TwoFactor, sessions: SessionService, settings: SettingsService,
+                 identities: OAuthIdentityRepository, http: aiohttp.ClientSession, secret_key: str, *,
+                 clock: Clock = utcnow) -> None:
         self._login = login
+        self._two_factor = two_factor
+        self._sessions = sessions
         self._settings = settings
         self._identities = identities
         self._http = http
@@ -123,11 +132,13 @@ class OAuthLogin:
         Without `redirect_uri` the URL ends in `&redirect_uri=` for the client to complete.
         Raises Forbidden when the system's `oauth_enabled` is off."""
         await self._require_enabled(system)
+        configs = await self._settings.oauth_providers()
+        found = await asyncio.gather(*(self._endpoints(config) for config in configs), return_exceptions=True)
         links = []
-        for config in await self._settings.oauth_providers():
-            try:
-                endpoints = await self._endpoints(config)
-            except BadRequest:
+        for config, endpoints in zip(configs, found, strict=True):
+            if isinstance(endpoints, BaseException):
+                if not isinstance(endpoints, BadRequest):
+                    raise endpoints
                 log.warning("OAuth provider %s: endpoints unavailable; left out of the list", config.name)
                 continue
             verifier = _token()
@@ -252,7 +263,10 @@ class OAuthLogin:
         return claims
 
     async def _user(self, system: UserSystem[U], provider: str, account: ProviderAccount) -> U:
-        """The user the provider account signs in as: linked, or matched by a verified address, or new."""
+        """The user the provider account signs in as: linked before, or the user with the same
+        address (only if the provider verified it), or a new user (likewise). An existing user whose
+        own address was never verified is secured before it is linked: whoever registered it
+        without proving the mailbox loses its password, sessions and second factor (pre-hijacking)."""
         linked = await self._identities.user_of(system.audience, provider, account.subject)
         if linked is not None:
             user = await system.get(linked)
@@ -262,23 +276,38 @@ class OAuthLogin:
         if not account.email:
             raise BadRequest("The provider gave no email address")
         existing = await system.find_by_email(account.email)
-        if existing is not None and not account.email_verified:
-            raise AlreadyExists("An account with this email exists; the provider did not verify the address, "
-                                "so it is not linked")
+        if not account.email_verified:
+            if existing is not None:
+                raise AlreadyExists("An account with this email exists; the provider did not verify the address, "
+                                    "so it is not linked")
+            raise BadRequest("The provider did not verify the email address, so no account is created for it")
+        if existing is not None and not existing.verified:
+            await system.set_password_hash(existing.id, await new_password_hash(_token()))
+            await self._sessions.revoke_all(existing.id, system.audience)
+            await self._two_factor.forget(system, existing.id)
+            existing = await system.set_verified(existing)
         user = existing or await system.create(account.email, _token(), {"name": account.name} if system.collection_name
-                                               is None else {}, verified=account.email_verified)
+                                               is None else {}, verified=True)
         await self._identities.link(system.audience, provider, account.subject, user.id, account.email, self._clock())
         return user
 
     # --- HTTP -----------------------------------------------------------------------------------
 
     async def _cached_json(self, url: str) -> Any:
+        """The JSON at `url`, reused for METADATA_TTL_S; a failure is remembered for FAILURE_TTL_S,
+        so a provider that is down does not cost every request a time-out. Raises BadRequest."""
         cached = self._metadata.get(url)
         if cached is not None and time.monotonic() < cached[0]:
+            if isinstance(cached[1], BadRequest):
+                raise cached[1]
             return cached[1]
-        status, body = await self._request("GET", url)
-        if status != 200:
-            raise BadRequest(f"The provider answered {status} at {url}")
+        try:
+            status, body = await self._request("GET", url)
+            if status != 200:
+                raise BadRequest(f"The provider answered {status} at {url}")
+        except BadRequest as exc:
+            self._metadata[url] = (time.monotonic() + FAILURE_TTL_S, exc)
+            raise
         self._metadata[url] = (time.monotonic() + METADATA_TTL_S, body)
         return body
 
