@@ -123,6 +123,18 @@ async def test_an_unverified_existing_account_is_secured_before_it_is_linked(cli
     await error_of(response, 401, "invalid_credentials")
 
 
+async def test_an_unverified_provider_email_is_not_linked_and_makes_no_account(client, system, provider):
+    provider.user = ProviderUser(sub="intruder", email=EMAIL, email_verified=False)
+    await error_of(await sign_in(client, system, provider), 400, "already_exists")
+    # nor does an unverified address make a new account (it could squat someone's address)
+    provider.user = ProviderUser(sub="fresh", email="fresh@example.com", email_verified=False)
+    await error_of(await sign_in(client, system, provider), 400, "bad_request")
+    provider.user = ProviderUser(sub="fresh", email="fresh@example.com", email_verified=True)
+    assert (await sign_in(client, system, provider)).status == 200
+    # the squatter-free account kept its password: nothing was linked or secured by the refusals
+    assert (await system.login_response(client))["user"]["email"] == EMAIL
+
+
 async def test_a_state_that_does_not_match_is_refused(client, system, provider):
     link = await start(client, system)
     other = await start(client, system)
