@@ -224,11 +224,11 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     credentials = Credentials(p.settings, p.sessions, p.audit)
     verification = Verification(systems, p.one_time, p.mailer, p.audit)
     two_factor = TwoFactor(factors, p.codec, credentials, p.audit, clock=clock)
-    p.events.subscribe(two_factor.on_collection_events, CollectionEvent)
+    systems.on_forgotten(two_factor.forget_audience)
     login = Login(p.sessions, p.settings, p.audit, two_factor)
     oauth = OAuthLogin(login, two_factor, p.sessions, p.settings, identities, infra.http, infra.config.secret_key,
                        clock=clock)
-    p.events.subscribe(oauth.on_collection_events, CollectionEvent)
+    systems.on_forgotten(oauth.forget_audience)
     sessions = UserSessions(systems, p.sessions, p.audit)
     identity = Identity(
         systems=systems,

@@ -22,7 +22,7 @@ from cms.api.schemas import (
     OtpVerifySchema,
     TokenBodySchema,
 )
-from cms.api.user_auth import Door, caller, collection_user_json, signed_in
+from cms.api.user_auth import caller, collection_user_json, limit_prefix, login_json, signed_in
 from cms.services.identity.otp import OTP_REQUESTED_MESSAGE
 from cms.services.identity.systems import CollectionUsers
 
@@ -41,7 +41,7 @@ async def register(request: web.Request) -> web.Response:
     `{user, message}`; the user is unverified and a verification email is queued. 400
     (already_exists, case-insensitive, per collection), 404, 422 (policy, schema fields), 429."""
     body = await parse_body(request, CollectionRegisterSchema())
-    await enforce_auth_limit(request, "register", f"{_name(request)}:{body['email']}")
+    await enforce_auth_limit(request, "register", limit_prefix(request) + body["email"])
     data = {k: v for k, v in body.items() if k not in AUTH_REGISTER_KEYS}
     user = await services(request).identity.registration.register(
         await _system(request), body["email"], body["password"], body["password_confirm"], data,
@@ -58,7 +58,7 @@ async def request_email_change(request: web.Request) -> web.Response:
     principal = await caller(request)
     body = await parse_body(request, EmailChangeRequestSchema())
     await enforce_auth_limit(request, "email_change", principal.user_id)
-    await enforce_mail_limit(request, f"{_name(request)}:email_change", body["new_email"])
+    await enforce_mail_limit(request, f"{limit_prefix(request)}email_change", body["new_email"])
     entry, _, user = await signed_in(request, principal)
     await services(request).identity.email_change.request(
         entry.system, user, body["new_email"], body["password"], ip=client_ip(request), user_agent=user_agent(request),
@@ -88,8 +88,8 @@ async def otp_request(request: web.Request) -> web.Response:
     exists; a 6-digit code (10 minutes) is emailed if it does. 403 otp_disabled, 404, 422, 429
     (auth limit, or the mail limit per address, the same for an unknown address)."""
     body = await parse_body(request, OtpRequestSchema())
-    await enforce_auth_limit(request, "otp_request", f"{_name(request)}:{body['email']}")
-    await enforce_mail_limit(request, f"{_name(request)}:otp_request", body["email"])
+    await enforce_auth_limit(request, "otp_request", limit_prefix(request) + body["email"])
+    await enforce_mail_limit(request, f"{limit_prefix(request)}otp_request", body["email"])
     await services(request).identity.otp.request(await _system(request), body["email"], ip=client_ip(request),
                                                  user_agent=user_agent(request))
     return web.json_response({"message": OTP_REQUESTED_MESSAGE})
@@ -99,8 +99,8 @@ async def otp_verify(request: web.Request) -> web.Response:
     """POST .../auth/otp/verify `{email, code}`: 200 the login response, one new session. 400
     otp_invalid (wrong, expired, used, or used up after 5 tries), 403 otp_disabled, 404, 422, 429."""
     body = await parse_body(request, OtpVerifySchema())
-    await enforce_auth_limit(request, "otp_verify", f"{_name(request)}:{body['email']}")
+    await enforce_auth_limit(request, "otp_verify", limit_prefix(request) + body["email"])
     system = await _system(request)
     result = await services(request).identity.otp.verify(system, body["email"], body["code"],
                                                          ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response(Door(system, collection_user_json, "").login_json(result))
+    return web.json_response(login_json(result, collection_user_json))

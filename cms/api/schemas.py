@@ -85,13 +85,18 @@ class TokenSchema(Schema):
     expires_in = fields.Integer(metadata={"description": "Access-token lifetime in seconds"})
 
 
-class LoginResponseSchema(Schema):
-    user = fields.Nested(AdminUserSchema)
+class _LoginAnswer(Schema):
+    """What every login response carries besides its user system's `user`."""
+
     token = fields.Nested(TokenSchema, allow_none=True)
     message = fields.String(allow_none=True)
     requires_2fa = fields.Boolean()
     mfa_token = fields.String(metadata={"description": "With requires_2fa only: what 2fa/verify takes (5 minutes, "
                                                        "single use); `user` is then only {id, email}"})
+
+
+class LoginResponseSchema(_LoginAnswer):
+    user = fields.Nested(AdminUserSchema)
 
 
 class RegisterResponseSchema(Schema):
@@ -336,13 +341,8 @@ class CollectionUserSchema(Schema):
     updated = fields.String()
 
 
-class CollectionLoginResponseSchema(Schema):
+class CollectionLoginResponseSchema(_LoginAnswer):
     user = fields.Nested(CollectionUserSchema)
-    token = fields.Nested(TokenSchema, allow_none=True)
-    message = fields.String(allow_none=True)
-    requires_2fa = fields.Boolean()
-    mfa_token = fields.String(metadata={"description": "With requires_2fa only: what 2fa/verify takes (5 minutes, "
-                                                       "single use); `user` is then only {id, email}"})
 
 
 # --- two-factor login (decisions.md, Two-factor login) ----------------------------------------------

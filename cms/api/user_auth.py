@@ -54,23 +54,35 @@ def admin_user_json(user: Any) -> dict[str, Any]:
     return result
 
 
+def limit_prefix(request: web.Request) -> str:
+    """The prefix of the path's rate-limit keys (addresses and mail endpoints count per user
+    system): "" for the admin table, "<collection>:" for an auth collection. Needs no look-up, so
+    limits apply before an unknown collection's 404."""
+    name = request.match_info.get(COLLECTION_PARAM)
+    return "" if name is None else f"{name}:"
+
+
+def login_json(result: LoginResult, user_json: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
+    """The login response `{user, token, message, requires_2fa}`, the user shown by `user_json`;
+    with `requires_2fa`, `user` is only `{id, email}`, `token` null, and `mfa_token` is added
+    (decisions.md, Two-factor login)."""
+    if result.requires_2fa:
+        return {"user": {"id": result.user.id, "email": result.user.email}, "token": None,
+                "message": result.message, "requires_2fa": True, "mfa_token": result.mfa_token}
+    return {"user": user_json(result.user), "token": TokenSchema().dump(result.token),
+            "message": result.message, "requires_2fa": result.requires_2fa}
+
+
 @dataclass(frozen=True)
 class Door:
-    """The user system a request's path names, with its JSON shape of a user and the prefix of its
-    rate-limit keys ("" for the admin table, "<collection>:" for an auth collection)."""
+    """The user system a request's path names, with its JSON shape of a user."""
 
     system: UserSystem[Any]
     user_json: Callable[[Any], dict[str, Any]]
-    prefix: str
 
     def login_json(self, result: LoginResult) -> dict[str, Any]:
-        """The login response `{user, token, message, requires_2fa}`; with `requires_2fa`, `user`
-        is only `{id, email}`, `token` null, and `mfa_token` is added (decisions.md, Two-factor login)."""
-        if result.requires_2fa:
-            return {"user": {"id": result.user.id, "email": result.user.email}, "token": None,
-                    "message": result.message, "requires_2fa": True, "mfa_token": result.mfa_token}
-        return {"user": self.user_json(result.user), "token": TokenSchema().dump(result.token),
-                "message": result.message, "requires_2fa": result.requires_2fa}
+        """`login_json` with this system's user shape."""
+        return login_json(result, self.user_json)
 
 
 async def door(request: web.Request) -> Door:
@@ -78,8 +90,8 @@ async def door(request: web.Request) -> Door:
     systems = services(request).identity.systems
     name = request.match_info.get(COLLECTION_PARAM)
     if name is None:
-        return Door(systems.admin, admin_user_json, "")
-    return Door(await systems.collection(name), collection_user_json, f"{name}:")
+        return Door(systems.admin, admin_user_json)
+    return Door(await systems.collection(name), collection_user_json)
 
 
 async def caller(request: web.Request) -> Principal:
@@ -105,17 +117,11 @@ async def login(request: web.Request) -> web.Response:
     session. 401 invalid_credentials (the same for an unknown email and a wrong password), 400, 404
     (collection), 422, 429 (10 attempts per minute per client IP and address)."""
     body = await parse_body(request, LoginSchema())
-    await enforce_auth_limit(request, "login", _limit_key(request, body["email"]))
+    await enforce_auth_limit(request, "login", limit_prefix(request) + body["email"])
     entry = await door(request)
     result = await services(request).identity.login.password(
         entry.system, body["email"], body["password"], ip=client_ip(request), user_agent=user_agent(request))
     return web.json_response(entry.login_json(result))
-
-
-def _limit_key(request: web.Request, email: str) -> str:
-    """The auth rate limit's identifier: an address counts per collection."""
-    name = request.match_info.get(COLLECTION_PARAM)
-    return email if name is None else f"{name}:{email}"
 
 
 async def refresh(request: web.Request) -> web.Response:
@@ -155,7 +161,7 @@ async def resend_verification(request: web.Request) -> web.Response:
     limit per user and address)."""
     entry, _, user = await signed_in(request)
     if not user.verified:
-        await enforce_mail_limit(request, f"{entry.prefix}resend_verification", user.email, user_id=user.id)
+        await enforce_mail_limit(request, f"{limit_prefix(request)}resend_verification", user.email, user_id=user.id)
     sent = await services(request).identity.verification.resend(entry.system, user)
     message = "A new verification link has been sent" if sent else "Email is already verified"
     return web.json_response({"message": message})

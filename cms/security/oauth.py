@@ -20,6 +20,8 @@ import re
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from cms.security.json_input import JsonInputError, decode_json
+
 MASK = "********"
 """What a client secret reads as."""
 MAX_PROVIDERS = 20
@@ -88,9 +90,9 @@ def parse_providers(raw: str) -> list[ProviderConfig]:
     if len(raw) > MAX_SETTING_CHARS:
         raise ProviderConfigError(f"at most {MAX_SETTING_CHARS} characters")
     try:
-        items = json.loads(raw or "[]")
-    except ValueError as exc:
-        raise ProviderConfigError("must be a JSON list of providers") from exc
+        items = decode_json(raw or "[]")
+    except JsonInputError as exc:
+        raise ProviderConfigError(f"must be a JSON list of providers ({exc})") from exc
     if not isinstance(items, list) or len(items) > MAX_PROVIDERS:
         raise ProviderConfigError(f"must be a JSON list of at most {MAX_PROVIDERS} providers")
     providers: list[ProviderConfig] = []
@@ -122,6 +124,17 @@ def dump_providers(providers: list[ProviderConfig]) -> str:
     """The JSON text of `providers` as stored (secrets included)."""
     return json.dumps([{k: (list(v) if k == "scopes" else v) for k, v in asdict(p).items() if v}
                        for p in providers])
+
+
+def normalized(raw: str) -> str:
+    """An `oauth_providers` value as stored: checked, presets filled in. Raises ProviderConfigError."""
+    return dump_providers(parse_providers(raw))
+
+
+def merged(new_raw: str, stored_raw: str) -> str:
+    """What a change to `new_raw` stores when `stored_raw` is stored: masked secrets kept (see
+    `with_kept_secrets`). Raises ProviderConfigError."""
+    return dump_providers(with_kept_secrets(parse_providers(new_raw), stored_raw))
 
 
 def masked(raw: str) -> str:

@@ -117,16 +117,29 @@ class Setting:
     category: str
 
 
-SECRET_SETTINGS = {"oauth_providers": oauth.masked}
-"""Settings holding secrets, and how a read (API, audit) shows them."""
+@dataclass(frozen=True)
+class TextSetting:
+    """How a text setting is checked and shown: `normalized(raw)` is the value to store (ValueError
+    with a message for the client), `shown(stored)` what reads (API, audit) show, and
+    `merged(new, stored)` what a change stores given the stored value (write-only parts kept)."""
+
+    normalized: Callable[[str], str]
+    shown: Callable[[str], str]
+    merged: Callable[[str, str], str]
+
+
+TEXT_SETTINGS: dict[str, TextSetting] = {
+    "oauth_providers": TextSetting(normalized=oauth.normalized, shown=oauth.masked, merged=oauth.merged),
+}
+"""Every setting whose default is text, with its rules."""
 
 
 def render_value(value: Any, key: str = "") -> str:
-    """A setting value as its API string: booleans as `true`/`false`, integers in decimal, text
-    as is; the secrets in a SECRET_SETTINGS value masked."""
+    """A setting value as its API string: booleans as `true`/`false`, integers in decimal, text as
+    its TEXT_SETTINGS rule shows it (secrets masked)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return SECRET_SETTINGS[key](str(value)) if key in SECRET_SETTINGS else str(value)
+    return TEXT_SETTINGS[key].shown(str(value)) if key in TEXT_SETTINGS else str(value)
 
 
 def _value_error(message: str) -> ValidationFailed:
@@ -141,16 +154,16 @@ def _check_key(key: str) -> tuple[Any, str]:
 
 def parse_value(key: str, raw: Any) -> bool | int | str:
     """The typed value of setting `key` from what a client sent: a JSON bool or integer, or its
-    string form (`"true"`, `"false"`, `"8"`); for a text setting (`oauth_providers`) a JSON string,
-    checked and normalised. Raises ValidationFailed (422): `errors.key` for an unknown key,
+    string form (`"true"`, `"false"`, `"8"`); for a text setting (TEXT_SETTINGS) a string, checked
+    and normalised by its rule. Raises ValidationFailed (422): `errors.key` for an unknown key,
     `errors.value` (a list of strings) for a wrong type, an integer out of range or a bad text value."""
     default, _ = _check_key(key)
-    if isinstance(default, str):
+    if key in TEXT_SETTINGS:
         if not isinstance(raw, str):
-            raise _value_error("Must be a JSON string.")
+            raise _value_error("Must be a string.")
         try:
-            return oauth.dump_providers(oauth.parse_providers(raw))
-        except oauth.ProviderConfigError as exc:
+            return TEXT_SETTINGS[key].normalized(raw)
+        except ValueError as exc:
             raise _value_error(str(exc)) from exc
     if isinstance(default, bool):
         if isinstance(raw, bool):
@@ -305,11 +318,10 @@ class SettingsService:
             raise ValidationFailed(f"Setting '{key}' is in category '{key_category}'",
                                    errors={"category": [f"Must be '{key_category}'."]})
         old_value = await self._repository.get(key)
-        if key == "oauth_providers":  # secrets are write-only: a masked one written back is kept
+        if key in TEXT_SETTINGS:  # write-only parts (secrets) written back masked are kept
             try:
-                value = oauth.dump_providers(oauth.with_kept_secrets(oauth.parse_providers(str(value)),
-                                                                     str(old_value or default)))
-            except oauth.ProviderConfigError as exc:
+                value = TEXT_SETTINGS[key].merged(str(value), str(old_value or default))
+            except ValueError as exc:
                 raise _value_error(str(exc)) from exc
         await self.set(key, value)
         await self._audit.record(

@@ -3,6 +3,7 @@ login (TOTP)). Codes are computed by the test from the secret, at the injected c
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pyotp
@@ -23,8 +24,6 @@ async def system(request, client, admin_token, services) -> System:
 
 def code_at(secret: str, clock: Any, **offset: float) -> str:
     """The TOTP code of `secret` at the test clock's time (moved by `offset`, e.g. seconds=-30)."""
-    from datetime import timedelta
-
     return pyotp.TOTP(secret).at(clock() + timedelta(**offset))
 
 

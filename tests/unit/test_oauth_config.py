@@ -59,7 +59,7 @@ def test_presets_fill_in_and_explicit_values_win():
     json.dumps([{"name": f"p{i}", "client_id": "a", "discovery_url": "https://x"} for i in range(21)]),
     json.dumps([{"name": "a", "client_id": "x", "auth_url": "https://x/a", "token_url": "https://x/t"}]),
     json.dumps([{"name": "a", "client_id": "x", "discovery_url": "https://x", "scopes": "openid"}]),
-    "x" * 70_000,
+    "x" * 70_000, "[" * 1000 + "]" * 1000,
 ])
 def test_invalid_provider_lists_are_refused(raw):
     with pytest.raises(ProviderConfigError):

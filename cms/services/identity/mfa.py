@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -33,12 +32,9 @@ import segno
 
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, Forbidden, OtpInvalid, RateLimited, TokenExpired, TokenInvalid, Unauthorized
-from cms.models import collection_audience
 from cms.security.codes import constant_time_equals, hash_token
 from cms.security.tokens import MFA, TokenCodec
-from cms.services.access import AUTH_TYPE
 from cms.services.audit import AuditService
-from cms.services.events import DELETE, CollectionEvent
 from cms.services.identity.credentials import Credentials
 from cms.services.identity.systems import U, UserSystem
 from cms.store.mfa import MfaRepository
@@ -153,11 +149,9 @@ class TwoFactor:
         """Drop the user's factor, if any (the account is being secured by another proof)."""
         await self._repository.delete(system.audience, user_id)
 
-    async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
-        """Subscriber: the factors of a deleted auth collection's users are dropped."""
-        for event in events:
-            if event.event == DELETE and event.collection.type == AUTH_TYPE:
-                await self._repository.delete_audience(collection_audience(event.collection.id))
+    async def forget_audience(self, audience: str) -> int:
+        """Drop every factor of a deleted user system (`UserSystems.on_forgotten`); returns how many."""
+        return await self._repository.delete_audience(audience)
 
     @staticmethod
     async def _require_switch(system: UserSystem[U]) -> None:

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import secrets
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,10 +38,9 @@ from joserfc.jwk import KeySet
 
 from cms.clock import Clock, utcnow
 from cms.errors import AlreadyExists, BadRequest, Forbidden, TokenInvalid, ValidationFailed
-from cms.models import LoginResult, collection_audience
+from cms.models import LoginResult
+from cms.security.json_input import JsonInputError, decode_json
 from cms.security.oauth import STATE_LIFETIME_S, LoginState, ProviderConfig, read_state, sign_state
-from cms.services.access import AUTH_TYPE
-from cms.services.events import DELETE, CollectionEvent
 from cms.services.identity.credentials import new_password_hash
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
@@ -175,11 +172,9 @@ class OAuthLogin:
         user = await self._user(system, config.name, account)
         return await self._login.signed_in(system, user, method="oauth2", ip=ip, user_agent=user_agent)
 
-    async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
-        """Subscriber: the provider links of a deleted auth collection's users are dropped."""
-        for event in events:
-            if event.event == DELETE and event.collection.type == AUTH_TYPE:
-                await self._identities.delete_audience(collection_audience(event.collection.id))
+    async def forget_audience(self, audience: str) -> int:
+        """Drop every provider link of a deleted user system (`UserSystems.on_forgotten`)."""
+        return await self._identities.delete_audience(audience)
 
     # --- steps ----------------------------------------------------------------------------------
 
@@ -323,9 +318,9 @@ class OAuthLogin:
             raise BadRequest("The OAuth2 provider could not be reached") from exc
         if len(raw) > MAX_RESPONSE_BYTES:
             raise BadRequest("The OAuth2 provider's answer is too large")
-        try:
-            return status, json.loads(raw) if raw else None
-        except ValueError:
+        try:  # bounded: a provider's answer is input too (depth, huge integers)
+            return status, decode_json(raw) if raw else None
+        except JsonInputError:
             return status, None
 
 

@@ -56,10 +56,9 @@ class OtpService:
         self._clock = clock
 
     @staticmethod
-    def _require_enabled(system: CollectionUsers) -> CollectionUsers:
+    def _require_enabled(system: CollectionUsers) -> None:
         if not system.collection.otp_enabled:
             raise OtpDisabled()
-        return system
 
     async def request(self, system: CollectionUsers, email: str, *, ip: str = "", user_agent: str = "") -> None:
         """Queue a code for `email`. Does not look the address up, so it answers alike either way.

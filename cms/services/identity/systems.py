@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -328,6 +328,7 @@ class UserSystems:
         self._sessions = sessions
         self._events = events
         self._clock = clock
+        self._forgetters: list[Callable[[str], Awaitable[int]]] = []
 
     def of(self, collection: Collection) -> CollectionUsers:
         """The user system of an auth collection already looked up."""
@@ -391,14 +392,23 @@ class UserSystems:
 
     # --- clean-up (event subscribers) ------------------------------------------------------------
 
+    def on_forgotten(self, forget: Callable[[str], Awaitable[int]]) -> None:
+        """Also call `forget(audience)` when a user system is deleted (second factors, provider
+        links); it returns how many entries it dropped."""
+        self._forgetters.append(forget)
+
     async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
-        """A deleted auth collection is forgotten: its sessions revoked, its credentials dropped."""
+        """A deleted auth collection is forgotten: its sessions revoked, its credentials dropped,
+        and whatever `on_forgotten` registered called with its audience."""
         for event in events:
             if event.event != DELETE or event.collection.type != AUTH_TYPE:
                 continue
             collection = event.collection
-            revoked = await self._sessions.revoke_audience(collection_audience(collection.id))
+            audience = collection_audience(collection.id)
+            revoked = await self._sessions.revoke_audience(audience)
             dropped = await self._users.delete_collection(collection.id)
+            for forget in self._forgetters:
+                dropped += await forget(audience)
             log.info("auth collection %s deleted: %d sessions revoked, %d credentials dropped",
                      collection.name, revoked, dropped)
 
