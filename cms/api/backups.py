@@ -3,6 +3,8 @@ its backup or restore is complete."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from aiohttp import web
 
 from cms.api.context import client_ip, services, user_agent
@@ -31,6 +33,21 @@ async def restore_backup(request: web.Request) -> web.Response:
     result = await services(request).backups.restore(principal, request.match_info["filename"],
                                                      ip=client_ip(request), user_agent=user_agent(request))
     return web.json_response(MessageSchema().dump({"message": result.message}))
+
+
+async def download_backup(request: web.Request) -> web.StreamResponse:
+    """GET /backups/{filename}: the archive (`application/gzip`, as an attachment). 400 (malformed
+    name), 404, 401/403 unless admin. Audited."""
+    principal = await require_admin(request)
+    backup, path = await services(request).backups.download(principal, request.match_info["filename"],
+                                                            ip=client_ip(request), user_agent=user_agent(request))
+    return backup_file_response(backup.filename, path)
+
+
+def backup_file_response(filename: str, path: Path) -> web.FileResponse:
+    """The response sending a backup archive (REST and the admin UI)."""
+    return web.FileResponse(path, headers={"Content-Type": "application/gzip",
+                                           "Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 async def delete_backup(request: web.Request) -> web.Response:

@@ -85,6 +85,19 @@ def client_ip(request: web.Request) -> str:
     return hops[0] if hops else peer
 
 
+def is_https(request: web.Request) -> bool:
+    """Whether the client reached us over HTTPS: the connection itself, or `X-Forwarded-Proto:
+    https` set by one of `TRUSTED_PROXIES` (a TLS-terminating load balancer); the header of any
+    other peer is ignored."""
+    if request.secure:
+        return True
+    trusted = services(request).config.trusted_proxies
+    if not trusted or not _is_trusted(request.remote or "", trusted):
+        return False
+    forwarded = request.headers.get("X-Forwarded-Proto", "").split(",")[-1].strip().lower()
+    return forwarded == "https"
+
+
 def _is_trusted(address: str, trusted: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
     try:
         ip = ipaddress.ip_address(address)

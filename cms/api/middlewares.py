@@ -22,6 +22,7 @@ from cms.errors import (
     RateLimited,
     ServiceUnavailable,
 )
+from cms.services.definition_cache import request_scope
 
 log = logging.getLogger("cms.api")
 
@@ -77,6 +78,13 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         )
     response.headers["X-Request-Id"] = request_id
     return response
+
+
+@web.middleware
+async def catalog_scope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """One request reads the catalog epoch at most once (`definition_cache.request_scope`)."""
+    with request_scope():
+        return await handler(request)
 
 
 def _client_gone(request: web.Request) -> bool:

@@ -146,6 +146,8 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", V1 + "/backups/{filename}/restore", backups.restore_backup,
           "Replace every collection with the backup's contents (the archive is verified first)", "backups",
           auth="admin", response=s.MessageSchema),
+    Route("GET", V1 + "/backups/{filename}", backups.download_backup,
+          "Download a backup archive (.tar.gz); audited", "backups", auth="admin", produces="application/gzip"),
     Route("DELETE", V1 + "/backups/{filename}", backups.delete_backup, "Delete a backup", "backups",
           auth="admin", status=204),
     # --- end backups
@@ -213,6 +215,9 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", V1 + "/webhooks/{webhook_id}/deliveries", webhooks.webhook_deliveries,
           "Delivery attempts of a webhook, newest first", "webhooks",
           auth="bearer", query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+    Route("POST", V1 + "/webhooks/deliveries/{delivery_id}/redeliver", webhooks.redeliver,
+          "Send a logged delivery again (same body, a new delivery id); `delivery_id` is a log entry's `id`",
+          "webhooks", auth="bearer", response=webhooks.RedeliverySchema, status=202),
     # --- end webhooks
     # --- password reset and auth collections (issue 3)
     Route("POST", V1 + "/auth/request-password-reset", admin_auth.request_password_reset,

@@ -4,12 +4,14 @@ Admin-table users of either role; the service checks the principal."""
 from __future__ import annotations
 
 from aiohttp import web
+from marshmallow import Schema, fields
 
 from cms.api.context import parse_body, parse_query, services
 from cms.api.guards import require_user
 from cms.api.schemas import (
     DeliveryAttemptSchema,
     DeliveryQuerySchema,
+    Timestamp,
     WebhookCreateSchema,
     WebhookListQuerySchema,
     WebhookSchema,
@@ -71,3 +73,25 @@ async def _deliveries(request: web.Request, webhook_id: str | None) -> web.Respo
     items, total = await services(request).webhooks.deliveries(principal, webhook_id, skip=query["skip"],
                                                                limit=query["limit"])
     return web.json_response({"items": DeliveryAttemptSchema(many=True).dump(items), "total": total})
+
+
+class RedeliverySchema(Schema):
+    """The delivery "send again" queued (spec addition, issue 15)."""
+
+    delivery_id = fields.String(attribute="id", metadata={"description": "the new delivery's id "
+                                                          "(`X-Webhook-Delivery`, the id of its first log entry)"})
+    webhook_id = fields.String()
+    event = fields.String()
+    collection = fields.String()
+    record_id = fields.String()
+    created = Timestamp()
+
+
+async def redeliver(request: web.Request) -> web.Response:
+    """POST /webhooks/deliveries/{delivery_id}/redeliver: 202 the new delivery of the same body to
+    the same webhook (`delivery_id`: the `id` of any of the delivery's log entries); it is sent by a
+    worker and logged like any other. 400 (webhook disabled), 404 (unknown entry, not the caller's,
+    or its body no longer kept: 7 days after it finished)."""
+    principal = await require_user(request)
+    delivery = await services(request).webhooks.redeliver(principal, request.match_info["delivery_id"])
+    return web.json_response(RedeliverySchema().dump(delivery), status=202)

@@ -8,6 +8,7 @@ this module only proves that a token is authentic, current and meant for the cal
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,6 +42,10 @@ class TokenClaims:
     exp: datetime
 
 
+VERIFIED_TOKENS_KEPT = 4096
+"""Tokens whose verified payload one codec remembers (least recently used go first)."""
+
+
 class TokenCodec:
     """Issues and decodes HS256 JWTs signed with `secret_key`; `clock` is the time source for `iat` and expiry.
 
@@ -51,6 +56,10 @@ class TokenCodec:
             raise ValueError("secret_key must not be empty")
         self._secret_key = secret_key
         self._clock = clock
+        # A token's signature is checked once per process: the payload of a token that verified is
+        # remembered (what fails is not), so the two checks of one request and every later request
+        # with the same token cost a dict look-up. Claims are still checked on every use.
+        self._verified = functools.lru_cache(maxsize=VERIFIED_TOKENS_KEPT)(self._verify_signature)
 
     def issue(
         self, *, sub: str, sid: str, typ: str, aud: str, lifetime_s: int, jti: str | None = None
@@ -113,16 +122,20 @@ class TokenCodec:
             raise Unauthorized("Token is missing the 'aud' claim")
         return aud
 
-    def _verified_payload(self, token: str) -> Any:
-        """The payload of `token` once its signature and pinned algorithm are checked; no claim is
-        checked here. Raises Unauthorized (malformed, bad signature, other algorithm)."""
+    def _verified_payload(self, token: str) -> dict[str, Any]:
+        """The payload of `token` once its signature and pinned algorithm are checked (a copy; the
+        check itself is remembered for VERIFIED_TOKENS_KEPT tokens); no claim is checked here.
+        Raises Unauthorized (malformed, bad signature, other algorithm)."""
         if not token.isascii():
             # A JWT is base64url and dots; pyjwt would fail to encode lone surrogates (500, not 401).
             raise Unauthorized("Token is malformed")
+        return dict(self._verified(token))
+
+    def _verify_signature(self, token: str) -> dict[str, Any]:
         try:
             # pyjwt checks only the signature and the pinned algorithm; every claim is checked by
             # the callers, so the injected clock (not the wall clock) decides expiry.
-            return jwt.decode(token, self._secret_key, algorithms=[ALGORITHM], options={
+            payload = jwt.decode(token, self._secret_key, algorithms=[ALGORITHM], options={
                 "verify_signature": True, "verify_exp": False, "verify_nbf": False, "verify_iat": False,
                 "verify_aud": False, "verify_iss": False, "verify_sub": False, "verify_jti": False,
             })
@@ -132,6 +145,9 @@ class TokenCodec:
             raise Unauthorized("Token signature is invalid") from exc
         except jwt.PyJWTError as exc:
             raise Unauthorized("Token is malformed") from exc
+        if not isinstance(payload, dict):
+            raise Unauthorized("Token is malformed")
+        return payload
 
 
 def _claims_from_payload(payload: Any) -> TokenClaims:

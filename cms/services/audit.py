@@ -27,6 +27,7 @@ SEVERITIES: dict[str, str] = {
     "collection_updated": "info", "collection_deleted": "info", "api_key_created": "info",
     "api_key_revoked": "info", "setting_changed": "warning", "backup_created": "info",
     "backup_restored": "critical", "backup_deleted": "warning",
+    "backup_downloaded": "warning",
     "mfa_enabled": "info", "mfa_disabled": "warning", "mfa_failed": "warning", "mfa_recovery_used": "warning",
 }
 SEVERITY_LEVELS = ("info", "warning", "critical")

@@ -265,6 +265,24 @@ class BackupService:
         await self._audit.record("backup_deleted", user_id=_user_id(principal), ip_address=ip, user_agent=user_agent,
                                  details={"filename": filename})
 
+    async def download(self, principal: Principal | None, filename: str, *, ip: str = "",
+                       user_agent: str = "") -> tuple[Backup, Path]:
+        """The backup `filename` and the path of its archive, for sending it to an admin (audited
+        `backup_downloaded`: the archive holds the whole database). Raises BadRequest (not a backup
+        filename), NotFound or Forbidden."""
+        _require_admin(principal)
+        path = self._path(filename)
+        created = backup_time(filename)
+        try:
+            size = (await asyncio.to_thread(path.stat)).st_size
+        except FileNotFoundError:
+            raise NotFound(f"Backup {filename} not found") from None
+        if not path.is_file() or created is None:
+            raise NotFound(f"Backup {filename} not found")
+        await self._audit.record("backup_downloaded", user_id=_user_id(principal), ip_address=ip,
+                                 user_agent=user_agent, details={"filename": filename})
+        return Backup(filename=filename, size=size, created=created), path
+
     def _path(self, filename: str) -> Path:
         """The path of a backup; BadRequest unless `filename` is exactly of the backup form (so no
         separators, no `..`)."""

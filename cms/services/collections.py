@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +12,7 @@ from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.audit import AuditService
+from cms.services.definition_cache import DefinitionCache
 from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.schema_changes import apply_schema_change, check_schema_change
@@ -58,8 +60,10 @@ class CollectionService:
         events: EventBus,
         *,
         clock: Clock = utcnow,
+        cache: DefinitionCache | None = None,
     ) -> None:
         self._audit = audit
+        self._cache = cache
         self._events = events
         self._collections = collections
         self._records = records
@@ -82,26 +86,61 @@ class CollectionService:
         return await self._collections.list()
 
     async def get(self, collection_id: str) -> Collection:
-        """One collection by id. Raises NotFound."""
-        collection = await self._collections.get(collection_id)
+        """One collection by id (from the definition cache when current). Raises NotFound."""
+        collection = await self.find(collection_id)
         if collection is None:
             raise NotFound("Collection not found")
         return collection
 
     async def find(self, collection_id: str) -> Collection | None:
-        """One collection by id, or None (one `_id` look-up)."""
-        return await self._collections.get(collection_id)
+        """One collection by id, or None (the definition cache, else one `_id` look-up)."""
+        return await self._definition(("id", collection_id), lambda: self._collections.get(collection_id))
 
     async def exists(self, collection_id: str) -> bool:
-        """Whether the collection with this id exists (one `_id` look-up)."""
+        """Whether the collection with this id exists now (one `_id` look-up, never cached: the
+        check an insert makes after it lands)."""
         return await self._collections.get(collection_id) is not None
 
-    async def get_by_name(self, name: str) -> Collection:
-        """One collection by name (record paths). Raises NotFound."""
-        collection = await self._collections.get_by_name(name)
+    async def get_by_name(self, name: str, *, epoch: str | None = None) -> Collection:
+        """One collection by name (record paths), from the definition cache when it is current
+        (`epoch`: the catalog epoch the caller has just read, if any). Raises NotFound."""
+        collection = await self._definition(("name", name), lambda: self._collections.get_by_name(name), epoch)
         if collection is None:
             raise NotFound(f"Collection '{name}' not found")
         return collection
+
+    async def cached_by_name(self, name: str) -> tuple[Collection, str | None]:
+        """The collection called `name` and the catalog epoch it was loaded under, taken from the
+        cache without reading the epoch when an entry is there: the caller must compare that
+        epoch with one it reads (the read cache's `MGET`) and call `reload_by_name` when they
+        differ, and must not refuse a request on this definition alone (`current_by_name`).
+        Raises NotFound."""
+        if self._cache is not None:
+            hit = self._cache.peek(("name", name))
+            if hit is not None and hit[1] is not None:
+                return hit[1], hit[0]
+        return await self.current_by_name(name)
+
+    async def current_by_name(self, name: str) -> tuple[Collection, str | None]:
+        """The collection called `name` as of the catalog epoch (read now, or already read by this
+        request), and that epoch (None when Redis failed or without a cache). Raises NotFound."""
+        if self._cache is None:
+            return await self.get_by_name(name), None
+        epoch = await self._cache.epoch()
+        return await self.get_by_name(name, epoch=epoch), epoch
+
+    async def reload_by_name(self, name: str, epoch: str) -> Collection:
+        """`get_by_name` under `epoch`, just read from Redis (kept as the request's epoch).
+        Raises NotFound."""
+        if self._cache is not None:
+            self._cache.remember(epoch)
+        return await self.get_by_name(name, epoch=epoch)
+
+    async def _definition(self, key: tuple[str, str], load: Callable[[], Awaitable[Collection | None]],
+                          epoch: str | None = None) -> Collection | None:
+        if self._cache is None:
+            return await load()
+        return await self._cache.get(key, load, epoch=epoch)
 
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
@@ -141,6 +180,7 @@ class CollectionService:
         except Exception:
             await self._collections.delete(collection.id)
             raise
+        self._forget()
         log.info("collection %s (%s) created", name, collection.id)
         await self._events.emit([CollectionEvent(CREATE, collection)])
         await self._audit.record("collection_created", user_id=principal.user_id,
@@ -195,6 +235,7 @@ class CollectionService:
         kept = {f.name for f in stored.fields}
         await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
         await apply_schema_change(self._records, collection_id, field_changes)
+        self._forget()
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
         await self._events.emit([CollectionEvent(UPDATE, stored)])
         await self._audit.record("collection_updated", user_id=principal.user_id,
@@ -232,10 +273,17 @@ class CollectionService:
             )
         await self._collections.delete(collection.id)
         await self._records.drop(collection.id)
+        self._forget()
         await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._audit.record("collection_deleted", user_id=principal.user_id,
                                  details={"collection_id": collection.id, "name": collection.name})
+
+    def _forget(self) -> None:
+        """After a change made here: this process's cached definitions go at once (the epoch bump
+        that follows, from the collection event, reaches every replica)."""
+        if self._cache is not None:
+            self._cache.forget()
 
     async def _check_relations(self, collection: Collection) -> None:
         for spec in collection.fields:

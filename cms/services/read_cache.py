@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
+from cms.services.definition_cache import epoch_text
 from cms.services.events import CollectionEvent, RecordEvent
 
 log = logging.getLogger("cms.read_cache")
@@ -82,6 +83,17 @@ def canonical(value: Any) -> str:
     raise TypeError(f"cannot make a cache key of {type(value).__name__}")
 
 
+def epoch_key(prefix: str) -> str:
+    """The Redis key of the catalog epoch of a read cache with this `prefix` (bumped on every
+    collection change and restore; the definition cache checks its entries against it too)."""
+    return f"{prefix}:epoch"
+
+
+def stamp_epoch(stamp: str) -> str:
+    """The epoch part of a stamp `<epoch>.<version>` from `ReadCache.lookup`."""
+    return stamp.partition(".")[0]
+
+
 def entry_key(collection: str, kind: str, *parts: Any) -> str:
     """The hash naming one cached read: `kind` (`list` or `get`) of `collection` with `parts`
     (parameters and the bound access decision). Raises TypeError (see `canonical`)."""
@@ -92,7 +104,8 @@ def entry_key(collection: str, kind: str, *parts: Any) -> str:
 class ReadCache:
     """Versioned response cache in Redis (see the module docstring). `prefix` namespaces the keys
     (one per database); `switch()` (e.g. the `read_cache_enabled` setting) is asked on every
-    lookup: False makes the lookup a miss that stores nothing. Bumps happen whatever the switch
+    lookup and store: False makes the lookup a miss that stores nothing (identical concurrent
+    reads still share one query). Bumps happen whatever the switch
     says, so turning the cache back on never serves an entry older than a write."""
 
     def __init__(self, redis: Redis, *, prefix: str, ttl_s: int = DEFAULT_TTL_S,
@@ -108,22 +121,24 @@ class ReadCache:
 
     @property
     def _epoch_key(self) -> str:
-        return f"{self._prefix}:epoch"
+        return epoch_key(self._prefix)
 
     async def lookup(self, collection: str, key: str) -> tuple[str | None, bytes | None]:
         """The current stamp of `collection` and the body stored under `key` if it was computed
-        under that stamp: `(stamp, body)`; `(stamp, None)` on a miss; `(None, None)` when the cache is
-        off or Redis failed (then nothing may be stored either)."""
-        if self._switch is not None and not await self._switch():
-            return None, None
+        under that stamp: `(stamp, body)`; `(stamp, None)` on a miss, and always while the switch is
+        off (the stamp still lets identical reads share one query, `SingleFlight`); `(None, None)`
+        when Redis failed (then nothing may be shared or stored either)."""
+        keys = [self._epoch_key, self._version_key(collection)]
+        on = self._switch is None or await self._switch()
+        if on:
+            keys.append(f"{self._prefix}:e:{key}")
         try:
-            epoch, version, entry = await asyncio.wait_for(
-                self._redis.mget(self._epoch_key, self._version_key(collection), f"{self._prefix}:e:{key}"),
-                REDIS_TIMEOUT_S)
+            epoch, version, *entries = await asyncio.wait_for(self._redis.mget(keys), REDIS_TIMEOUT_S)
         except Exception as exc:  # the database still answers: never fail a read on the cache
             self._failed("read", exc)
             return None, None
-        stamp = f"{_text(epoch)}.{_text(version)}"
+        stamp = f"{epoch_text(epoch)}.{epoch_text(version)}"
+        entry = entries[0] if entries else None
         if entry is None:
             return stamp, None
         stored_stamp, _, body = bytes(entry).partition(b"|")
@@ -131,8 +146,9 @@ class ReadCache:
 
     async def store(self, key: str, stamp: str, body: bytes) -> None:
         """Keep `body` under `key`, computed under `stamp` (from `lookup`), for `ttl_s` seconds.
-        Bodies over MAX_ENTRY_BYTES are not kept. Redis failures are logged."""
-        if len(body) > MAX_ENTRY_BYTES:
+        Bodies over MAX_ENTRY_BYTES are not kept, nor anything while the switch is off. Redis
+        failures are logged."""
+        if len(body) > MAX_ENTRY_BYTES or (self._switch is not None and not await self._switch()):
             return
         try:
             await asyncio.wait_for(self._redis.set(f"{self._prefix}:e:{key}", stamp.encode() + b"|" + body,
@@ -208,9 +224,3 @@ class SingleFlight:
             return value
         finally:
             del self._running[key]
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "0"
-    return value.decode() if isinstance(value, bytes) else str(value)

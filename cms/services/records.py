@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
+from cms.errors import BadRequest, CmsError, Forbidden, NotFound, ValidationFailed
 from cms.filters.grammar import parse_filter
 from cms.filters.mongo import (
     search_query,
@@ -37,7 +37,8 @@ from cms.services.collections import CollectionService
 from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
 from cms.services.fields import CollectionFields, RecordSchemas, text_field_names, to_json_value, value_list
-from cms.services.read_cache import CachedBody, ReadCache, SingleFlight, entry_key, etag_of
+from cms.services.group_commit import InsertGroups
+from cms.services.read_cache import CachedBody, ReadCache, SingleFlight, entry_key, etag_of, stamp_epoch
 from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
 from cms.services.relations import RelationRelease
 from cms.services.settings import RecordLimits, SettingsService
@@ -55,6 +56,9 @@ MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 
 # Aliases for annotations inside RecordService, whose `list` method shadows the builtin there.
 SortOrder = list[tuple[str, int]]
+Prepared = tuple[str, Callable[[], Awaitable[bytes]], bool]
+"""A read prepared on a collection definition: its cache key, how to compute its body, whether
+every caller gets that body (shared)."""
 Messages = list[str]
 FieldNames = list[str]
 
@@ -124,8 +128,11 @@ class RecordService:
         needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
         settings: SettingsService | None = None,
         cache: ReadCache | None = None,
+        group_commit: bool = False,
     ) -> None:
         self._cache = cache
+        self._groups = InsertGroups(records, after=partial(drop_if_deleted, collections, records)) \
+            if group_commit else None
         self._flights = SingleFlight()
         self._settings = settings
         self._collections = collections
@@ -157,39 +164,71 @@ class RecordService:
         `skip_total`), served from the read cache when an entry computed under the same stamp, query
         and access decision exists, else computed once for all identical concurrent reads
         (`SingleFlight`) and stored. Raises what `list` raises."""
-        collection, query, order = await self._list_query(collection_name, sort, filter_expr, search, principal)
         per_page = min(per_page, MAX_PER_PAGE)
-        key = entry_key(collection.name, "list", collection.id, query, order, page, per_page, skip_total)
 
-        async def compute() -> bytes:
-            items, total = await self._page(collection, query, order, page, per_page, skip_total)
-            return orjson.dumps({"items": [record_json(r) for r in items], "total": total,
-                                 "page": page, "per_page": per_page})
+        def prepare(collection: Collection) -> Prepared:
+            query = self.query(collection, filter_expr=filter_expr, search=search,
+                               access=check(principal, collection, actions.LIST))
+            order = self._order(collection, sort)
+            key = entry_key(collection.name, "list", collection.id, query, order, page, per_page, skip_total)
 
-        return await self._cached(collection, key, compute, shared=collection.rules.list_rule == "")
+            async def compute() -> bytes:
+                items, total = await self._page(collection, query, order, page, per_page, skip_total)
+                return orjson.dumps({"items": [record_json(r) for r in items], "total": total,
+                                     "page": page, "per_page": per_page})
+
+            return key, compute, collection.rules.list_rule == ""
+
+        return await self._read_through(collection_name, prepare)
 
     async def get_body(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> CachedBody:
         """`get` as the API sends it: the record's JSON, through the read cache like `list_body`
         (a hidden or missing record is never cached). Raises what `get` raises."""
-        collection = await self._collections.get_by_name(collection_name)
-        view = check(principal, collection, actions.VIEW)
-        view.require()
-        key = entry_key(collection.name, "get", collection.id, record_id, view.decision)
 
-        async def compute() -> bytes:
-            return orjson.dumps(record_json(await self._visible(view, record_id)))
+        def prepare(collection: Collection) -> Prepared:
+            view = check(principal, collection, actions.VIEW)
+            view.require()
+            key = entry_key(collection.name, "get", collection.id, record_id, view.decision)
 
-        return await self._cached(collection, key, compute, shared=collection.rules.view_rule == "")
+            async def compute() -> bytes:
+                return orjson.dumps(record_json(await self._visible(view, record_id)))
 
-    async def _cached(self, collection: Collection, key: str, compute: Callable[[], Awaitable[bytes]], *,
-                      shared: bool) -> CachedBody:
-        """The body under `key`: from the cache if current, else `compute()` (shared by identical
-        concurrent reads of the same stamp) and stored."""
+            return key, compute, collection.rules.view_rule == ""
+
+        return await self._read_through(collection_name, prepare)
+
+    async def _read_through(self, collection_name: str, prepare: Callable[[Collection], Prepared]) -> CachedBody:
+        """The body of a read of `collection_name`: `prepare(collection)` gives its cache key, how
+        to compute it and whether it is shared. From the cache if current, else computed (shared by
+        identical concurrent reads of the same stamp) and stored.
+
+        The collection's definition comes from the definition cache unchecked; the read cache's
+        one `MGET` returns the catalog epoch, and only when that differs from the definition's is
+        the definition loaded again (and the lookup repeated): a warm read is one Redis round trip."""
         if self._cache is None:
+            key, compute, shared = prepare(await self._collections.get_by_name(collection_name))
             body = await compute()
             return CachedBody(body, etag_of(key, None, body), shared)
+        collection, assumed_epoch = await self._collections.cached_by_name(collection_name)
+        try:
+            key, compute, shared = prepare(collection)
+        except CmsError:  # refuse only on a current definition (a rule or field may have just changed)
+            collection, assumed_epoch = await self._collections.current_by_name(collection_name)
+            key, compute, shared = prepare(collection)
         stamp, cached = await self._cache.lookup(collection.name, key)
-        if cached is not None:
+        if stamp is None or stamp_epoch(stamp) != assumed_epoch:
+            # the definition may be older than the epoch (or Redis cannot tell): load it again
+            if stamp is None:
+                collection = await self._collections.get_by_name(collection_name)
+            else:
+                epoch = stamp_epoch(stamp)
+                collection = await self._collections.reload_by_name(collection_name, epoch)
+            key, compute, shared = prepare(collection)
+            if stamp is not None:
+                stamp, cached = await self._cache.lookup(collection.name, key)
+                if stamp is not None and stamp_epoch(stamp) != epoch:  # changed again: serve, keep nothing
+                    stamp, cached = None, None
+        if cached is not None and stamp is not None:
             return CachedBody(cached, etag_of(key, stamp, cached), shared)
         if stamp is None:  # no stamp, no sharing: a read must not join one that began before a write
             body = await compute()
@@ -312,7 +351,14 @@ class RecordService:
         if not create.allows(record):
             raise create.refusal()
         await self._check_relations(collection, values)
-        async with await self._unit(collection):
+        transactional = await self._transactional(collection)
+        if self._groups is not None and not transactional:
+            # grouped with concurrent creates into this collection (the group checks it still exists)
+            await self._groups.insert(collection, record)
+            async with self._events.unit():
+                await self._emit_changed(CREATE, collection, [record])
+            return record
+        async with self._events.unit(self._transactions if transactional else None):
             await self._records.insert(collection.id, record)
             await self._emit_changed(CREATE, collection, [record])
         await self._check_still_there(collection)
@@ -557,12 +603,20 @@ class RecordService:
 
     async def _unit(self, collection: Collection) -> AbstractAsyncContextManager[None]:
         """The event unit of one write to `collection` (`EventBus.unit`): in a transaction with its
-        webhook outbox entries when the server supports transactions and the collection has an
-        active webhook, else the outbox entries are written right after the change; either way
-        before the write is acknowledged."""
-        transactional = (self._transactions is not None and self._transactions.enabled
-                         and self._needs_transaction is not None and await self._needs_transaction(collection.id))
-        return self._events.unit(self._transactions if transactional else None)
+        webhook outbox entries when `_transactional`, else the outbox entries are written right
+        after the change; either way before the write is acknowledged."""
+        return self._events.unit(self._transactions if await self._transactional(collection) else None)
+
+    async def _transactional(self, collection: Collection) -> bool:
+        """Whether writes to `collection` run in a transaction: the server supports them and the
+        collection has an active webhook."""
+        return (self._transactions is not None and self._transactions.enabled
+                and self._needs_transaction is not None and await self._needs_transaction(collection.id))
+
+    async def drain(self) -> None:
+        """Wait for grouped creates already sent (shutdown, tests)."""
+        if self._groups is not None:
+            await self._groups.drain()
 
     async def _check_still_there(self, collection: Collection) -> None:
         """After an insert: if the collection was deleted meanwhile (its records dropped before

@@ -38,11 +38,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import Forbidden, NotFound, ValidationFailed
+from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.jobs import JobQueue
 from cms.models import ROLE_ADMIN, Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
 from cms.services.access import VIEW, check
 from cms.services.collections import CollectionService
+from cms.services.definition_cache import DefinitionCache
 from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, RecordEvent
 from cms.services.fields import to_json_value
 from cms.services.webhook_sender import AddressCheck, SendResult, WebhookSender
@@ -122,7 +123,9 @@ class WebhookService:
                  collections: CollectionService, jobs: JobQueue, sender: WebhookSender,
                  address_check: AddressCheck, *, clock: Clock = utcnow,
                  creator: Callable[[str], Awaitable[Principal | None]] | None = None,
-                 batch_start_within_s: float = BATCH_START_WITHIN_S) -> None:
+                 batch_start_within_s: float = BATCH_START_WITHIN_S,
+                 definitions: DefinitionCache | None = None) -> None:
+        self._definitions = definitions
         self._batch_start_within_s = batch_start_within_s
         self._creator = creator
         self._webhooks = webhooks
@@ -151,6 +154,7 @@ class WebhookService:
             created_by=principal.user_id, created_by_role=principal.role, secret=_checked_secret(secret),
         )
         await self._webhooks.insert(webhook)
+        await self._changed()
         return webhook
 
     async def list_webhooks(self, principal: Principal, *, collection_name: str | None = None) -> list[Webhook]:
@@ -187,6 +191,7 @@ class WebhookService:
             values["active"] = bool(changes["active"])
         values["updated"] = self._clock()
         stored = await self._webhooks.update(webhook.id, values)
+        await self._changed()
         if stored is None:
             raise NotFound("Webhook not found")
         return stored
@@ -196,6 +201,19 @@ class WebhookService:
         Raises Forbidden or NotFound."""
         webhook = await self.get(principal, webhook_id)
         await self._webhooks.delete(webhook.id)
+        await self._changed()
+
+    async def _changed(self) -> None:
+        """After a webhook change: every replica's cached webhook lists go (a catalog epoch bump)."""
+        if self._definitions is not None:
+            await self._definitions.invalidate()
+
+    async def _active_for(self, collection_id: str) -> list[Webhook]:
+        """The collection's active webhooks, from the definition cache when current."""
+        if self._definitions is None:
+            return await self._webhooks.active_for(collection_id)
+        return await self._definitions.get(("webhooks", collection_id),
+                                           lambda: self._webhooks.active_for(collection_id))
 
     async def deliveries(self, principal: Principal, webhook_id: str | None, *, skip: int = 0,
                          limit: int = 50) -> tuple[list[DeliveryAttempt], int]:
@@ -253,7 +271,7 @@ class WebhookService:
     async def wants(self, collection_id: str) -> bool:
         """Whether the collection has an active webhook (its writes then run in a transaction with
         their outbox entries, where the server supports transactions)."""
-        return bool(await self._webhooks.active_for(collection_id))
+        return bool(await self._active_for(collection_id))
 
     async def stage(self, events: Sequence[RecordEvent]) -> list[OutboxBatch]:
         """The outbox (`events.Outbox`): write one pending delivery per event and matching active
@@ -300,7 +318,7 @@ class WebhookService:
             collection = await self._collections.get_by_name(collection_name)
         except NotFound:
             return None, []
-        return collection, await self._webhooks.active_for(collection.id)
+        return collection, await self._active_for(collection.id)
 
     async def _hand_on(self, batches: Sequence[OutboxBatch]) -> None:
         """Queue `batches` and mark them enqueued; what cannot be queued (Redis down) stays pending
@@ -399,6 +417,35 @@ class WebhookService:
             event_type=delivery.event, record_id=delivery.record_id, url=webhook.url,
             status_code=result.status_code, response_body=result.response_body, attempt=attempt,
             success=result.success, duration_ms=result.duration_ms, error=result.error, created=self._clock())
+
+    # --- send again -------------------------------------------------------------------------------
+
+    async def redeliver(self, principal: Principal, log_entry_id: str) -> WebhookDelivery:
+        """"Send again": the delivery of the log entry `log_entry_id` (any attempt's) as a new
+        delivery (an id and log entries of its own, attempt 1, retried like any other) of the same
+        body to the same webhook, queued through the outbox like a record change's (a relay hands
+        it on if Redis is down). The webhook's current URL and secret are used. Raises Forbidden
+        (not an admin-table user), NotFound (no such entry of a webhook the caller manages, or its
+        body is no longer kept: finished outbox batches expire after 7 days) or BadRequest (the
+        webhook is disabled)."""
+        _require_admin_table(principal)
+        entry = (await self._log.get_many([log_entry_id])).get(log_entry_id)
+        if entry is None:
+            raise NotFound("Delivery not found")
+        webhook = await self.get(principal, entry.webhook_id)
+        if not webhook.active:
+            raise BadRequest("The webhook is disabled; enable it to send deliveries again")
+        original = await self._outbox.find_delivery(entry.delivery_id)
+        if original is None:
+            raise NotFound("The delivery's body is no longer kept (7 days after it finished)")
+        now = self._clock()
+        delivery = WebhookDelivery(id=new_id(), webhook_id=webhook.id, event=original.event,
+                                   collection=original.collection, record_id=original.record_id, body=original.body,
+                                   created=now)
+        batches = batches_of([delivery], now)
+        await self._outbox.insert(batches)
+        await self._hand_on(batches)
+        return delivery
 
 
 def batches_of(deliveries: Sequence[WebhookDelivery], now: datetime) -> list[OutboxBatch]:

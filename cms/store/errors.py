@@ -27,6 +27,15 @@ def duplicate_field(error: DuplicateKeyError) -> str | None:
     return None
 
 
+def already_exists(field_name: str | None, what: str = "value") -> AlreadyExists:
+    """The 409 of a duplicate key on `field_name` (a unique field of a collection: named in
+    `errors`; an internal key such as `_id` or `email`: named by `what` only)."""
+    if field_name and field_name not in ("_id", "name_lower", "email"):
+        return AlreadyExists(f"A record with this {field_name} already exists",
+                             errors={field_name: ["Value must be unique"]})
+    return AlreadyExists(f"This {what} already exists")
+
+
 @asynccontextmanager
 async def translate_errors(what: str = "value") -> AsyncIterator[None]:
     """Run a block of driver calls; DuplicateKeyError -> AlreadyExists (with `errors` naming the
@@ -34,13 +43,7 @@ async def translate_errors(what: str = "value") -> AsyncIterator[None]:
     try:
         yield
     except DuplicateKeyError as exc:
-        field_name = duplicate_field(exc)
-        if field_name and field_name not in ("_id", "name_lower", "email"):
-            raise AlreadyExists(
-                f"A record with this {field_name} already exists",
-                errors={field_name: ["Value must be unique"]},
-            ) from None
-        raise AlreadyExists(f"This {what} already exists") from None
+        raise already_exists(duplicate_field(exc), what) from None
     except ServerSelectionTimeoutError:
         raise ServiceUnavailable("MongoDB is unavailable") from None
     except PyMongoError:

@@ -214,6 +214,15 @@ class DeliveryOutbox:
         cursor = self._mongo_coll.find({"status": {"$in": [PENDING, ENQUEUED]}}, projection={"size": 1})
         return sum([int(d.get("size", 1)) async for d in cursor])
 
+    async def find_delivery(self, delivery_id: str) -> WebhookDelivery | None:
+        """The delivery `delivery_id` (with the body it sent) from any batch still kept (finished
+        batches expire after 7 days), or None. For "send again", an admin's occasional action: the
+        filter is not on `_id` alone, so the embedded server reads the whole outbox."""
+        doc = await self._mongo_coll.find_one({"$or": [{"_id": delivery_id}, {"deliveries.id": delivery_id}]})
+        if doc is None:
+            return None
+        return next((d for d in _batch(doc).deliveries if d.id == delivery_id), None)
+
 
 class DeliveryLog:
     """Every delivery attempt; one entry per (delivery, attempt), so a re-run job cannot log an

@@ -23,7 +23,9 @@ What it does:
 4. Creates one user in an auth collection of each (`users`) and logs it in (its token is used for
    the create scenario on both systems).
 5. Runs `wrk -t THREADS -c CONNECTIONS -d DURATION --timeout 10s --latency` per scenario,
-   PocketBase then the CMS (`--rounds` > 1 repeats that pair and sums), while reading the CPU
+   PocketBase, then the CMS (warm: its read cache on), then for the read scenarios the CMS with its
+   read cache off (`read_cache_enabled=false`: cold, every read queries the database, identical
+   concurrent reads still sharing one query) (`--rounds` > 1 repeats them and sums), while reading the CPU
    time (user + system, psutil) of each server process (for the CMS: plus its children) before and
    after. Scenarios: get one record by id; list page 1 (30, sort -created); list with a filter
    (`popular=true`); list with a search word (CMS `search=django`, PocketBase
@@ -179,7 +181,8 @@ def start_pocketbase(binary: str, work: Path) -> Server:
     return Server("PocketBase", f"http://127.0.0.1:{port}", proc, log_path, cpu_children=False)
 
 
-def start_cms(work: Path) -> Server:
+def start_cms(work: Path, workers: int = 1) -> Server:
+    """`cms serve` in embedded mode with `workers` web processes (`--workers`)."""
     data_dir = work / "cms_data"
     log_path = work / "cms.log"
     env = {k: v for k, v in os.environ.items() if k not in ("MONGODB_URL", "REDIS_URL")}  # embedded mode
@@ -188,7 +191,7 @@ def start_cms(work: Path) -> Server:
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cms", "serve", "--host", "127.0.0.1", "--port", str(port),
-             "--data-dir", str(data_dir)],
+             "--data-dir", str(data_dir), "--workers", str(workers)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )
     return Server("cms", f"http://127.0.0.1:{port}", proc, log_path, cpu_children=True)
@@ -434,6 +437,7 @@ class Scenario:
     label: str
     pb: tuple[str, Path | None]  # (URL, wrk script)
     cms: tuple[str, Path | None]
+    read: bool = True  # also measured on cms with the read cache off (cold)
 
 
 def scenarios(pb: Server, pb_ids: dict[str, str], cms: Server, cms_ids: dict[str, str],
@@ -458,14 +462,16 @@ def scenarios(pb: Server, pb_ids: dict[str, str], cms: Server, cms_ids: dict[str
                  (f"{cms_rec}?page=1&per_page=30&search={SEARCH_WORD}", None)),
         Scenario("create a record",
                  (pb_rec, post_script(lua_dir / "pb_create.lua", pb_create, pb_ids["user_token"])),
-                 (cms_rec, post_script(lua_dir / "cms_create.lua", cms_create, cms_ids["user_token"]))),
+                 (cms_rec, post_script(lua_dir / "cms_create.lua", cms_create, cms_ids["user_token"])),
+                 read=False),
         Scenario("log in (auth collection user)",
                  (f"{pb.base}/api/collections/{AUTH_COLLECTION}/auth-with-password",
                   post_script(lua_dir / "pb_login.lua",
                               json.dumps({"identity": USER_EMAIL, "password": USER_PASSWORD}))),
                  (f"{cms.base}/api/v1/collections/{AUTH_COLLECTION}/auth/login",
                   post_script(lua_dir / "cms_login.lua",
-                              json.dumps({"email": USER_EMAIL, "password": USER_PASSWORD})))),
+                              json.dumps({"email": USER_EMAIL, "password": USER_PASSWORD}))),
+                 read=False),
     ]
 
 
@@ -486,21 +492,46 @@ def cell(result: WrkResult) -> str:
     return text
 
 
-def print_report(header: list[str], rows: list[tuple[Scenario, WrkResult, WrkResult]]) -> None:
+Row = tuple["Scenario", WrkResult, WrkResult, WrkResult | None]
+"""A scenario and its results: PocketBase, cms warm, cms cold (None: not a read)."""
+
+
+def print_report(header: list[str], rows: list[Row]) -> None:
     print("\n".join(header))
-    print("\n| scenario | PocketBase req/s / p50 ms / p99 ms | cms req/s / p50 ms / p99 ms | "
-          "ratio cms/PB | CPU s PB | CPU s cms (+children) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for scenario, pb, cms in rows:
+    print("\n| scenario | PocketBase req/s / p50 ms / p99 ms | cms warm req/s / p50 ms / p99 ms | "
+          "ratio warm cms/PB | cms cold (read cache off) req/s / p50 / p99 | ratio cold | CPU s PB | "
+          "CPU s cms warm (+children) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for scenario, pb, cms, cold in rows:
         ratio = f"{cms.rps / pb.rps:.3f}" if pb.rps else "–"
-        print(f"| {scenario.label} | {cell(pb)} | {cell(cms)} | {ratio} | {pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
+        cold_cell, cold_ratio = (cell(cold), f"{cold.rps / pb.rps:.3f}" if pb.rps else "–") if cold else ("–", "–")
+        print(f"| {scenario.label} | {cell(pb)} | {cell(cms)} | {ratio} | {cold_cell} | {cold_ratio} | "
+              f"{pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
     print("\nSeconds each server needed after wrk stopped to answer a GET by id within "
           f"{DRAIN_PROMPT_S} s again (requests wrk abandoned at its end, not counted above):")
-    for scenario, pb, cms in rows:
-        print(f"- {scenario.label}: PocketBase {pb.drain_s:,.1f} s, cms {cms.drain_s:,.1f} s")
+    for scenario, pb, cms, cold in rows:
+        cold_text = f", cms cold {cold.drain_s:,.1f} s" if cold else ""
+        print(f"- {scenario.label}: PocketBase {pb.drain_s:,.1f} s, cms {cms.drain_s:,.1f} s{cold_text}")
 
 
 # --- main ------------------------------------------------------------------------------------------
+
+
+def warm_up(url: str) -> None:
+    """One GET of `url`, so its answer is in the read cache."""
+    with urllib.request.urlopen(url, timeout=HTTP_TIMEOUT_S) as response:
+        response.read()
+
+
+async def set_read_cache(base: str, enabled: bool) -> None:
+    """Switch the cms read cache (`read_cache_enabled`) on or off, as the admin."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as session:
+        api = Api(session, base, ADMIN_EMAIL, ADMIN_PASSWORD)
+        await api.login()
+        status, body, _ = await api.request(
+            "POST", "/api/v1/settings", json={"key": "read_cache_enabled", "value": "true" if enabled else "false"})
+        if status != 200:
+            raise Fatal(f"cms: setting read_cache_enabled={enabled} failed: HTTP {status} {describe(body)}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -515,9 +546,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=64, help="wrk -c (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=2, help="wrk -t (default: %(default)s)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
+    parser.add_argument("--cms-workers", type=int, default=2,
+                        help="web processes of cms serve (--workers; PocketBase uses every core) "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
-    if min(args.records, args.duration, args.rounds, args.connections, args.threads) < 1:
-        parser.error("--records, --duration, --rounds, --connections and --threads must be at least 1")
+    if min(args.records, args.duration, args.rounds, args.connections, args.threads, args.cms_workers) < 1:
+        parser.error("--records, --duration, --rounds, --connections, --threads and --cms-workers must be at least 1")
     if args.connections < args.threads:
         parser.error("--connections must be at least --threads")
     if not args.csv.is_file():
@@ -532,7 +566,7 @@ async def main_async(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench_vs_pb_"))
     rows = take_rows(args.csv, args.records)
     pb = start_pocketbase(binary, work)
-    cms = start_cms(work)
+    cms = start_cms(work, args.cms_workers)
     try:
         timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)
         async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -553,22 +587,32 @@ async def main_async(args: argparse.Namespace) -> int:
             (f"- machine: {platform.system()} {platform.release()}, nproc {os.cpu_count()}; servers and wrk "
             f"share it"),
             (f"- records: {pb_ids['total']} (PocketBase) / {cms_ids['total']} (cms) of {args.csv.name}; "
-            f"rate limiting off on cms"),
+            f"rate limiting off on cms; cms serve --workers {args.cms_workers}"),
             (f"- wrk -t{args.threads} -c{args.connections} -d{args.duration}s --timeout {WRK_TIMEOUT} "
             f"--latency, {args.rounds} round(s), PocketBase then cms per scenario; p50/p99 the worse "
             f"round; CPU = user+system seconds during the scenario"),
         ]
         lua_dir = work / "lua"
         lua_dir.mkdir()
-        results = []
+        results: list[Row] = []
         for scenario in scenarios(pb, pb_ids, cms, cms_ids, lua_dir):
             pb_result, cms_result = WrkResult(), WrkResult()
+            cold_result = WrkResult() if scenario.read else None
             for _round in range(args.rounds):
                 print(f"wrk: {scenario.label}: PocketBase", file=sys.stderr)
                 run_wrk(*scenario.pb, args, pb, pb_result)
                 print(f"wrk: {scenario.label}: cms", file=sys.stderr)
+                if scenario.read:
+                    warm_up(scenario.cms[0])  # warm: the read cache holds the answer before wrk starts
                 run_wrk(*scenario.cms, args, cms, cms_result)
-            results.append((scenario, pb_result, cms_result))
+                if cold_result is not None:  # after the warm run: its leftover scans cannot slow that one
+                    print(f"wrk: {scenario.label}: cms cold (read cache off)", file=sys.stderr)
+                    await set_read_cache(cms.base, False)
+                    try:
+                        run_wrk(*scenario.cms, args, cms, cold_result)
+                    finally:
+                        await set_read_cache(cms.base, True)
+            results.append((scenario, pb_result, cms_result, cold_result))
         print_report(header, results)
     finally:
         pb.stop()

@@ -29,6 +29,7 @@ DECISIONS_SEVERITIES = {
 # issue 14: the two-factor steps
 TWO_FACTOR_SEVERITIES = {"mfa_enabled": "info", "mfa_disabled": "warning", "mfa_failed": "warning",
                          "mfa_recovery_used": "warning"}
+README_SEVERITIES = {"backup_downloaded": "warning"}  # added by the README (GET /api/v1/backups/{filename})
 # (event_type, user_id, ip_address), written one clock second apart in this order
 SEEDED = [
     ("login_failed", "u1", "10.0.0.1"),
@@ -87,7 +88,7 @@ async def test_only_admins_may_read_the_audit_log(client, user_token, collection
 
 
 def test_every_event_type_of_the_decisions_has_its_severity():
-    assert SEVERITIES == {**DECISIONS_SEVERITIES, **TWO_FACTOR_SEVERITIES}
+    assert SEVERITIES == {**DECISIONS_SEVERITIES, **TWO_FACTOR_SEVERITIES, **README_SEVERITIES}
 
 
 async def test_every_event_type_is_stored_with_its_severity(client, services, admin_token):

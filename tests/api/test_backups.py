@@ -283,12 +283,26 @@ async def test_restore_restores_a_backup_that_the_api_wrote_and_survives_same_na
 async def test_malformed_filename_is_400(client: Client, admin_token: str, filename: str):
     await error_of(await restore(client, admin_token, filename), 400, "bad_request")
     await error_of(await client.delete(f"{BACKUPS}/{filename}", headers=bearer(admin_token)), 400, "bad_request")
+    await error_of(await client.get(f"{BACKUPS}/{filename}", headers=bearer(admin_token)), 400, "bad_request")
 
 
 async def test_unknown_backup_is_404(client: Client, admin_token: str):
     await error_of(await restore(client, admin_token, "backup-20240101-000000.tar.gz"), 404, "not_found")
     await error_of(await client.delete(f"{BACKUPS}/backup-20240101-000000.tar.gz", headers=bearer(admin_token)),
                    404, "not_found")
+    await error_of(await client.get(f"{BACKUPS}/backup-20240101-000000.tar.gz", headers=bearer(admin_token)),
+                   404, "not_found")
+
+
+async def test_download_sends_the_archive_as_listed(client: Client, admin_token: str, config: Config):
+    backup = await create_backup(client, admin_token)
+    response = await client.get(f"{BACKUPS}/{backup['filename']}", headers=bearer(admin_token))
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "application/gzip"
+    assert response.headers["Content-Disposition"] == f'attachment; filename="{backup["filename"]}"'
+    body = await response.read()
+    assert len(body) == backup["size"]
+    assert body == (config.backups_path / backup["filename"]).read_bytes()
 
 
 async def test_list_newest_first_delete_and_same_second(client: Client, admin_token: str, config: Config,
@@ -319,7 +333,7 @@ async def test_list_newest_first_delete_and_same_second(client: Client, admin_to
 
 @pytest.mark.parametrize("method, path", [
     ("POST", BACKUPS), ("GET", BACKUPS), ("POST", f"{BACKUPS}/backup-20240101-000000.tar.gz/restore"),
-    ("DELETE", f"{BACKUPS}/backup-20240101-000000.tar.gz"),
+    ("DELETE", f"{BACKUPS}/backup-20240101-000000.tar.gz"), ("GET", f"{BACKUPS}/backup-20240101-000000.tar.gz"),
 ])
 async def test_admin_only(client: Client, user_token: str, config: Config, method: str, path: str):
     await error_of(await client.request(method, path, headers=bearer(user_token)), 403, "forbidden")
@@ -342,6 +356,9 @@ async def test_backup_actions_are_audited(client: Client, admin_token: str, db: 
 
     backup = await create_backup(client, admin_token)
     await check("backup_created", "info")
+    response = await client.get(f"{BACKUPS}/{backup['filename']}", headers={**bearer(admin_token), **AGENT})
+    assert response.status == 200
+    await check("backup_downloaded", "warning")
     # the restore brings back the audit log of backup time (without `backup_created`), plus its own entry
     assert (await restore(client, admin_token, backup["filename"])).status == 200
     await check("backup_restored", "critical")
@@ -411,5 +428,6 @@ def test_openapi_documents_the_backup_routes():
 
     paths = openapi_document()["paths"]
     assert set(paths[BACKUPS]) == {"get", "post"}
-    assert "post" in paths[BACKUPS + "/{filename}/restore"] and "delete" in paths[BACKUPS + "/{filename}"]
+    assert "post" in paths[BACKUPS + "/{filename}/restore"]
+    assert set(paths[BACKUPS + "/{filename}"]) == {"get", "delete"}
     assert json.dumps(paths[BACKUPS]["post"]["responses"]["201"])

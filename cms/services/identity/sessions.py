@@ -1,12 +1,14 @@
 """A signed-in user's sessions, for every user system: authenticate an access token, log out, list
 the active sessions, revoke one or all (spec: Auth collection endpoints `sessions`; decisions.md:
-Identity and tokens). Revocation holds on every replica at once: sessions live in MongoDB.
+Identity and tokens). Revocation holds on every replica at once: sessions live in MongoDB (and a
+replica's cached sessions go with the session epoch, `SessionService`).
 """
 
 from __future__ import annotations
 
 from cms.errors import NotFound, Unauthorized
 from cms.models import ADMIN_AUDIENCE, Principal, Session, audience_collection_id
+from cms.services.access import require_admin
 from cms.services.audit import AuditService
 from cms.services.identity.systems import U, UserSystem, UserSystems
 from cms.services.sessions import SessionService
@@ -26,7 +28,8 @@ class UserSessions:
         if audience != ADMIN_AUDIENCE and audience_collection_id(audience) is None:
             raise Unauthorized("Token is not valid here")
         claims, session = await self._sessions.authenticate(access_token, audience)
-        return await self._systems.principal(audience, claims.sub, session.id)
+        return await self._sessions.principal(session.id,
+                                              lambda: self._systems.principal(audience, claims.sub, session.id))
 
     async def logout(self, principal: Principal) -> None:
         """Revoke the caller's session: its access and refresh tokens stop working at once."""
@@ -47,9 +50,16 @@ class UserSessions:
         await self._audit.record("session_revoked", user_id=user.id, ip_address=ip, user_agent=user_agent,
                                  details={"audience": system.audience, "session_id": session_id})
 
-    async def revoke_all(self, system: UserSystem[U], user: U, *, ip: str = "", user_agent: str = "") -> int:
-        """Revoke every session of the user, the current one included; returns how many."""
+    async def revoke_all(self, system: UserSystem[U], user: U, *, ip: str = "", user_agent: str = "",
+                         by: Principal | None = None) -> int:
+        """Revoke every session of the user, the current one included; returns how many. `by`: an
+        admin acting on the user (admin UI), who is then the audit entry's user (the target in
+        its details). Raises Forbidden when `by` is not an admin."""
+        details: dict[str, object] = {"audience": system.audience, "all": True}
+        if by is not None:
+            require_admin(by)
+            details["target_user_id"] = user.id
         count = await self._sessions.revoke_all(user.id, system.audience)
-        await self._audit.record("session_revoked", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience, "all": True, "count": count})
+        await self._audit.record("session_revoked", user_id=by.user_id if by is not None else user.id, ip_address=ip,
+                                 user_agent=user_agent, details={**details, "count": count})
         return count

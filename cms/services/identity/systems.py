@@ -138,10 +138,17 @@ class AdminUsers:
     collection_name = None
     foreign_token_message = "Not an admin-table user token"
 
-    def __init__(self, users: AdminUserRepository, settings: SettingsService, *, clock: Clock = utcnow) -> None:
+    def __init__(self, users: AdminUserRepository, settings: SettingsService, *, clock: Clock = utcnow,
+                 changed: Callable[[], Awaitable[None]] | None = None) -> None:
         self._users = users
         self._settings = settings
         self._clock = clock
+        self._changed = changed
+
+    async def _after_change(self) -> None:
+        """A user changed: principals cached from the old values go (`SessionService.invalidate`)."""
+        if self._changed is not None:
+            await self._changed()
 
     async def mfa_enabled(self) -> bool:
         """The global `mfa_enabled` setting."""
@@ -182,6 +189,7 @@ class AdminUsers:
     async def set_password_hash(self, user_id: str, password_hash: str) -> None:
         """Store a new password hash."""
         await self._users.update(user_id, self._clock(), password_hash=password_hash)
+        await self._after_change()
 
     async def set_verified(self, user: AdminUser) -> AdminUser:
         """The user, verified."""
@@ -189,11 +197,13 @@ class AdminUsers:
             return user
         now = self._clock()
         await self._users.update(user.id, now, verified=True)
+        await self._after_change()
         return replace(user, verified=True, updated=now)
 
     async def set_email(self, user_id: str, email: str) -> AdminUser | None:
         """Change and verify the address. Raises AlreadyExists."""
         await self._users.update(user_id, self._clock(), email=normalize_email(email), verified=True)
+        await self._after_change()
         return await self._users.get(user_id)
 
     def principal(self, user: AdminUser, session_id: str | None) -> Principal:
@@ -320,7 +330,7 @@ class UserSystems:
                  records: RecordRepository, schemas: RecordSchemas, collections: CollectionService,
                  sessions: SessionService, settings: SettingsService, events: EventBus, *,
                  clock: Clock = utcnow) -> None:
-        self.admin = AdminUsers(admin_users, settings, clock=clock)
+        self.admin = AdminUsers(admin_users, settings, clock=clock, changed=sessions.invalidate)
         self._users = collection_users
         self._records = records
         self._schemas = schemas
@@ -400,6 +410,8 @@ class UserSystems:
     async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
         """A deleted auth collection is forgotten: its sessions revoked, its credentials dropped,
         and whatever `on_forgotten` registered called with its audience."""
+        if any(event.collection.type == AUTH_TYPE for event in events):
+            await self._sessions.invalidate()  # cached principals carry the collection's name
         for event in events:
             if event.event != DELETE or event.collection.type != AUTH_TYPE:
                 continue
@@ -416,8 +428,9 @@ class UserSystems:
         """When a user's record is deleted (records API, bulk), its credentials are removed and its
         sessions revoked."""
         systems: dict[str, CollectionUsers | None] = {}
+        users_changed = False
         for event in events:
-            if event.event != DELETE:
+            if event.event == CREATE:
                 continue
             if event.collection not in systems:
                 try:
@@ -427,6 +440,10 @@ class UserSystems:
             system = systems[event.collection]
             if system is None:
                 continue
-            await self._users.delete_credentials(event.record_id)
-            await self._sessions.revoke_all(event.record_id, system.audience)
+            users_changed = True
+            if event.event == DELETE:
+                await self._users.delete_credentials(event.record_id)
+                await self._sessions.revoke_all(event.record_id, system.audience)
+        if users_changed:  # a user's fields (email, verified, ...) are in the principals cached for it
+            await self._sessions.invalidate()
 

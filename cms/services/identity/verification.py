@@ -6,6 +6,8 @@ verified. The token's audience names the user system it was issued for.
 from __future__ import annotations
 
 from cms.errors import TokenInvalid
+from cms.models import Principal
+from cms.services.access import require_admin
 from cms.services.audit import AuditService
 from cms.services.identity.systems import U, UserSystem, UserSystems
 from cms.services.mail import Mailer
@@ -46,6 +48,16 @@ class Verification:
         user = await system.set_verified(user)
         await self._audit.record("email_verified", user_id=user.id, details={"audience": system.audience})
         return user
+
+    async def mark_verified(self, system: UserSystem[U], user: U, by: Principal, *, ip: str = "",
+                            user_agent: str = "") -> None:
+        """An admin marks the user's address verified without a link (admin UI); audited as
+        `email_verified` with the admin as its user and the target in its details. Raises Forbidden
+        when `by` is not an admin."""
+        require_admin(by)
+        await system.set_verified(user)
+        await self._audit.record("email_verified", user_id=by.user_id, ip_address=ip, user_agent=user_agent,
+                                 details={"audience": system.audience, "target_user_id": user.id, "by_admin": True})
 
     async def verify_any(self, token: str) -> None:
         """Spend a verification token of whichever system issued it (`POST /auth/verify-email`).

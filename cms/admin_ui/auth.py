@@ -1,0 +1,131 @@
+"""Sign-in and sign-out of the admin UI, through the same identity services as
+`POST /api/v1/auth/login`, `/2fa/verify` and `/logout` (cms/api/user_auth.py): the admin table's
+password login, its second step when the user has 2FA on, the same auth rate limit per client IP
+and address, and session revocation on sign-out."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from cms.admin_ui.common import (
+    LOGIN_PATH,
+    NEXT_PATH,
+    PREFIX,
+    error_page,
+    flash,
+    redirect,
+    render,
+    services,
+    signed_in_page,
+)
+from cms.admin_ui.session import COOKIE_CHANGE_KEY, CSRF_FIELD, current_principal, login_csrf_matches, login_csrf_token
+from cms.api.context import client_ip, load, user_agent
+from cms.api.ratelimit import enforce_auth_limit
+from cms.api.schemas import LoginSchema, TwoFactorVerifySchema
+from cms.errors import CmsError, RateLimited
+from cms.models import LoginResult, Principal
+
+BAD_CREDENTIALS = "Wrong email or password."
+MAX_EMAIL = 254
+"""Longest address echoed back into the form (LoginSchema's bound)."""
+MAX_TOKEN = 4096
+"""Longest mfa_token echoed back into the 2FA form (TwoFactorVerifySchema's bound)."""
+
+
+def _next(value: object) -> str:
+    target = value if isinstance(value, str) else ""
+    return target if NEXT_PATH.match(target) and target != LOGIN_PATH else PREFIX + "/"
+
+
+async def _form_page(request: web.Request, template: str, *, status: int = 200, **context: object) -> web.Response:
+    response = await render(request, template, status=status, principal=None,
+                            csrf_token=login_csrf_token(request), **context)
+    login_csrf_token(request, response)  # sets the nonce cookie when this browser has none yet
+    return response
+
+
+async def login_page(request: web.Request) -> web.StreamResponse:
+    """GET /_/login: the sign-in form (already signed in: the dashboard)."""
+    if await current_principal(request) is not None:
+        return redirect(_next(request.query.get("next")))
+    return await _form_page(request, "login/login.html", email="", error=None, next=_next(request.query.get("next")))
+
+
+async def login_submit(request: web.Request) -> web.StreamResponse:
+    """POST /_/login `email, password, csrf_token, next`: a session cookie and a redirect, the 2FA
+    form when the user has 2FA on, or the form again with the error (401 wrong credentials, 429)."""
+    form = await request.post()
+    if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
+        return await error_page(request, 403, "The sign-in form has expired (CSRF check failed). Reload and retry.")
+    email, password, target = _text(form.get("email")), _text(form.get("password")), _next(form.get("next"))
+    identity = services(request).identity
+    try:
+        load(LoginSchema(), {"email": email, "password": password})  # the API's bounds
+        await enforce_auth_limit(request, "login", email)
+        result = await identity.login.password(identity.systems.admin, email, password, ip=client_ip(request),
+                                               user_agent=user_agent(request))
+    except CmsError as exc:
+        message = BAD_CREDENTIALS if exc.status in (401, 422) else _refusal(exc)
+        return await _form_page(request, "login/login.html", status=exc.status, email=email[:MAX_EMAIL],
+                                error=message, next=target)
+    return await _signed_in(request, result, target)
+
+
+async def two_factor_submit(request: web.Request) -> web.StreamResponse:
+    """POST /_/login/2fa `mfa_token, code, csrf_token, next`: completes a 2FA login (the second step
+    of `/api/v1/auth/2fa/verify`); a wrong code shows the form again while the mfa_token lasts."""
+    form = await request.post()
+    if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
+        return await error_page(request, 403, "The sign-in form has expired (CSRF check failed). Reload and retry.")
+    mfa_token, code, target = _text(form.get("mfa_token")), _text(form.get("code")), _next(form.get("next"))
+    identity = services(request).identity
+    try:
+        load(TwoFactorVerifySchema(), {"mfa_token": mfa_token, "code": code})  # the API's bounds
+        await enforce_auth_limit(request, "2fa_verify", mfa_token)
+        result = await identity.login.second_step(identity.systems.admin, mfa_token, code.strip(),
+                                                  ip=client_ip(request), user_agent=user_agent(request))
+    except CmsError as exc:
+        if exc.code == "otp_invalid":
+            return await _form_page(request, "login/two_factor.html", status=400, mfa_token=mfa_token[:MAX_TOKEN],
+                                    error="Wrong code; try again.", next=target)
+        return await _form_page(request, "login/login.html", status=exc.status, email="", error=_refusal(exc),
+                                next=target)
+    return await _signed_in(request, result, target)
+
+
+async def _signed_in(request: web.Request, result: LoginResult, target: str) -> web.StreamResponse:
+    if result.requires_2fa:
+        return await _form_page(request, "login/two_factor.html", mfa_token=result.mfa_token, error=None,
+                                next=target)
+    request[COOKIE_CHANGE_KEY] = result.token  # written by on_response_prepare
+    return redirect(target)
+
+
+@signed_in_page
+async def logout(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """POST /_/logout (CSRF): revoke the session (as `/api/v1/auth/logout`) and clear the cookie."""
+    await services(request).identity.sessions.logout(principal)
+    request[COOKIE_CHANGE_KEY] = None
+    response = redirect(LOGIN_PATH, request)
+    flash(response, request, "You are signed out.", "success")
+    return response
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _refusal(error: CmsError) -> str:
+    if isinstance(error, RateLimited):
+        return f"Too many attempts; retry in {error.retry_after_s} s."
+    return error.detail
+
+
+def routes() -> list[web.RouteDef]:
+    """Sign-in, its 2FA step and sign-out."""
+    return [
+        web.get(LOGIN_PATH, login_page),
+        web.post(LOGIN_PATH, login_submit),
+        web.post(LOGIN_PATH + "/2fa", two_factor_submit),
+        web.post(PREFIX + "/logout", logout),
+    ]

@@ -1,0 +1,163 @@
+"""The admin UI's sign-in state: the session cookie, CSRF tokens and the request's principal.
+
+The cookie `cms_admin` holds the access and refresh tokens of an admin-table login
+(`<access>~<refresh>`; `~` is not in a JWT). Every request authenticates the access token with
+the API's `Authenticator` (a revoked session is refused at once, on every replica); an access
+token that no longer authenticates is replaced through the same refresh service as
+`POST /api/v1/auth/refresh`, and the new pair is written back to the cookie.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from cms.api.context import SERVICES, is_https
+from cms.errors import Unauthorized
+from cms.models import Principal, TokenPair
+
+SESSION_COOKIE = "cms_admin"
+LOGIN_CSRF_COOKIE = "cms_admin_login"
+COOKIE_PATH = "/_/"
+CSRF_FIELD = "csrf_token"
+CSRF_HEADER = "X-CSRF-Token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+REFRESH_SHARE_S = 30.0
+"""Seconds a refresh result is handed to other requests that present the same refresh token (two
+tabs or parallel htmx requests at expiry would otherwise spend it twice, which revokes the session)."""
+
+PRINCIPAL_KEY = "admin_ui.principal"
+COOKIE_CHANGE_KEY = "admin_ui.cookie_change"
+"""Request key: the TokenPair to write to the cookie, or None to clear it (set by sign-in, refresh, logout)."""
+
+
+@dataclass
+class RefreshShare:
+    """Refresh results of this process, keyed by a hash of the spent refresh token."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    results: dict[str, tuple[float, TokenPair]] = field(default_factory=dict)
+
+
+REFRESH_SHARE = web.AppKey("admin_ui_refresh_share", RefreshShare)
+
+
+def _hmac(request: web.Request, purpose: str, value: str) -> str:
+    secret = request.app[SERVICES].config.secret_key.encode()
+    return hmac.new(secret, f"cms-admin-ui:{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
+
+
+def csrf_token_for(request: web.Request, principal: Principal) -> str:
+    """The CSRF token of a signed-in session: HMAC-SHA256 of its session id with SECRET_KEY (hex)."""
+    return _hmac(request, "csrf", principal.session_id or "")
+
+
+def csrf_token_matches(request: web.Request, principal: Principal, presented: str | None) -> bool:
+    """Whether `presented` is the session's CSRF token (constant-time compare)."""
+    return bool(presented) and hmac.compare_digest(str(presented), csrf_token_for(request, principal))
+
+
+def login_csrf_token(request: web.Request, response: web.StreamResponse | None = None) -> str:
+    """The pre-session CSRF token of the sign-in forms: HMAC of the nonce in the `cms_admin_login`
+    cookie (double submit). When the request has no nonce, a new one is made and, with `response`,
+    set on it."""
+    nonce = request.get(LOGIN_CSRF_COOKIE) or request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    if len(nonce) < 16:
+        nonce = secrets.token_urlsafe(24)
+    request[LOGIN_CSRF_COOKIE] = nonce
+    if response is not None and request.cookies.get(LOGIN_CSRF_COOKIE) != nonce:
+        response.set_cookie(LOGIN_CSRF_COOKIE, nonce, path=COOKIE_PATH, httponly=True, samesite="Lax",
+                            secure=is_https(request))
+    return _hmac(request, "login", nonce)
+
+
+def login_csrf_matches(request: web.Request, presented: str | None) -> bool:
+    """Whether `presented` matches the nonce of the request's `cms_admin_login` cookie."""
+    nonce = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    return len(nonce) >= 16 and bool(presented) and hmac.compare_digest(
+        str(presented), _hmac(request, "login", nonce))
+
+
+def read_tokens(request: web.Request) -> tuple[str, str] | None:
+    """(access token, refresh token) of the session cookie, or None."""
+    access, sep, refresh = request.cookies.get(SESSION_COOKIE, "").partition("~")
+    return (access, refresh) if sep and access and refresh else None
+
+
+def write_cookie(request: web.Request, response: web.StreamResponse, pair: TokenPair | None) -> None:
+    """Set the session cookie to `pair` (HttpOnly, SameSite=Lax, Secure over HTTPS), or clear it."""
+    if pair is None:
+        response.del_cookie(SESSION_COOKIE, path=COOKIE_PATH)
+        return
+    response.set_cookie(SESSION_COOKIE, f"{pair.access_token}~{pair.refresh_token}", path=COOKIE_PATH,
+                        httponly=True, samesite="Lax", secure=is_https(request))
+
+
+def apply_cookie_change(request: web.Request, response: web.StreamResponse) -> None:
+    """Write what sign-in, refresh or logout decided for the cookie (on_response_prepare)."""
+    if COOKIE_CHANGE_KEY in request:
+        # aiohttp turns `response.cookies` into headers before this hook runs: add the header itself
+        staged = web.StreamResponse()
+        write_cookie(request, staged, request[COOKIE_CHANGE_KEY])
+        for morsel in staged.cookies.values():
+            response.headers.add("Set-Cookie", morsel.OutputString())
+
+
+async def _refreshed(request: web.Request, refresh_token: str) -> TokenPair | None:
+    services = request.app[SERVICES]
+    share = request.app[REFRESH_SHARE]
+    key = hashlib.sha256(refresh_token.encode()).hexdigest()
+    async with share.lock:
+        now = time.monotonic()
+        for stale in [k for k, (at, _) in share.results.items() if now - at > REFRESH_SHARE_S]:
+            del share.results[stale]
+        if key in share.results:
+            return share.results[key][1]
+        try:
+            pair = await services.identity.login.refresh(services.identity.systems.admin, refresh_token)
+        except Unauthorized:
+            return None
+        share.results[key] = (now, pair)
+        return pair
+
+
+async def current_principal(request: web.Request) -> Principal | None:
+    """The signed-in admin-table user of the request (any role), or None: no cookie, or tokens that
+    neither authenticate nor refresh (logged out, revoked, expired). Cached on the request."""
+    if PRINCIPAL_KEY in request:
+        cached: Principal | None = request[PRINCIPAL_KEY]
+        return cached
+    principal = await _authenticate(request)
+    request[PRINCIPAL_KEY] = principal
+    return principal
+
+
+async def _authenticate(request: web.Request) -> Principal | None:
+    tokens = read_tokens(request)
+    if tokens is None:
+        return None
+    authenticator = request.app[SERVICES].authenticator
+    access, refresh = tokens
+    try:
+        principal = await authenticator.authenticate(access)
+    except Unauthorized:
+        pair = await _refreshed(request, refresh)
+        if pair is None:
+            request[COOKIE_CHANGE_KEY] = None
+            return None
+        try:
+            principal = await authenticator.authenticate(pair.access_token)
+        except Unauthorized:
+            request[COOKIE_CHANGE_KEY] = None
+            return None
+        request[COOKIE_CHANGE_KEY] = pair
+    if principal.kind != "admin_user":  # a collection user's token in our cookie: not ours
+        request[COOKIE_CHANGE_KEY] = None
+        return None
+    return principal

@@ -1,0 +1,322 @@
+"""Collections (`/_/collections`): the list of collections, and the schema editor that creates,
+changes and deletes them.
+
+- `GET /_/collections`: every collection with its type, fields and rules (as `GET /api/v1/collections`).
+- `GET|POST /_/collections/new`: the create form; `GET|POST /_/collections/{name}/edit`: the edit form.
+  The form carries the name, the type (create only), the auth switches (auth collections), one row per
+  field (every field type and validation key of `cms.services.fields`) and the five rules. The
+  submitted form becomes the same body `POST`/`PATCH /api/v1/collections` load (same request schema)
+  and goes to the same service call with the admin's Principal; a ValidationFailed or InvalidFilter is
+  shown next to the field row, rule or input it names, and nothing is stored.
+- `GET|POST /_/collections/{name}/delete`: a confirmation page (type the name), then the delete.
+
+Rows are added and removed by static/collections.js (a `<template>` clone); the rules get a
+`<datalist>` of the collection's field names and the `@request.auth.*` names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render, services
+from cms.api.context import load
+from cms.api.schemas import CollectionCreateSchema, CollectionUpdateSchema
+from cms.errors import CmsError, InvalidFilter, ValidationFailed
+from cms.filters.rules import AUTH_VARIABLES, DATA_ACTIONS
+from cms.models import Collection, FieldSpec, Principal, default_rules
+from cms.services.fields import FIELD_TYPES, MULTI_TYPES, SYSTEM_FIELDS, TEXT_TYPES
+
+RULES = ("list_rule", "view_rule", "create_rule", "update_rule", "delete_rule")
+SWITCHES = ("otp_enabled", "mfa_enabled", "oauth_enabled")
+SWITCH_LABELS = {"otp_enabled": "One-time code (OTP) login", "mfa_enabled": "Two-factor login (MFA)",
+                 "oauth_enabled": "OAuth2 login"}
+ROW_KEY = re.compile(r"^field-(\d{1,4})-name$")
+ROW_ERROR_KEY = re.compile(r"^schema\.(\d+)\.(.+)$")
+ROW_MESSAGE = re.compile(r"^field (\d+) \('[^']*'\): ")
+RULE_MESSAGE = re.compile(r"^(list|view|create|update|delete)_rule: ")
+ROW_TEXT_KEYS = ("name", "type", "min", "max", "pattern", "values", "max_select", "collection_id")
+ROW_FLAGS = ("required", "unique", "cascade_delete")
+
+Row = dict[str, Any]
+"""One field row of the form as strings and flags (what the page shows and the browser submits)."""
+
+
+# --- form <-> service ------------------------------------------------------------------------------
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _row_of(spec: FieldSpec) -> Row:
+    v = spec.validation
+    return {
+        "name": spec.name, "type": spec.type, "required": v.required, "unique": v.unique,
+        "min": _number(v.min), "max": _number(v.max), "pattern": v.pattern or "",
+        "values": "\n".join(spec.values or ()), "max_select": "" if spec.max_select is None else str(spec.max_select),
+        "collection_id": spec.collection_id or "", "cascade_delete": spec.cascade_delete,
+    }
+
+
+def _rows_of_form(form: Mapping[str, Any]) -> list[Row]:
+    """The field rows of a submitted form, in page order (`field-<i>-<key>`; `i` need not be dense);
+    rows with nothing typed in are left out."""
+    rows: list[Row] = []
+    for key in form:
+        match = ROW_KEY.match(key)
+        if match is None:
+            continue
+        prefix = f"field-{match.group(1)}-"
+        row: Row = {k: str(form.get(prefix + k, "")).strip() for k in ROW_TEXT_KEYS}
+        row["values"] = str(form.get(prefix + "values", ""))
+        row.update({flag: form.get(prefix + flag) == "on" for flag in ROW_FLAGS})
+        if any(row[k] for k in ROW_TEXT_KEYS if k not in ("type", "collection_id")) or row["values"].strip():
+            rows.append(row)  # a row left blank (added, never filled) is not a field
+    return rows
+
+
+def _as_int(text: str) -> int | str:
+    try:
+        return int(text)
+    except ValueError:
+        return text  # refused by the schema (strict integer): its message goes next to the row
+
+
+def _definition(row: Row) -> dict[str, Any]:
+    """A field row as the field definition `parse_schema` reads (keys that do not apply to the
+    row's type are left out, as a REST client would)."""
+    kind = row["type"]
+    validation: dict[str, Any] = {"required": row["required"]}
+    if kind not in ("bool", "json"):
+        validation["unique"] = row["unique"]
+    if kind in TEXT_TYPES or kind == "number":
+        for key in ("min", "max"):
+            if row[key]:
+                validation[key] = row[key]  # a numeric string loads as a number; anything else is refused
+    if kind in TEXT_TYPES and row["pattern"]:
+        validation["pattern"] = row["pattern"]
+    definition: dict[str, Any] = {"name": row["name"], "type": kind, "validation": validation}
+    if kind == "select":
+        definition["values"] = [line.strip() for line in row["values"].splitlines() if line.strip()]
+    if kind in MULTI_TYPES and row["max_select"]:
+        definition["max_select"] = _as_int(row["max_select"])
+    if kind == "relation":
+        definition["collection_id"] = row["collection_id"] or None
+        definition["cascade_delete"] = row["cascade_delete"]
+    return definition
+
+
+def _rules_of_form(form: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {rule: {"text": str(form.get(f"rule-{rule}", "")).strip(), "locked": form.get(f"lock-{rule}") == "on"}
+            for rule in RULES}
+
+
+def _rules_of(collection_rules: Any) -> dict[str, dict[str, Any]]:
+    shown: dict[str, dict[str, Any]] = {}
+    for rule in RULES:
+        value = collection_rules.rule(rule[:-5])
+        shown[rule] = {"text": value or "", "locked": value is None}
+    return shown
+
+
+def _rule_values(rules: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
+    """Locked: None (admins only); else the text ("" = everyone)."""
+    return {rule: None if shown["locked"] else shown["text"] for rule, shown in rules.items()}
+
+
+def _placed_errors(error: CmsError) -> dict[str, list[str]]:
+    """Where each message of `error` is shown: `name`, `type`, a switch, `rule:<rule>`, `row:<i>`
+    (the i-th submitted field row) or `schema` (the field list as a whole); `form` for the rest."""
+    placed: dict[str, list[str]] = defaultdict(list)
+    if isinstance(error, InvalidFilter):
+        match = RULE_MESSAGE.match(error.detail)
+        if match:
+            placed[f"rule:{match.group(1)}_rule"].append(error.detail[match.end():])
+        else:
+            placed["form"].append(error.detail)
+    for key, messages in error_message(error).fields.items():
+        row = ROW_ERROR_KEY.match(key)
+        for message in messages:
+            if row:
+                placed[f"row:{row.group(1)}"].append(f"{row.group(2)}: {message}")
+            elif key == "schema":
+                numbered = ROW_MESSAGE.match(message)
+                if numbered:
+                    placed[f"row:{numbered.group(1)}"].append(message[numbered.end():])
+                else:
+                    placed["schema"].append(message)
+            elif key in RULES:
+                placed[f"rule:{key}"].append(message)
+            elif key in ("name", "type", *SWITCHES):
+                placed[key].append(message)
+            else:
+                placed["form"].append(f"{key}: {message}")
+    return dict(placed)
+
+
+def _suggestions(field_names: list[str]) -> list[str]:
+    """What a rule may name: the system and schema fields, `@request.auth.*`, `@request.data.*`."""
+    return [*sorted(SYSTEM_FIELDS), *field_names, *(f"@request.auth.{n}" for n in sorted(AUTH_VARIABLES)),
+            *(f"@request.data.{n}" for n in field_names)]
+
+
+async def _form_page(request: web.Request, *, mode: str, collection: Collection | None, name: str, type_: str,
+                     switches: Mapping[str, Any], rows: list[Row], rules: Mapping[str, Mapping[str, Any]],
+                     error: CmsError | None = None) -> web.Response:
+    every = await services(request).collections.list()
+    return await render(
+        request, "collections/form.html", status=error.status if error else 200, nav_collections=every,
+        targets=[(c.id, c.name) for c in every], mode=mode, collection=collection,
+        name=name, type=type_, switches=switches, rows=rows, rules=rules, rule_names=RULES,
+        data_rules=[f"{a}_rule" for a in DATA_ACTIONS], field_types=FIELD_TYPES, text_types=sorted(TEXT_TYPES),
+        multi_types=sorted(MULTI_TYPES), switch_names=SWITCHES, switch_labels=SWITCH_LABELS,
+        suggestions=_suggestions([r["name"] for r in rows if r["name"]]),
+        base_rules=_rule_values(_rules_of(default_rules("base"))),
+        auth_rules=_rule_values(_rules_of(default_rules("auth"))),
+        error=error_message(error) if error else None, placed=_placed_errors(error) if error else {},
+    )
+
+
+# --- handlers --------------------------------------------------------------------------------------
+
+
+@admin_page
+async def index(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """GET /_/collections: every collection by name (record counts are left out: slow on the
+    embedded server)."""
+    collections = await services(request).collections.list()
+    return await render(request, "collections/index.html", collections=collections, rule_names=RULES,
+                        nav_collections=collections)
+
+
+@admin_page
+async def new(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """GET /_/collections/new: the create form (a base collection with one text field)."""
+    type_ = "auth" if request.query.get("type") == "auth" else "base"
+    return await _form_page(request, mode="create", collection=None, name="", type_=type_,
+                            switches=dict.fromkeys(SWITCHES, ""),
+                            rows=[{"name": "", "type": "text", "required": False, "unique": False, "min": "",
+                                   "max": "", "pattern": "", "values": "", "max_select": "", "collection_id": "",
+                                   "cascade_delete": False}],
+                            rules=_rules_of(default_rules(type_)))
+
+
+def _tristate(value: Any) -> bool | None:
+    return {"on": True, "off": False}.get(str(value or ""))
+
+
+@admin_page
+async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """POST /_/collections/new: create through the service (as `POST /api/v1/collections`)."""
+    form = await request.post()
+    name, type_ = str(form.get("name", "")).strip(), str(form.get("type", "base"))
+    switches = {s: str(form.get(s, "")) for s in SWITCHES}
+    rows, rules = _rows_of_form(form), _rules_of_form(form)
+    body: dict[str, Any] = {"name": name, "type": type_, "schema": [_definition(r) for r in rows],
+                            **_rule_values(rules)}
+    for switch in SWITCHES:
+        if _tristate(switches[switch]) is not None:
+            body[switch] = _tristate(switches[switch])
+    try:
+        loaded = load(CollectionCreateSchema(), body)
+        collection = await services(request).collections.create(
+            principal, loaded["name"], loaded["type"], loaded["schema"], otp_enabled=loaded["otp_enabled"],
+            mfa_enabled=loaded["mfa_enabled"], oauth_enabled=loaded["oauth_enabled"],
+            rules={rule: loaded[rule] for rule in RULES if rule in loaded})
+    except CmsError as exc:
+        if exc.status >= 500:
+            raise
+        return await _form_page(request, mode="create", collection=None, name=name, type_=type_,
+                                switches=switches, rows=rows, rules=rules, error=exc)
+    response = redirect(f"{PREFIX}/collections/{collection.name}/edit", request)
+    flash(response, request, f"Collection {collection.name} created", "success")
+    return response
+
+
+@admin_page
+async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """GET /_/collections/{name}/edit: the collection in the form."""
+    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    return await _form_page(request, mode="edit", collection=collection, name=collection.name, type_=collection.type,
+                            switches={s: getattr(collection, s) for s in SWITCHES},
+                            rows=[_row_of(spec) for spec in collection.fields], rules=_rules_of(collection.rules))
+
+
+@admin_page
+async def update(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """POST /_/collections/{name}/edit: name, schema, switches and rules through the service (as
+    `PATCH /api/v1/collections/{id}`); the schema replaces the old one."""
+    collections = services(request).collections
+    collection = await collections.get_by_name(request.match_info["collection_name"])
+    form = await request.post()
+    name = str(form.get("name", "")).strip()
+    rows, rules = _rows_of_form(form), _rules_of_form(form)
+    switches: dict[str, Any] = {s: form.get(s) == "on" for s in SWITCHES}
+    body: dict[str, Any] = {"name": name, "schema": [_definition(r) for r in rows], **_rule_values(rules)}
+    if collection.type == "auth":
+        body.update(switches)
+    try:
+        loaded = load(CollectionUpdateSchema(), body)
+        changed = await collections.update(
+            principal, collection.id, name=loaded.get("name"), schema=loaded.get("schema"),
+            otp_enabled=loaded.get("otp_enabled"), mfa_enabled=loaded.get("mfa_enabled"),
+            oauth_enabled=loaded.get("oauth_enabled"), rules={rule: loaded[rule] for rule in RULES if rule in loaded})
+    except CmsError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        return await _form_page(request, mode="edit", collection=collection, name=name, type_=collection.type,
+                                switches=switches, rows=rows, rules=rules, error=exc)
+    response = redirect(f"{PREFIX}/collections/{changed.name}/edit", request)
+    flash(response, request, f"Collection {changed.name} saved", "success")
+    return response
+
+
+@admin_page
+async def confirm_delete(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """GET /_/collections/{name}/delete: asks for the name before the delete."""
+    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    return await render(request, "collections/delete.html", collection=collection, error=None)
+
+
+@admin_page
+async def delete(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """POST /_/collections/{name}/delete: the delete (as `DELETE /api/v1/collections/{id}`) once the
+    typed name matches."""
+    collections = services(request).collections
+    collection = await collections.get_by_name(request.match_info["collection_name"])
+    form = await request.post()
+    try:
+        if str(form.get("confirm_name", "")).strip() != collection.name:
+            raise ValidationFailed("Type the collection's name to confirm the delete",
+                                   errors={"confirm_name": ["Does not match the collection's name."]})
+        await collections.delete(principal, collection.id)
+    except CmsError as exc:
+        if exc.status >= 500 or exc.status == 404:
+            raise
+        return await render(request, "collections/delete.html", status=exc.status, collection=collection,
+                            error=error_message(exc))
+    response = redirect(PREFIX + "/collections", request)
+    flash(response, request, f"Collection {collection.name} deleted", "success")
+    return response
+
+
+def routes() -> list[web.RouteDef]:
+    """The collections screen's routes."""
+    path = PREFIX + "/collections/{collection_name}"
+    return [
+        web.get(PREFIX + "/collections", index, name="admin_ui.collections"),
+        web.get(PREFIX + "/collections/new", new, name="admin_ui.collections.new"),
+        web.post(PREFIX + "/collections/new", create),
+        web.get(path + "/edit", edit, name="admin_ui.collections.edit"),
+        web.post(path + "/edit", update),
+        web.get(path + "/delete", confirm_delete, name="admin_ui.collections.delete"),
+        web.post(path + "/delete", delete),
+    ]
+

@@ -1,0 +1,164 @@
+"""In-process cache of what every request reads and few change: collection definitions (by name and
+by id) and each collection's active webhooks (issue "Fast reads", item 6: no database round trip
+per request for what rarely changes).
+
+Exact across replicas through one Redis counter, the catalog epoch (the read cache's epoch key,
+`read_cache.epoch_key`): every collection change and every restore bumps it (the read cache's
+collection-event subscriber, the backup service's `on_restored`), and every webhook change bumps
+it through `invalidate`. A cached value is used only while the epoch it was loaded under is still
+the epoch. A request reads the epoch once, the first time it needs it, and keeps it for the rest
+of the request (`request_scope`, opened by the API's `catalog_scope` middleware), so a request
+that starts after a change's response never sees the definition from before it; outside a request
+scope (workers, scripts) every look-up reads the epoch.
+
+The record read path goes one step further (`peek`): it computes its cache key from the cached
+definition and checks that definition's epoch against the epoch the read cache's one `MGET` returns
+anyway, so a warm read costs one Redis round trip and no MongoDB round trip at all.
+
+Without Redis nothing is served from here (every look-up goes to MongoDB, and the failure is
+logged at most once a minute). Entries live at most `max_age_s` in any case: the backstop for an
+epoch bump that failed while Redis was away. At most MAX_ENTRIES are kept (names a client makes up
+are cached as missing too, so the table is emptied when full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from redis.asyncio import Redis
+
+log = logging.getLogger("cms.definition_cache")
+
+MAX_AGE_S = 5.0
+"""Longest an entry is served, in seconds, whatever the epoch says (backstop for a failed bump)."""
+MAX_ENTRIES = 10_000
+"""Most entries kept per process; the table is emptied when a new one would exceed it."""
+REDIS_TIMEOUT_S = 0.5
+"""How long an epoch read or bump may wait for Redis, in seconds."""
+FAILURE_LOG_INTERVAL_S = 60.0
+"""At most one warning per this many seconds while Redis fails."""
+
+T = TypeVar("T")
+
+_scope: ContextVar[dict[str, str] | None] = ContextVar("cms_epochs", default=None)
+
+
+@contextmanager
+def request_scope() -> Iterator[None]:
+    """Within this block (one request), each epoch is read at most once (all of them in one `MGET`)."""
+    token = _scope.set({})
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def remember_epoch(key: str, epoch: str) -> None:
+    """Keep `epoch`, just read from Redis under `key`, as the current request's (no-op outside a
+    scope)."""
+    epochs = _scope.get()
+    if epochs is not None:
+        epochs[key] = epoch
+
+
+def epoch_text(value: Any) -> str:
+    """The epoch as text from a Redis reply (None, never bumped, is "0")."""
+    if value is None:
+        return "0"
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class DefinitionCache:
+    """Epoch-checked in-process values (see the module docstring). `epoch_key` is the Redis key of
+    the epoch that guards them (the catalog epoch; the session epoch for `SessionService`);
+    `companions` are other caches' epoch keys read in the same `MGET`, so a request that needs
+    several pays one round trip; `clock` gives monotonic seconds."""
+
+    def __init__(self, redis: Redis, epoch_key: str, *, companions: tuple[str, ...] = (),
+                 max_age_s: float = MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self._redis = redis
+        self._epoch_key = epoch_key
+        self._keys = (epoch_key, *companions)
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._entries: dict[Hashable, tuple[str, float, Any]] = {}
+        self._last_failure_log = 0.0
+
+    async def epoch(self) -> str | None:
+        """The epoch: the one this request already read, else read from Redis now (with the
+        companions, and kept for the request). None when Redis failed (then nothing may be served or stored)."""
+        epochs = _scope.get()
+        if epochs is not None and self._epoch_key in epochs:
+            return epochs[self._epoch_key]
+        try:
+            raw = await asyncio.wait_for(self._redis.mget(self._keys), REDIS_TIMEOUT_S)
+        except Exception as exc:
+            self._failed("read", exc)
+            return None
+        for key, value in zip(self._keys, raw, strict=True):
+            remember_epoch(key, epoch_text(value))
+        return epoch_text(raw[0])
+
+    def remember(self, epoch: str) -> None:
+        """Keep `epoch`, just read from Redis some other way (the read cache's `MGET`), as this
+        request's epoch of this cache."""
+        remember_epoch(self._epoch_key, epoch)
+
+    async def get(self, key: Hashable, load: Callable[[], Awaitable[T]], *, epoch: str | None = None) -> T:
+        """The value under `key` if it was loaded under the current epoch (`epoch` when the caller
+        has just read it, else `self.epoch()`), else `load()`, kept under that epoch. `load` must
+        read the database after the epoch was read (it is called after)."""
+        if epoch is None:
+            epoch = await self.epoch()
+        if epoch is not None:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == epoch and self._clock() - entry[1] < self._max_age_s:
+                value: T = entry[2]
+                return value
+        loaded = await load()
+        if epoch is not None:
+            if len(self._entries) >= MAX_ENTRIES:
+                self._entries.clear()
+            self._entries[key] = (epoch, self._clock(), loaded)
+        return loaded
+
+    def peek(self, key: Hashable) -> tuple[str, Any] | None:
+        """`(epoch, value)` cached under `key` if not older than `max_age_s`, unchecked against the
+        current epoch: the caller must compare that epoch with one it reads before relying on it."""
+        entry = self._entries.get(key)
+        if entry is None or self._clock() - entry[1] >= self._max_age_s:
+            return None
+        return entry[0], entry[2]
+
+    def update(self, key: Hashable, value: Any) -> None:
+        """Replace the value cached under `key`, if any, keeping its epoch and age (e.g. a session
+        whose `last_used` was just written)."""
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries[key] = (entry[0], entry[1], value)
+
+    def forget(self) -> None:
+        """Drop every entry of this process (after a change made here, whatever Redis does)."""
+        self._entries.clear()
+
+    async def invalidate(self) -> None:
+        """After a change of what is cached here (e.g. a webhook): bump the epoch, so every replica
+        reloads, and drop this process's entries. A Redis failure is logged (entries elsewhere
+        then live out `max_age_s`)."""
+        self.forget()
+        try:
+            await asyncio.wait_for(self._redis.incr(self._epoch_key), REDIS_TIMEOUT_S)
+        except Exception as exc:
+            self._failed("bump", exc)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._last_failure_log >= FAILURE_LOG_INTERVAL_S:
+            self._last_failure_log = now
+            log.warning("definition cache epoch %s failed (definitions are read from MongoDB): %r", what, exc)

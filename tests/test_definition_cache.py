@@ -1,0 +1,133 @@
+"""The epoch-checked in-process cache (cms.services.definition_cache) against a real Redis."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from cms.embedded import free_port
+from cms.services import definition_cache
+from cms.services.definition_cache import DefinitionCache, request_scope
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+class Loader:
+    """Counts loads and returns the current `value`."""
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+        self.loads = 0
+
+    async def __call__(self) -> str:
+        self.loads += 1
+        return self.value
+
+
+def keys() -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return f"test:{tag}:catalog", f"test:{tag}:sessions"
+
+
+async def test_a_value_is_loaded_once_per_epoch_and_again_after_a_bump(redis: Redis) -> None:
+    catalog, _ = keys()
+    cache, load = DefinitionCache(redis, catalog), Loader("v1")
+    assert await cache.get("k", load) == "v1"
+    assert await cache.get("k", load) == "v1"
+    assert load.loads == 1
+
+    load.value = "v2"
+    await redis.incr(catalog)  # another replica's change
+    assert await cache.get("k", load) == "v2"
+    assert load.loads == 2
+
+
+async def test_invalidate_bumps_the_epoch_for_other_processes(redis: Redis) -> None:
+    catalog, _ = keys()
+    here, there = DefinitionCache(redis, catalog), DefinitionCache(redis, catalog)
+    load = Loader("old")
+    assert await there.get("k", load) == "old"
+    load.value = "new"
+    await here.invalidate()
+    assert await there.get("k", load) == "new"
+    assert int(await redis.get(catalog)) == 1
+
+
+async def test_a_request_reads_each_epoch_once_and_companions_in_the_same_read(redis: Redis) -> None:
+    catalog, sessions = keys()
+    definitions = DefinitionCache(redis, catalog, companions=(sessions,))
+    validity = DefinitionCache(redis, sessions, companions=(catalog,))
+    with request_scope():
+        assert await definitions.epoch() == "0"
+        await redis.incr(catalog)
+        await redis.incr(sessions)
+        assert await definitions.epoch() == "0"  # the request keeps the epoch it read first
+        assert await validity.epoch() == "0"  # read by the same MGET
+    with request_scope():
+        assert await validity.epoch() == "1"
+        assert await definitions.epoch() == "1"
+    assert await definitions.epoch() == "1"  # outside a request every call reads Redis
+    await redis.incr(catalog)
+    assert await definitions.epoch() == "2"
+
+
+async def test_entries_expire_after_max_age_whatever_the_epoch(redis: Redis) -> None:
+    catalog, _ = keys()
+    now = [100.0]
+    cache, load = DefinitionCache(redis, catalog, max_age_s=5.0, clock=lambda: now[0]), Loader("v")
+    await cache.get("k", load)
+    now[0] += 4.9
+    await cache.get("k", load)
+    assert load.loads == 1
+    assert cache.peek("k") == ("0", "v")
+    now[0] += 0.2
+    assert cache.peek("k") is None
+    await cache.get("k", load)
+    assert load.loads == 2
+
+
+async def test_without_redis_every_lookup_loads(redis_url: str) -> None:
+    dead = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
+    try:
+        cache, load = DefinitionCache(dead, "test:dead"), Loader("v")
+        assert await cache.epoch() is None
+        assert await cache.get("k", load) == "v"
+        assert await cache.get("k", load) == "v"
+        assert load.loads == 2
+        assert cache.peek("k") is None
+        await cache.invalidate()  # logged, not raised
+    finally:
+        await dead.aclose()
+
+
+async def test_the_table_is_bounded(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(definition_cache, "MAX_ENTRIES", 3)
+    catalog, _ = keys()
+    cache = DefinitionCache(redis, catalog)
+    for index in range(3):
+        await cache.get(index, Loader(str(index)))
+    assert cache.peek(0) is not None
+    await cache.get(3, Loader("3"))  # a fourth empties the table first
+    assert [cache.peek(i) is not None for i in range(4)] == [False, False, False, True]
+
+
+async def test_update_keeps_the_epoch_and_forget_drops_everything(redis: Redis) -> None:
+    catalog, _ = keys()
+    cache = DefinitionCache(redis, catalog)
+    await cache.get("k", Loader("a"))
+    cache.update("k", "b")
+    cache.update("missing", "x")
+    assert cache.peek("k") == ("0", "b")
+    assert cache.peek("missing") is None
+    cache.forget()
+    assert cache.peek("k") is None
