@@ -45,7 +45,8 @@ def refuses_connections(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return False
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
+        # reset: the listener closed with this connection still in its backlog (seen on uvloop)
         return True
 
 
