@@ -9,32 +9,18 @@ from typing import Any
 import aiohttp_cors
 import swagger_ui_bundle  # type: ignore[import-untyped]
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from cms.admin_ui import setup_admin_ui
 from cms.api.access_log import CmsAccessLogger
-from cms.api.context import SERVICES
+from cms.api.context import HTTP_STATS, SERVICES
 from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
-from cms.api.middlewares import catalog_scope_middleware, error_middleware
+from cms.api.middlewares import request_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
-from cms.api.system import HTTP_STATS
 from cms.config import Config
 from cms.wiring import Services, open_services
-
-
-@web.middleware
-async def stats_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count requests in flight and in total for `/api/v1/stats`."""
-    counters = request.app[HTTP_STATS]
-    counters["requests_total"] += 1
-    counters["active_connections"] += 1
-    try:
-        return await handler(request)
-    finally:
-        counters["active_connections"] -= 1
 
 
 def create_app(config: Config, *, services: Services | None = None) -> web.Application:
@@ -43,8 +29,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
 
     JSON bodies are limited to `config.max_json_bytes` (413 above)."""
     app = web.Application(
-        middlewares=[stats_middleware, error_middleware, catalog_scope_middleware, rate_limit_middleware,
-                     principal_middleware],
+        middlewares=[request_middleware, rate_limit_middleware, principal_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}

@@ -25,11 +25,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from aiosmtpd.controller import Controller
+from argon2 import Parameters
+from argon2.low_level import Type
 
 from cms.app import create_app
 from cms.clock import utcnow
 from cms.config import Config
 from cms.embedded import free_port, start_mongodb, start_redis
+from cms.security import passwords
 from cms.services.events import RecordEvent
 from cms.store.client import open_client
 from cms.wiring import Services, open_services
@@ -38,6 +41,13 @@ from workers.settings import build_worker
 ADMIN_EMAIL = "admin@example.com"
 ADMIN_PASSWORD = "admin-password-1"
 USER_PASSWORD = "user-password-1"
+
+#: argon2id at 1 MiB and one pass: the suite signs up and logs in thousands of times, and the
+#: default profile (64 MiB, three passes) spent a third of its CPU there. Servers the tests start as
+#: processes (`cms serve`, workers) keep the default; tests/unit/test_security.py checks that default.
+TEST_PASSWORD_PARAMETERS = Parameters(type=Type.ID, version=19, salt_len=16, hash_len=32,
+                                      time_cost=1, memory_cost=1024, parallelism=1)
+passwords.use_parameters(TEST_PASSWORD_PARAMETERS)
 
 #: The type of the `client` fixture.
 Client: TypeAlias = TestClient[web.Request, web.Application]

@@ -13,9 +13,10 @@ limits do.
 from __future__ import annotations
 
 import logging
+import time as _time
 
 from aiohttp import web
-from aiohttp.web_log import AccessLogger
+from aiohttp.abc import AbstractAccessLogger
 
 from cms.api.context import client_ip
 from cms.logs import FIELDS_ATTRIBUTE
@@ -38,25 +39,36 @@ def access_fields(request: web.BaseRequest, response: web.StreamResponse, durati
     }
 
 
-class CmsAccessLogger(AccessLogger):
-    """aiohttp's AccessLogger (same text line) whose records also carry `access_fields`."""
+class CmsAccessLogger(AbstractAccessLogger):
+    """aiohttp's default access line (`%a %t "%r" %s %b "%{Referer}i" "%{User-Agent}i"`), written
+    directly rather than through aiohttp's format interpreter (it is on every request's path), with
+    the query string left out of the request line and the Referer; records also carry
+    `access_fields`. The `log_format` aiohttp hands in is not read: cms never sets one."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         """Log one request that took `time` seconds; a failure to format is logged, not raised."""
         if not self.logger.isEnabledFor(logging.INFO):
             return
         try:
-            values = tuple(_without_query(request) if key == "first_request_line"
-                           else value.partition("?")[0] if key == ("request_header", "Referer")
-                           else value
-                           for key, value in self._format_line(request, response, time))
-            self.logger.info(self._log_format % values,
-                             extra={FIELDS_ATTRIBUTE: access_fields(request, response, time)})
+            headers = request.headers
+            version = request.version
+            line = (f'{request.remote or "-"} {_started_at(time)} "{request.method} '
+                    f'{request.raw_path.partition("?")[0]} HTTP/{version.major}.{version.minor}" '
+                    f'{response.status} {response.body_length} '
+                    f'"{headers.get("Referer", "-").partition("?")[0]}" "{headers.get("User-Agent", "-")}"')
+            self.logger.info(line, extra={FIELDS_ATTRIBUTE: access_fields(request, response, time)})
         except Exception:
             self.logger.exception("Error in logging")
 
 
-def _without_query(request: web.BaseRequest) -> str:
-    """The request line with the query string left out: `GET /path HTTP/1.1`."""
-    version = request.version
-    return f"{request.method} {request.raw_path.partition('?')[0]} HTTP/{version.major}.{version.minor}"
+_stamp: tuple[int, str] = (-1, "")
+
+
+def _started_at(duration_s: float) -> str:
+    """`[24/Nov/2026:01:02:03 +0000]`: local time when the request started, to the second, as
+    aiohttp's `%t` (formatted once per second)."""
+    global _stamp
+    second = int(_time.time() - duration_s)
+    if _stamp[0] != second:
+        _stamp = (second, _time.strftime("[%d/%b/%Y:%H:%M:%S %z]", _time.localtime(second)))
+    return _stamp[1]

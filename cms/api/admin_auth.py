@@ -9,6 +9,7 @@ from aiohttp import web
 
 from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
+from cms.api.responses import json_response
 from cms.api.schemas import (
     ForgotPasswordSchema,
     PasswordResetRequestSchema,
@@ -32,7 +33,7 @@ async def register(request: web.Request) -> web.Response:
         ip=client_ip(request), user_agent=user_agent(request),
     )
     message = "Registered. A verification link has been sent to your email address."
-    return web.json_response({"user": admin_user_json(user), "message": message}, status=201)
+    return json_response({"user": admin_user_json(user), "message": message}, status=201)
 
 
 async def verify_email(request: web.Request) -> web.Response:
@@ -41,7 +42,7 @@ async def verify_email(request: web.Request) -> web.Response:
     422 (no token)."""
     body = await parse_body(request, TokenBodySchema())
     await services(request).identity.verification.verify_any(body["token"])
-    return web.json_response({"message": "Email verified"})
+    return json_response({"message": "Email verified"})
 
 
 async def request_password_reset(request: web.Request) -> web.Response:
@@ -58,7 +59,7 @@ async def request_password_reset(request: web.Request) -> web.Response:
     await services(request).identity.password_reset.request(
         body["email"], body["collection"], ip=client_ip(request), user_agent=user_agent(request)
     )
-    return web.json_response({"message": RESET_REQUESTED_MESSAGE})
+    return json_response({"message": RESET_REQUESTED_MESSAGE})
 
 
 async def forgot_password(request: web.Request) -> web.Response:
@@ -70,7 +71,7 @@ async def forgot_password(request: web.Request) -> web.Response:
     await services(request).identity.password_reset.request(
         body["email"], None, ip=client_ip(request), user_agent=user_agent(request)
     )
-    return web.json_response({"message": RESET_REQUESTED_MESSAGE})
+    return json_response({"message": RESET_REQUESTED_MESSAGE})
 
 
 async def reset_password(request: web.Request) -> web.Response:
@@ -84,4 +85,4 @@ async def reset_password(request: web.Request) -> web.Response:
         body["token"], body["new_password"], body["password_confirm"],
         ip=client_ip(request), user_agent=user_agent(request),
     )
-    return web.json_response({"message": "Password changed. Please log in with the new password."})
+    return json_response({"message": "Password changed. Please log in with the new password."})

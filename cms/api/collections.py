@@ -8,19 +8,20 @@ from aiohttp import web
 
 from cms.api.context import parse_body, services
 from cms.api.guards import require_admin
+from cms.api.responses import json_response
 from cms.api.schemas import RULE_NAMES, CollectionCreateSchema, CollectionSchema, CollectionUpdateSchema
 
 
 async def list_collections(request: web.Request) -> web.Response:
     """`GET /collections`: every collection with its schema and rules (public)."""
     collections = await services(request).collections.list()
-    return web.json_response(CollectionSchema(many=True).dump(collections))
+    return json_response(CollectionSchema(many=True).dump(collections))
 
 
 async def get_collection(request: web.Request) -> web.Response:
     """`GET /collections/{collection_id}`: one collection. 404 when unknown."""
     collection = await services(request).collections.get(request.match_info["collection_id"])
-    return web.json_response(CollectionSchema().dump(collection))
+    return json_response(CollectionSchema().dump(collection))
 
 
 def _rules(body: dict[str, Any]) -> dict[str, str | None]:
@@ -36,7 +37,7 @@ async def create_collection(request: web.Request) -> web.Response:
         principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"],
         mfa_enabled=body["mfa_enabled"], oauth_enabled=body["oauth_enabled"], rules=_rules(body),
     )
-    return web.json_response(CollectionSchema().dump(collection), status=201)
+    return json_response(CollectionSchema().dump(collection), status=201)
 
 
 async def update_collection(request: web.Request) -> web.Response:
@@ -48,7 +49,7 @@ async def update_collection(request: web.Request) -> web.Response:
     rules = _rules(body)
     collection = await services(request).collections.update(
         principal, request.match_info["collection_id"], rules=rules, **body)
-    return web.json_response(CollectionSchema().dump(collection))
+    return json_response(CollectionSchema().dump(collection))
 
 
 async def delete_collection(request: web.Request) -> web.Response:

@@ -15,6 +15,8 @@ from cms.wiring import Services
 
 SERVICES = web.AppKey("services", Services)
 REQUEST_ID = "request_id"
+HTTP_STATS = web.AppKey("http_stats", dict[str, int])
+"""`{requests_total, active_connections}` of this process, for `/api/v1/stats` and the dashboard."""
 INLINE_JSON_BYTES = 64 * 1024
 """Bodies up to this size (bytes) are decoded on the event loop; larger ones in a thread."""
 

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from cms.api.context import REQUEST_ID, services
 from cms.api.guards import optional_principal
+from cms.api.responses import json_response
 from cms.api.schemas import FileSchema
 from cms.api.uploads import form_parts
 from cms.errors import BadRequest
@@ -32,7 +33,7 @@ async def upload_file(request: web.Request) -> web.Response:
     """201 with the stored file (FileSchema); the multipart body is streamed into the service."""
     principal = await optional_principal(request)
     file = await services(request).files.upload(principal, form_parts(request))
-    return web.json_response(FileSchema().dump(file), status=201)
+    return json_response(FileSchema().dump(file), status=201)
 
 
 async def delete_file(request: web.Request) -> web.Response:

@@ -22,6 +22,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
 from aiohttp.web_protocol import RequestHandler
 
+from cms.api.responses import json_response
 from cms.errors import BadRequest, CmsError, RequestHeaderTooLarge, UriTooLong
 
 log = logging.getLogger("cms.api")
@@ -79,7 +80,7 @@ class CmsRequestHandler(RequestHandler):
         # exc.message quotes request bytes (maybe a token), so only its class is logged
         log.info("rejected a malformed request from %s: %s %s (%s, request id %s)",
                  request.remote, error.status, error.code, type(exc).__name__, request_id)
-        response = web.json_response(error.to_body(), status=error.status, headers={"X-Request-Id": request_id})
+        response = json_response(error.to_body(), status=error.status, headers={"X-Request-Id": request_id})
         response.force_close()
         return response
 

@@ -1,4 +1,5 @@
-"""Middlewares: request ids and the one error model (`{"detail", "code"}`) for every failure."""
+"""The request frame: request ids, the `/api/v1/stats` counters, the catalog scope and the one error
+model (`{"detail", "code"}`) for every failure."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pymongo.errors import ConnectionFailure as PyMongoConnectionFailure
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cms.api.context import REQUEST_ID
+from cms.api.context import HTTP_STATS, REQUEST_ID
+from cms.api.responses import json_response
 from cms.errors import (
     BadRequest,
     CmsError,
@@ -35,56 +37,61 @@ def error_response(error: CmsError, request_id: str) -> web.Response:
     headers = {**error.headers, "X-Request-Id": request_id}
     if isinstance(error, RateLimited):
         headers["Retry-After"] = str(error.retry_after_s)
-    return web.json_response(error.to_body(), status=error.status, headers=headers)
+    return json_response(error.to_body(), status=error.status, headers=headers)
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give each request an id (`X-Request-Id`, taken from the client when sane) and render
-    every error in the `{detail, code}` model; unexpected exceptions are logged with the id and
-    become a 500 whose body carries no internals. A client that disconnects mid-request (e.g. mid
-    upload) is logged on one INFO line, without a traceback."""
-    incoming = request.headers.get("X-Request-Id", "")
-    request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
-    request[REQUEST_ID] = request_id
+async def request_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The frame of every request, in one middleware (it is on every request's path):
+
+    - counts the request for `/api/v1/stats` (in total, and in flight until it is answered);
+    - gives it an id (`X-Request-Id`, taken from the client when sane);
+    - reads the catalog epoch at most once for it (`definition_cache.request_scope`);
+    - renders every error in the `{detail, code}` model. Unexpected exceptions are logged with the
+      id and become a 500 whose body carries no internals; a database that does not answer is a
+      503; a client that disconnects mid-request (e.g. mid upload) is logged on one INFO line,
+      without a traceback."""
+    counters = request.app[HTTP_STATS]
+    counters["requests_total"] += 1
+    counters["active_connections"] += 1
     try:
-        response = await handler(request)
-    except CmsError as exc:
-        return error_response(exc, request_id)
-    except web.HTTPException as exc:
-        if exc.status < 400:
+        incoming = request.headers.get("X-Request-Id", "")
+        request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else uuid.uuid4().hex
+        request[REQUEST_ID] = request_id
+        try:
+            with request_scope():
+                response = await handler(request)
+        except CmsError as exc:
+            return error_response(exc, request_id)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            return error_response(_from_http(exc), request_id)
+        except asyncio.CancelledError:  # the handler task is cancelled on disconnect if handler_cancellation is on
+            if _client_gone(request):
+                _log_disconnect(request, request_id)
             raise
-        return error_response(_from_http(exc), request_id)
-    except asyncio.CancelledError:  # the handler task is cancelled on disconnect if handler_cancellation is on
-        if _client_gone(request):
-            _log_disconnect(request, request_id)
-        raise
-    except (PyMongoConnectionFailure, RedisConnectionError, RedisTimeoutError) as exc:
-        # a database that is down or stalled: say so, and let the client retry
-        log.warning("%s %s: a database did not answer (request id %s): %r", request.method, request.path,
-                    request_id, exc)
-        return error_response(ServiceUnavailable("A database is not answering; retry shortly"), request_id)
-    except Exception as exc:
-        if isinstance(exc, ConnectionError) and _client_gone(request):
-            # aiohttp fails the body read with ConnectionResetError("Connection lost"); nobody
-            # reads this answer, but returning one keeps aiohttp from logging a traceback
-            _log_disconnect(request, request_id)
-            return error_response(BadRequest("The client disconnected"), request_id)
-        log.exception("unhandled error in %s %s (request id %s)", request.method, request.path, request_id)
-        return web.json_response(
-            {"detail": f"Internal server error (request id {request_id})", "code": "internal_error"},
-            status=500,
-            headers={"X-Request-Id": request_id},
-        )
-    response.headers["X-Request-Id"] = request_id
-    return response
-
-
-@web.middleware
-async def catalog_scope_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """One request reads the catalog epoch at most once (`definition_cache.request_scope`)."""
-    with request_scope():
-        return await handler(request)
+        except (PyMongoConnectionFailure, RedisConnectionError, RedisTimeoutError) as exc:
+            # a database that is down or stalled: say so, and let the client retry
+            log.warning("%s %s: a database did not answer (request id %s): %r", request.method, request.path,
+                        request_id, exc)
+            return error_response(ServiceUnavailable("A database is not answering; retry shortly"), request_id)
+        except Exception as exc:
+            if isinstance(exc, ConnectionError) and _client_gone(request):
+                # aiohttp fails the body read with ConnectionResetError("Connection lost"); nobody
+                # reads this answer, but returning one keeps aiohttp from logging a traceback
+                _log_disconnect(request, request_id)
+                return error_response(BadRequest("The client disconnected"), request_id)
+            log.exception("unhandled error in %s %s (request id %s)", request.method, request.path, request_id)
+            return json_response(
+                {"detail": f"Internal server error (request id {request_id})", "code": "internal_error"},
+                status=500,
+                headers={"X-Request-Id": request_id},
+            )
+        response.headers["X-Request-Id"] = request_id
+        return response
+    finally:
+        counters["active_connections"] -= 1
 
 
 def _client_gone(request: web.Request) -> bool:

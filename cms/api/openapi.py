@@ -11,6 +11,7 @@ from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 
 from cms import __version__
+from cms.api.responses import json_response
 from cms.api.routes import ROUTES, Route
 from cms.api.schemas import ErrorSchema
 from cms.services.backups import BACKUP_NAME
@@ -90,4 +91,4 @@ def openapi_document() -> dict[str, Any]:
 
 async def openapi_json(request: web.Request) -> web.Response:
     """GET /openapi.json: the OpenAPI 3 document of every route in `routes.ROUTES`."""
-    return web.json_response(openapi_document())
+    return json_response(openapi_document())

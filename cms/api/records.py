@@ -9,6 +9,7 @@ from aiohttp import web
 from cms.api.context import REQUEST_ID, parse_body, parse_query, services
 from cms.api.files import etag_matches
 from cms.api.guards import optional_principal, require_user
+from cms.api.responses import json_response
 from cms.api.schemas import (
     BulkDeleteSchema,
     BulkUpdateSchema,
@@ -69,7 +70,7 @@ async def create_record(request: web.Request) -> web.Response:
     principal = await optional_principal(request)
     body = await parse_body(request, RecordWriteSchema())
     record = await services(request).records.create(principal, request.match_info["collection_name"], body["data"])
-    return web.json_response(record_json(record), status=201)
+    return json_response(record_json(record), status=201)
 
 
 async def update_record(request: web.Request) -> web.Response:
@@ -79,7 +80,7 @@ async def update_record(request: web.Request) -> web.Response:
     record = await services(request).records.update(
         principal, request.match_info["collection_name"], request.match_info["record_id"], body["data"]
     )
-    return web.json_response(record_json(record))
+    return json_response(record_json(record))
 
 
 async def delete_record(request: web.Request) -> web.Response:
@@ -101,7 +102,7 @@ async def bulk_delete_records(request: web.Request) -> web.Response:
     deleted = await services(request).records.bulk_delete(
         principal, request.match_info["collection_name"], body["record_ids"]
     )
-    return web.json_response({"deleted": deleted})
+    return json_response({"deleted": deleted})
 
 
 async def bulk_update_records(request: web.Request) -> web.Response:
@@ -111,7 +112,7 @@ async def bulk_update_records(request: web.Request) -> web.Response:
     updated = await services(request).records.bulk_update(
         principal, request.match_info["collection_name"], body["record_ids"], body["data"]
     )
-    return web.json_response({"updated": updated})
+    return json_response({"updated": updated})
 
 
 async def export_records_csv(request: web.Request) -> web.StreamResponse:
@@ -151,6 +152,6 @@ async def import_records_csv(request: web.Request) -> web.Response:
     principal = await require_user(request)
     content = await read_upload(request, "file", await services(request).records.import_max_bytes())
     result = await services(request).records.import_csv(principal, request.match_info["collection_name"], content)
-    return web.json_response(
+    return json_response(
         {"imported": result.imported, "failed": [{"row": f.row, "errors": f.errors} for f in result.failed]}
     )

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.guards import require_admin
+from cms.api.responses import json_response
 from cms.api.schemas import SettingSchema, SettingUpdateSchema
 
 
@@ -13,7 +14,7 @@ async def list_settings(request: web.Request) -> web.Response:
     """GET /api/v1/settings: every setting as `{key, value, category}`, `value` a string."""
     principal = await require_admin(request)
     settings = await services(request).settings.list(principal)
-    return web.json_response(SettingSchema(many=True).dump(settings))
+    return json_response(SettingSchema(many=True).dump(settings))
 
 
 async def update_setting(request: web.Request) -> web.Response:
@@ -25,4 +26,4 @@ async def update_setting(request: web.Request) -> web.Response:
         principal, body["key"], body["value"], category=body["category"],
         ip=client_ip(request), user_agent=user_agent(request),
     )
-    return web.json_response(SettingSchema().dump(setting))
+    return json_response(SettingSchema().dump(setting))

@@ -6,16 +6,15 @@ from importlib import resources
 
 from aiohttp import web
 
-from cms.api.context import services
+from cms.api.context import HTTP_STATS, services
 from cms.api.guards import optional_principal
-
-HTTP_STATS = web.AppKey("http_stats", dict[str, int])
+from cms.api.responses import json_response
 
 
 async def health(request: web.Request) -> web.Response:
     """GET /health: 200 when MongoDB and Redis answer, else 503; the body names each dependency's state."""
     healthy, body = await services(request).system.health()
-    return web.json_response(body, status=200 if healthy else 503)
+    return json_response(body, status=200 if healthy else 503)
 
 
 async def stats(request: web.Request) -> web.Response:
@@ -25,8 +24,8 @@ async def stats(request: web.Request) -> web.Response:
     counters = {"http": dict(http)}
     principal = await optional_principal(request)
     if principal is None or not principal.is_admin:
-        return web.json_response({**counters, "uptime_s": services(request).system.uptime_s()})
-    return web.json_response({**counters, **await services(request).system.stats()})
+        return json_response({**counters, "uptime_s": services(request).system.uptime_s()})
+    return json_response({**counters, **await services(request).system.stats()})
 
 
 def _page(name: str) -> str:

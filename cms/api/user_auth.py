@@ -19,6 +19,7 @@ from aiohttp import web
 from cms.api.context import client_ip, parse_body, parse_query, services, user_agent
 from cms.api.guards import require_user
 from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
+from cms.api.responses import json_response
 from cms.api.schemas import (
     AdminUserSchema,
     ChangePasswordSchema,
@@ -121,7 +122,7 @@ async def login(request: web.Request) -> web.Response:
     entry = await door(request)
     result = await services(request).identity.login.password(
         entry.system, body["email"], body["password"], ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response(entry.login_json(result))
+    return json_response(entry.login_json(result))
 
 
 async def refresh(request: web.Request) -> web.Response:
@@ -132,13 +133,13 @@ async def refresh(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "refresh", body["refresh_token"])
     entry = await door(request)
     pair = await services(request).identity.login.refresh(entry.system, body["refresh_token"])
-    return web.json_response(TokenSchema().dump(pair))
+    return json_response(TokenSchema().dump(pair))
 
 
 async def me(request: web.Request) -> web.Response:
     """GET .../auth/me: 200 the caller (no password). 401, 404 (collection)."""
     entry, _, user = await signed_in(request)
-    return web.json_response(entry.user_json(user))
+    return json_response(entry.user_json(user))
 
 
 async def change_password(request: web.Request) -> web.Response:
@@ -152,7 +153,7 @@ async def change_password(request: web.Request) -> web.Response:
     await services(request).identity.credentials.change_password(
         entry.system, principal, user, body["old_password"], body["new_password"], body["password_confirm"],
         ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response({"message": "Password changed. Your other sessions have been signed out."})
+    return json_response({"message": "Password changed. Your other sessions have been signed out."})
 
 
 async def resend_verification(request: web.Request) -> web.Response:
@@ -164,14 +165,14 @@ async def resend_verification(request: web.Request) -> web.Response:
         await enforce_mail_limit(request, f"{limit_prefix(request)}resend_verification", user.email, user_id=user.id)
     sent = await services(request).identity.verification.resend(entry.system, user)
     message = "A new verification link has been sent" if sent else "Email is already verified"
-    return web.json_response({"message": message})
+    return json_response({"message": message})
 
 
 async def logout(request: web.Request) -> web.Response:
     """POST .../auth/logout: 200 `{message}`; the session is revoked, its access and refresh tokens
     stop working on every replica. 401."""
     await services(request).identity.sessions.logout(await caller(request))
-    return web.json_response({"message": "Logged out"})
+    return json_response({"message": "Logged out"})
 
 
 async def list_sessions(request: web.Request) -> web.Response:
@@ -179,7 +180,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     active sessions, newest first. 401, 404 (collection)."""
     entry, principal, user = await signed_in(request)
     sessions = await services(request).identity.sessions.active(entry.system, user)
-    return web.json_response(
+    return json_response(
         [SessionSchema().dump({**vars(s), "current": s.id == principal.session_id}) for s in sessions]
     )
 
@@ -210,7 +211,7 @@ async def two_factor_setup(request: web.Request) -> web.Response:
     first code; nothing is enabled yet. 400 (2FA already on), 401, 404 (collection)."""
     entry, _, user = await signed_in(request)
     setup = await services(request).identity.two_factor.setup(entry.system, user)
-    return web.json_response(TwoFactorSetupSchema().dump(setup))
+    return json_response(TwoFactorSetupSchema().dump(setup))
 
 
 async def two_factor_enable(request: web.Request) -> web.Response:
@@ -222,7 +223,7 @@ async def two_factor_enable(request: web.Request) -> web.Response:
     entry, _, user = await signed_in(request, principal)
     codes = await services(request).identity.two_factor.enable(entry.system, user, body["code"],
                                                                ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response(RecoveryCodesSchema().dump({"recovery_codes": codes}))
+    return json_response(RecoveryCodesSchema().dump({"recovery_codes": codes}))
 
 
 async def two_factor_disable(request: web.Request) -> web.Response:
@@ -234,7 +235,7 @@ async def two_factor_disable(request: web.Request) -> web.Response:
     entry, _, user = await signed_in(request, principal)
     await services(request).identity.two_factor.disable(entry.system, user, body["password"], body["code"],
                                                         ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response({"message": "Two-factor authentication is off."})
+    return json_response({"message": "Two-factor authentication is off."})
 
 
 async def two_factor_verify(request: web.Request) -> web.Response:
@@ -246,7 +247,7 @@ async def two_factor_verify(request: web.Request) -> web.Response:
     entry = await door(request)
     result = await services(request).identity.login.second_step(
         entry.system, body["mfa_token"], body["code"], ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response(entry.login_json(result))
+    return json_response(entry.login_json(result))
 
 
 # --- OAuth2 / OpenID Connect login ------------------------------------------------------------------
@@ -259,7 +260,7 @@ async def oauth_providers(request: web.Request) -> web.Response:
     query = parse_query(request, OAuthProvidersQuerySchema())
     entry = await door(request)
     links = await services(request).identity.oauth.providers(entry.system, query["redirect_uri"])
-    return web.json_response(OAuthProviderSchema(many=True).dump(links))
+    return json_response(OAuthProviderSchema(many=True).dump(links))
 
 
 async def oauth_callback(request: web.Request) -> web.Response:
@@ -273,4 +274,4 @@ async def oauth_callback(request: web.Request) -> web.Response:
     result = await services(request).identity.oauth.callback(
         entry.system, body["provider"], body["code"], body["code_verifier"], body["state"], body["redirect_uri"],
         ip=client_ip(request), user_agent=user_agent(request))
-    return web.json_response(entry.login_json(result))
+    return json_response(entry.login_json(result))

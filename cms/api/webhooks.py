@@ -8,6 +8,7 @@ from marshmallow import Schema, fields
 
 from cms.api.context import parse_body, parse_query, services
 from cms.api.guards import require_user
+from cms.api.responses import json_response
 from cms.api.schemas import (
     DeliveryAttemptSchema,
     DeliveryQuerySchema,
@@ -24,7 +25,7 @@ async def create_webhook(request: web.Request) -> web.Response:
     principal = await require_user(request)
     body = await parse_body(request, WebhookCreateSchema())
     webhook = await services(request).webhooks.create(principal, **body)
-    return web.json_response(WebhookSchema().dump(webhook), status=201)
+    return json_response(WebhookSchema().dump(webhook), status=201)
 
 
 async def list_webhooks(request: web.Request) -> web.Response:
@@ -32,14 +33,14 @@ async def list_webhooks(request: web.Request) -> web.Response:
     principal = await require_user(request)
     query = parse_query(request, WebhookListQuerySchema())
     webhooks = await services(request).webhooks.list_webhooks(principal, collection_name=query["collection_name"])
-    return web.json_response(WebhookSchema(many=True).dump(webhooks))
+    return json_response(WebhookSchema(many=True).dump(webhooks))
 
 
 async def get_webhook(request: web.Request) -> web.Response:
     """GET /webhooks/{webhook_id}: the webhook. 404 when unknown or not the caller's."""
     principal = await require_user(request)
     webhook = await services(request).webhooks.get(principal, request.match_info["webhook_id"])
-    return web.json_response(WebhookSchema().dump(webhook))
+    return json_response(WebhookSchema().dump(webhook))
 
 
 async def update_webhook(request: web.Request) -> web.Response:
@@ -47,7 +48,7 @@ async def update_webhook(request: web.Request) -> web.Response:
     principal = await require_user(request)
     body = await parse_body(request, WebhookUpdateSchema(), required=True)
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"], body)
-    return web.json_response(WebhookSchema().dump(webhook))
+    return json_response(WebhookSchema().dump(webhook))
 
 
 async def delete_webhook(request: web.Request) -> web.Response:
@@ -72,7 +73,7 @@ async def _deliveries(request: web.Request, webhook_id: str | None) -> web.Respo
     query = parse_query(request, DeliveryQuerySchema())
     items, total = await services(request).webhooks.deliveries(principal, webhook_id, skip=query["skip"],
                                                                limit=query["limit"])
-    return web.json_response({"items": DeliveryAttemptSchema(many=True).dump(items), "total": total})
+    return json_response({"items": DeliveryAttemptSchema(many=True).dump(items), "total": total})
 
 
 class RedeliverySchema(Schema):
@@ -94,4 +95,4 @@ async def redeliver(request: web.Request) -> web.Response:
     or its body no longer kept: 7 days after it finished)."""
     principal = await require_user(request)
     delivery = await services(request).webhooks.redeliver(principal, request.match_info["delivery_id"])
-    return web.json_response(RedeliverySchema().dump(delivery), status=202)
+    return json_response(RedeliverySchema().dump(delivery), status=202)

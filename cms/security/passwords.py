@@ -9,11 +9,24 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from argon2 import PasswordHasher
+from argon2 import Parameters, PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+from argon2.profiles import RFC_9106_LOW_MEMORY
 
-# One hasher for the process: argon2id with the library's default (RFC 9106 low-memory) parameters.
-_HASHER = PasswordHasher()
+DEFAULT_PARAMETERS = RFC_9106_LOW_MEMORY
+"""argon2id with RFC 9106's low-memory profile (t=3, 64 MiB, p=4): argon2-cffi's default."""
+
+# One hasher for the process.
+_HASHER = PasswordHasher.from_parameters(DEFAULT_PARAMETERS)
+
+
+def use_parameters(parameters: Parameters) -> None:
+    """Hash new passwords with `parameters` from now on, in this process (tests use a cheap
+    profile so that hundreds of sign-ups do not spend minutes of CPU). Hashes made with other
+    parameters still verify; `needs_rehash` answers True for them, so a login upgrades them."""
+    global _HASHER
+    _HASHER = PasswordHasher.from_parameters(parameters)
+    _dummy_hash.cache_clear()
 
 # Used only by verify_dummy(); any fixed text works, its hash just has to exist.
 _DUMMY_PASSWORD = "cms-dummy-password-for-unknown-accounts"

@@ -7,7 +7,7 @@ Exact across replicas through one Redis counter, the catalog epoch (the read cac
 collection-event subscriber, the backup service's `on_restored`), and every webhook change bumps
 it through `invalidate`. A cached value is used only while the epoch it was loaded under is still
 the epoch. A request reads the epoch once, the first time it needs it, and keeps it for the rest
-of the request (`request_scope`, opened by the API's `catalog_scope` middleware), so a request
+of the request (`request_scope`, opened by the API's request middleware), so a request
 that starts after a change's response never sees the definition from before it; outside a request
 scope (workers, scripts) every look-up reads the epoch.
 

@@ -10,8 +10,10 @@ only creates that would have queued on the database anyway are grouped.
 
 Each create still gets its own answer: a record refused by a unique index raises AlreadyExists for
 its own request only (the others of its group are stored); a failure of the whole insert (the
-database down) reaches every waiter. After each insert the group checks once that the collection
-still exists (`after`), the check every insert makes (records.drop_if_deleted).
+database down) reaches every waiter. After each insert, `after` runs once for the group with the
+records it stored: it checks that the collection still exists (the check every insert makes,
+records.drop_if_deleted) and emits their `create` events as one batch (one read-cache version bump
+and one outbox pass for the group), before any waiter is answered.
 
 A waiter that is cancelled (its client went away) does not cancel the group: its record is stored
 like the others, as a single insert would have been.
@@ -43,11 +45,13 @@ class _Group:
 
 
 class InsertGroups:
-    """Creates grouped per collection (see the module docstring). `after(collection)` runs once
-    after each group's insert and may raise (e.g. NotFound when the collection was deleted
-    meanwhile); what it raises reaches every waiter of the group."""
+    """Creates grouped per collection (see the module docstring). `after(collection, stored)` runs
+    once after each group's insert with the records it stored (in order; none refused) and may
+    raise (e.g. NotFound when the collection was deleted meanwhile); what it raises reaches every
+    waiter of the group."""
 
-    def __init__(self, records: RecordRepository, *, after: Callable[[Collection], Awaitable[None]],
+    def __init__(self, records: RecordRepository, *,
+                 after: Callable[[Collection, list[Record]], Awaitable[None]],
                  max_group: int = MAX_GROUP) -> None:
         self._records = records
         self._after = after
@@ -84,14 +88,15 @@ class InsertGroups:
         collection_id = group.collection.id
         try:
             failures = await self._records.insert_many(collection_id, group.records)
-            await self._after(group.collection)
+            refused = {failure.index: failure for failure in failures}
+            await self._after(group.collection,
+                              [record for index, record in enumerate(group.records) if index not in refused])
         except BaseException as exc:
             for waiter in group.waiters:
                 _fail(waiter, exc)
             if not isinstance(exc, Exception):
                 raise
         else:
-            refused = {failure.index: failure for failure in failures}
             for index, waiter in enumerate(group.waiters):
                 failure = refused.get(index)
                 if failure is None:

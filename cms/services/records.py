@@ -131,8 +131,7 @@ class RecordService:
         group_commit: bool = False,
     ) -> None:
         self._cache = cache
-        self._groups = InsertGroups(records, after=partial(drop_if_deleted, collections, records)) \
-            if group_commit else None
+        self._groups = InsertGroups(records, after=self._after_group) if group_commit else None
         self._flights = SingleFlight()
         self._settings = settings
         self._collections = collections
@@ -353,10 +352,9 @@ class RecordService:
         await self._check_relations(collection, values)
         transactional = await self._transactional(collection)
         if self._groups is not None and not transactional:
-            # grouped with concurrent creates into this collection (the group checks it still exists)
+            # grouped with concurrent creates into this collection; `_after_group` checks the
+            # collection still exists and emits the group's events before this returns
             await self._groups.insert(collection, record)
-            async with self._events.unit():
-                await self._emit_changed(CREATE, collection, [record])
             return record
         async with self._events.unit(self._transactions if transactional else None):
             await self._records.insert(collection.id, record)
@@ -612,6 +610,12 @@ class RecordService:
         collection has an active webhook."""
         return (self._transactions is not None and self._transactions.enabled
                 and self._needs_transaction is not None and await self._needs_transaction(collection.id))
+
+    async def _after_group(self, collection: Collection, stored: Sequence[Record]) -> None:
+        """After a group of creates is inserted (`InsertGroups`): undo it if the collection was
+        deleted meanwhile (NotFound), else emit the `create` events of the records it stored."""
+        await drop_if_deleted(self._collections, self._records, collection)
+        await self._emit_changed(CREATE, collection, stored)
 
     async def drain(self) -> None:
         """Wait for grouped creates already sent (shutdown, tests)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import tarfile
@@ -378,8 +379,14 @@ def test_backup_dir_from_environment(tmp_path: Path):
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exited:
-        cli_main(list(argv))
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        with pytest.raises(SystemExit) as exited:
+            cli_main(list(argv))
+    finally:  # the CLI points the root logger at this test's captured stderr, closed after it
+        root.handlers[:] = handlers
+        root.setLevel(level)
     out, err = capsys.readouterr()
     return int(exited.value.code or 0), out, err
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cms.models import Record
+from cms.services.events import CREATE, RecordEvent
 from cms.store.records import InsertFailure, RecordRepository, records_mongo_name
 from cms.wiring import Services
 from tests.conftest import bearer, create_collection, records_path
@@ -92,3 +93,37 @@ async def test_creates_racing_a_collection_delete_leave_nothing(
     await services.records.drain()
     db = services.records._records._db  # noqa: SLF001 - check the store itself
     assert await db[records_mongo_name(collection["id"])].count_documents({}) == 0
+
+
+async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answering(
+        client: Any, admin_token: str, services: Services) -> None:
+    await create_collection(client, admin_token, "batched", [
+        {"name": "slug", "type": "text", "validation": {"unique": True}}])
+    sizes = count_inserts(services)
+    batches: list[list[str]] = []
+
+    async def handler(batch: Sequence[RecordEvent]) -> None:
+        batches.append([event.record_id for event in batch if event.event == CREATE])
+
+    services.events.subscribe(handler)
+    try:
+        async def create(slug: str) -> tuple[int, Any, int]:
+            response = await client.post(records_path("batched"), headers=bearer(admin_token),
+                                         json={"data": {"slug": slug}})
+            emitted = sum(len(b) for b in batches)  # events dispatched when this answer arrived
+            return response.status, await response.json(), emitted
+
+        answers = await asyncio.gather(*(create(f"b{i % 30}") for i in range(40)))  # 10 clash
+    finally:
+        services.events.unsubscribe(handler)
+
+    created = {body["id"] for status, body, _ in answers if status == 201}
+    assert len(created) == 30
+    emitted = [record_id for batch in batches for record_id in batch]
+    assert sorted(emitted) == sorted(created)  # one event per stored record, none for a refused one
+    assert len(batches) <= len(sizes) < 40, (batches, sizes)  # a batch per insert (none if all clashed)
+    assert max(len(batch) for batch in batches) > 1
+    order = {record_id: i for i, record_id in enumerate(emitted)}
+    for status, body, emitted_then in answers:
+        if status == 201:
+            assert order[body["id"]] < emitted_then  # its event came before its answer

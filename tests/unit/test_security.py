@@ -8,10 +8,13 @@ import hmac
 import json
 import re
 import secrets
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import jwt
 import pytest
+from argon2 import PasswordHasher
 
 from cms.errors import Unauthorized
 from cms.security import codes, passwords, signing
@@ -110,6 +113,23 @@ def test_hash_is_argon2id_and_salted(stored_hash: str) -> None:
 def test_malformed_hash_verifies_false(password_hash: str) -> None:
     assert verify_password(password_hash, "anything") is False
     assert needs_rehash(password_hash) is True
+
+
+def test_a_server_hashes_with_rfc_9106_low_memory() -> None:
+    """The suite hashes cheaply (tests/conftest.py); a process that does not ask for that hashes
+    with argon2id at 64 MiB, three passes, four lanes."""
+    script = "from cms.security.passwords import hash_password; print(hash_password('x'))"
+    printed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             timeout=60).stdout
+    assert printed.startswith("$argon2id$v=19$m=65536,t=3,p=4$")
+    assert passwords.DEFAULT_PARAMETERS.memory_cost == 65536
+
+
+def test_a_hash_of_other_parameters_still_verifies_and_asks_for_a_rehash() -> None:
+    strong = PasswordHasher.from_parameters(passwords.DEFAULT_PARAMETERS).hash("correct horse")
+    assert verify_password(strong, "correct horse") is True
+    assert verify_password(strong, "correct horsf") is False
+    assert needs_rehash(strong) is True  # the suite's cheap parameters are the current ones
 
 
 def test_verify_dummy_costs_a_real_verify(stored_hash: str) -> None:

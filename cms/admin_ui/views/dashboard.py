@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp import web
 
 from cms.admin_ui.common import PREFIX, admin_page, render, services
-from cms.api.system import HTTP_STATS
+from cms.api.context import HTTP_STATS
 from cms.models import Principal
 
 
