@@ -312,11 +312,13 @@ class RecordService:
         return parts[0] if len(parts) == 1 else {"$and": parts}
 
     def _order(self, collection: Collection, sort: str | None) -> SortOrder:
-        """The sort of a list or export: `sort` (default `created`), then `id` so the order is total.
+        """The sort of a list or export: `sort` (default `created`), then `id` in the direction of
+        the first key, so the order is total and `created` / `-created` are the `created_id` index
+        walked forward or backward (no in-memory sort, on MongoDB as on the embedded server).
         Raises InvalidFilter (unknown field)."""
         order = to_mongo_sort(parse_sort(sort), CollectionFields(collection)) if sort else list(DEFAULT_SORT)
         if not any(path == "_id" for path, _ in order):
-            order.append(("_id", 1))
+            order.append(("_id", order[0][1]))
         return order
 
     async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> Record:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -123,3 +124,25 @@ async def test_a_user_changed_through_one_instance_is_seen_by_the_others_rules_a
         await services.identity.sessions.revoke_all(system, user, by=admin)
         response = await other.get(records_path("docs"), headers=bearer(collection_user_token))
         assert response.status == 401
+
+
+async def test_the_created_sorts_walk_the_created_index_and_ties_reverse_exactly(
+        client: Any, services: Services, admin_token: str) -> None:
+    """`created` and `-created` (and the default) end with `_id` in the same direction, so they are
+    the `created_id` index walked forward or backward: no in-memory sort of the whole collection
+    (on MongoDB a blocking SORT stage; on the embedded server a Python sort of every record)."""
+    created = await create_collection(client, admin_token, "walked", [{"name": "title", "type": "text"}],
+                                      list_rule="")
+    for n in range(6):  # the suite's clock stands still: equal `created`, the id decides
+        await create_record(client, admin_token, "walked", {"title": f"t{n}"})
+    collection = await services.collections.get_by_name("walked")
+    store = services.records._records._db[record_store.records_mongo_name(created["id"])]  # noqa: SLF001
+    pages = {}
+    for sort in (None, "created", "-created"):
+        order = services.records._order(collection, sort)  # noqa: SLF001 - the sort the list sends
+        plan = json.dumps((await store.find({}).sort(order).limit(30).explain())["queryPlanner"]["winningPlan"])
+        assert '"SORT"' not in plan and '"created_id"' in plan, (sort, plan)
+        response = await client.get(records_path("walked"), params={"sort": sort} if sort else {})
+        pages[sort] = [item["id"] for item in (await response.json())["items"]]
+    assert pages[None] == pages["created"] == sorted(pages["created"])
+    assert pages["-created"] == pages["created"][::-1]
