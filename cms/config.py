@@ -36,6 +36,9 @@ class Config:
     mongodb_url: str | None = None
     mongodb_db: str = "cms"
     redis_url: str | None = None
+    cache_redis_url: str | None = None
+    """`CACHE_REDIS_URL`: a Redis for the response cache and the definition and session epochs only,
+    which may evict (`allkeys-lru`); None keeps them in `redis_url` (the queue's, which must not)."""
     host: str = "127.0.0.1"
     port: int = 8090
     data_dir: Path = Path("cms_data")
@@ -115,8 +118,10 @@ class Config:
         redis_url = env.get("REDIS_URL")
         if mongodb_url is not None and not mongodb_url.startswith(("mongodb://", "mongodb+srv://")):
             raise ConfigError("MONGODB_URL must start with mongodb:// or mongodb+srv://")
-        if redis_url is not None and not redis_url.startswith(("redis://", "rediss://", "unix://")):
-            raise ConfigError("REDIS_URL must start with redis://, rediss:// or unix://")
+        cache_redis_url = env.get("CACHE_REDIS_URL")
+        for name, url in (("REDIS_URL", redis_url), ("CACHE_REDIS_URL", cache_redis_url)):
+            if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+                raise ConfigError(f"{name} must start with redis://, rediss:// or unix://")
         embedded = mongodb_url is None or redis_url is None
         secret_key = env.get("SECRET_KEY")
         if secret_key is None:
@@ -145,6 +150,7 @@ class Config:
             mongodb_url=mongodb_url,
             mongodb_db=_name(env, "MONGODB_DB", "cms"),
             redis_url=redis_url,
+            cache_redis_url=cache_redis_url,
             host=host or "127.0.0.1",
             port=port or 8090,
             data_dir=data_dir,

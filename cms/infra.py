@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from arq.connections import ArqRedis, RedisSettings
 from pymongo import AsyncMongoClient
-from redis.asyncio import ConnectionPool
+from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -65,6 +65,19 @@ def open_redis(config: Config) -> ArqRedis:
     return redis
 
 
+def open_cache_redis(config: Config) -> Redis:
+    """The pool for `config.cache_redis_url` (not yet connected, and not required at start-up: the
+    cache and epochs fail open, reads then go to MongoDB), named and bounded like `open_redis`'s.
+    Closing it with `aclose()` closes the pool."""
+    assert config.cache_redis_url, "cache_redis_url must be set"
+    pool = ConnectionPool.from_url(config.cache_redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+                                   socket_timeout=config.database_timeout_s, client_name=redis_client_name(config),
+                                   max_connections=REDIS_MAX_CONNECTIONS)
+    cache = Redis(connection_pool=pool)
+    cache.auto_close_connection_pool = True
+    return cache
+
+
 async def _reach(redis: ArqRedis) -> None:
     """Ping until Redis answers, REDIS_CONNECT_RETRIES tries; the last error propagates."""
     for attempt in range(1, REDIS_CONNECT_RETRIES + 1):
@@ -103,6 +116,9 @@ class Infra:
     db: Database
     capabilities: Capabilities
     redis: ArqRedis
+    cache_redis: Redis
+    """The Redis of the response cache and the definition and session epochs: `redis` itself unless
+    `CACHE_REDIS_URL` names another (which may evict; reads never fail on it)."""
     http: aiohttp.ClientSession
     clock: Clock
 
@@ -128,7 +144,12 @@ async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis |
             redis = open_redis(config)
             stack.push_async_callback(redis.aclose)
             await _reach(redis)
+        cache_redis: Redis = redis
+        if config.cache_redis_url and config.cache_redis_url != config.redis_url:
+            cache_redis = open_cache_redis(config)
+            stack.push_async_callback(cache_redis.aclose)
         allow_private = config.embedded or config.webhook_allow_private
         http = aiohttp.ClientSession(connector=guarded_connector(allow_private=allow_private))
         stack.push_async_callback(http.close)
-        yield Infra(config=config, mongo=mongo, db=db, capabilities=capabilities, redis=redis, http=http, clock=clock)
+        yield Infra(config=config, mongo=mongo, db=db, capabilities=capabilities, redis=redis,
+                    cache_redis=cache_redis, http=http, clock=clock)

@@ -160,14 +160,14 @@ async def build_platform(infra: Infra) -> Platform:
     events.subscribe(on_session_events, SessionEvent)
     codec = TokenCodec(config.secret_key, clock=clock)
     catalog_epoch, session_epoch = epoch_key(read_cache_prefix(infra)), f"cms:sessions:epoch:{config.mongodb_db}"
-    validity = DefinitionCache(infra.redis, session_epoch, companions=(catalog_epoch,))
+    validity = DefinitionCache(infra.cache_redis, session_epoch, companions=(catalog_epoch,))
     rate_limits = RateLimitService(infra.redis, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
                                    window_s=config.rate_limit_window_s,
                                    timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s))
     return Platform(jobs=jobs, events=events, audit=audit, settings=settings, codec=codec,
                     sessions=SessionService(SessionRepository(db), codec, clock=clock, events=events,
                                             validity=validity),
-                    definitions=DefinitionCache(infra.redis, catalog_epoch, companions=(session_epoch,)),
+                    definitions=DefinitionCache(infra.cache_redis, catalog_epoch, companions=(session_epoch,)),
                     mailer=Mailer(jobs, config.base_url),
                     one_time=OneTimeTokens(OneTimeTokenRepository(db), clock=clock), rate_limits=rate_limits)
 
@@ -202,7 +202,7 @@ def read_cache_prefix(infra: Infra) -> str:
 def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
     """The read cache, switched by the `read_cache_enabled` setting; it subscribes to record and
     collection events last, so a version is bumped after every other subscriber's writes."""
-    read_cache = ReadCache(infra.redis, prefix=read_cache_prefix(infra),
+    read_cache = ReadCache(infra.cache_redis, prefix=read_cache_prefix(infra),
                            switch=_setting_on(platform.settings, "read_cache_enabled"))
     platform.events.subscribe(read_cache.on_record_events)
     platform.events.subscribe(read_cache.on_collection_events, CollectionEvent)

@@ -57,10 +57,11 @@ async def test_invalidate_bumps_the_epoch_for_other_processes(redis: Redis) -> N
     here, there = DefinitionCache(redis, catalog), DefinitionCache(redis, catalog)
     load = Loader("old")
     assert await there.get("k", load) == "old"
+    start = int(await redis.get(catalog))  # started by the first read
     load.value = "new"
     await here.invalidate()
     assert await there.get("k", load) == "new"
-    assert int(await redis.get(catalog)) == 1
+    assert int(await redis.get(catalog)) == start + 1
 
 
 async def test_a_request_reads_each_epoch_once_and_companions_in_the_same_read(redis: Redis) -> None:
@@ -68,17 +69,19 @@ async def test_a_request_reads_each_epoch_once_and_companions_in_the_same_read(r
     definitions = DefinitionCache(redis, catalog, companions=(sessions,))
     validity = DefinitionCache(redis, sessions, companions=(catalog,))
     with request_scope():
-        assert await definitions.epoch() == "0"
+        first = await definitions.epoch()
+        first_sessions = await validity.epoch()  # read by the same MGET
         await redis.incr(catalog)
         await redis.incr(sessions)
-        assert await definitions.epoch() == "0"  # the request keeps the epoch it read first
-        assert await validity.epoch() == "0"  # read by the same MGET
+        assert await definitions.epoch() == first  # the request keeps the epoch it read first
+        assert await validity.epoch() == first_sessions
+    assert first is not None and first_sessions is not None
     with request_scope():
-        assert await validity.epoch() == "1"
-        assert await definitions.epoch() == "1"
-    assert await definitions.epoch() == "1"  # outside a request every call reads Redis
+        assert await validity.epoch() == str(int(first_sessions) + 1)
+        assert await definitions.epoch() == str(int(first) + 1)
+    assert await definitions.epoch() == str(int(first) + 1)  # outside a request every call reads Redis
     await redis.incr(catalog)
-    assert await definitions.epoch() == "2"
+    assert await definitions.epoch() == str(int(first) + 2)
 
 
 async def test_entries_expire_after_max_age_whatever_the_epoch(redis: Redis) -> None:
@@ -89,7 +92,7 @@ async def test_entries_expire_after_max_age_whatever_the_epoch(redis: Redis) -> 
     now[0] += 4.9
     await cache.get("k", load)
     assert load.loads == 1
-    assert cache.peek("k") == ("0", "v")
+    assert cache.peek("k") == (await cache.epoch(), "v")
     now[0] += 0.2
     assert cache.peek("k") is None
     await cache.get("k", load)
@@ -127,7 +130,24 @@ async def test_update_keeps_the_epoch_and_forget_drops_everything(redis: Redis) 
     await cache.get("k", Loader("a"))
     cache.update("k", "b")
     cache.update("missing", "x")
-    assert cache.peek("k") == ("0", "b")
+    assert cache.peek("k") == (await cache.epoch(), "b")
     assert cache.peek("missing") is None
     cache.forget()
     assert cache.peek("k") is None
+
+
+async def test_a_lost_epoch_restarts_at_a_value_it_never_had(redis: Redis) -> None:
+    """A cache Redis may evict (`allkeys-lru`) or lose counters in a restart: a counter that comes
+    back starts at a random value, so a value cached under the old one is never taken for current."""
+    catalog, _ = keys()
+    cache, load = DefinitionCache(redis, catalog), Loader("before")
+    await cache.get("k", load)
+    before = await cache.epoch()
+    assert before is not None and 0 < int(before) < 2 ** definition_cache.COUNTER_START_BITS
+    await redis.delete(catalog)  # evicted
+    load.value = "after"
+    assert await cache.get("k", load) == "after"
+    assert await cache.epoch() not in (before, str(int(before) + 1), "0", "1")
+    await redis.delete(catalog)
+    await cache.invalidate()  # a bump of a lost counter starts it first too
+    assert int(await redis.get(catalog)) not in (1, int(before) + 1)

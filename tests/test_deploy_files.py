@@ -14,7 +14,7 @@ from cms.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 CMS_SERVICES = ("web", "worker")
-FIXED_VARIABLES = {"MONGODB_URL", "REDIS_URL", "CMS_DATA_DIR", "BACKUP_DIR"}
+FIXED_VARIABLES = {"MONGODB_URL", "REDIS_URL", "CACHE_REDIS_URL", "CMS_DATA_DIR", "BACKUP_DIR"}
 """Variables the stack sets itself (its own service names and volumes); the rest come from the environment."""
 _DEFAULTED = re.compile(r"^\$\{([A-Z0-9_]+)(?::-([^}]*)|:\?[^}]*)?\}$")
 
@@ -47,7 +47,7 @@ def config_variables() -> set[str]:
 
 
 def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"mongodb", "redis", "web", "worker", "caddy"}
+    assert set(compose["services"]) == {"mongodb", "redis", "cache", "web", "worker", "caddy"}
     web, worker = compose["services"]["web"], compose["services"]["worker"]
     assert int(interpolate(web["deploy"]["replicas"], {})) == 2
     assert web["command"][:2] == ["cms", "serve"] and "0.0.0.0" in web["command"]
@@ -100,14 +100,28 @@ def test_redis_persists_with_aof_and_never_evicts(compose: dict[str, Any]) -> No
     assert "redis:/data" in compose["services"]["redis"]["volumes"]
 
 
+def test_the_cache_redis_is_bounded_and_evicts_least_recently_used(compose: dict[str, Any]) -> None:
+    cache = compose["services"]["cache"]
+    command = [interpolate(word, {}) for word in cache["command"]]
+    assert command[0] == "redis-server"
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert options["--maxmemory-policy"] == "allkeys-lru"
+    assert re.fullmatch(r"\d+[kmg]b", options["--maxmemory"])
+    assert options["--appendonly"] == "no" and options["--save"] == ""
+    assert "volumes" not in cache
+    for name in CMS_SERVICES:
+        assert compose["services"][name]["environment"]["CACHE_REDIS_URL"] == "redis://cache:6379/0"
+
+
 def test_every_service_is_health_checked_and_waited_for(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    for name in ("mongodb", "redis", "worker"):
+    for name in ("mongodb", "redis", "cache", "worker"):
         assert services[name]["healthcheck"]["test"][0] == "CMD", name
     assert "arq" in services["worker"]["healthcheck"]["test"]
     for name in CMS_SERVICES:
         assert services[name]["depends_on"] == {"mongodb": {"condition": "service_healthy"},
-                                                "redis": {"condition": "service_healthy"}}
+                                                "redis": {"condition": "service_healthy"},
+                                                "cache": {"condition": "service_healthy"}}
         grace_s = int(services[name]["stop_grace_period"].removesuffix("s"))
         assert grace_s > int(interpolate(services[name]["environment"]["SHUTDOWN_TIMEOUT_S"], {}))
     # web uses the image's HEALTHCHECK

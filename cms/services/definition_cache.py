@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -67,11 +68,38 @@ def remember_epoch(key: str, epoch: str) -> None:
         epochs[key] = epoch
 
 
+COUNTER_START_BITS = 62
+"""A missing epoch or version counter starts at a random value below 2**62 (then only grows by INCR)."""
+
+
 def epoch_text(value: Any) -> str:
-    """The epoch as text from a Redis reply (None, never bumped, is "0")."""
+    """The epoch (or version) as text from a Redis reply. None (the counter is missing: Redis
+    evicted it, lost it in a restart, or it was never started) gives a text that never matches
+    anything, so nothing is served or shared under it; `start_counters` ends that state."""
     if value is None:
-        return "0"
+        return f"unset-{secrets.token_hex(8)}"
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+async def start_counters(redis: Redis, keys: Sequence[str]) -> None:
+    """Start each counter of `keys` that does not exist at a random value (`SET NX`; one round
+    trip). A counter lost to eviction (`allkeys-lru`) or to a Redis restart thus never comes back
+    with a value it had before, so an entry stamped with an old value is never taken for current.
+    Redis errors propagate."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.set(key, secrets.randbits(COUNTER_START_BITS), nx=True)
+        await pipe.execute()
+
+
+async def bump_counters(redis: Redis, keys: Sequence[str]) -> None:
+    """INCR each counter of `keys` (a missing one is started first, as `start_counters`); one
+    round trip. Redis errors propagate."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.set(key, secrets.randbits(COUNTER_START_BITS), nx=True)
+            pipe.incr(key)
+        await pipe.execute()
 
 
 class DefinitionCache:
@@ -98,6 +126,10 @@ class DefinitionCache:
             return epochs[self._epoch_key]
         try:
             raw = await asyncio.wait_for(self._redis.mget(self._keys), REDIS_TIMEOUT_S)
+            if None in raw:  # first use, or a counter Redis lost: start it, then read again
+                await asyncio.wait_for(start_counters(
+                    self._redis, [k for k, v in zip(self._keys, raw, strict=True) if v is None]), REDIS_TIMEOUT_S)
+                raw = await asyncio.wait_for(self._redis.mget(self._keys), REDIS_TIMEOUT_S)
         except Exception as exc:
             self._failed("read", exc)
             return None
@@ -153,7 +185,7 @@ class DefinitionCache:
         then live out `max_age_s`)."""
         self.forget()
         try:
-            await asyncio.wait_for(self._redis.incr(self._epoch_key), REDIS_TIMEOUT_S)
+            await asyncio.wait_for(bump_counters(self._redis, [self._epoch_key]), REDIS_TIMEOUT_S)
         except Exception as exc:
             self._failed("bump", exc)
 

@@ -8,7 +8,9 @@ after the write commits and before its response is sent); every collection chang
 rename, delete) and every restore bumps the epoch. An entry is stored with the stamp
 `<epoch>.<version>` it was computed under and served only while the stamp is current; one `MGET`
 reads the stamp and the entry together, so a hit costs one Redis round trip. Entries also carry a
-TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (README).
+TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (README). Counters
+start at a random value (`definition_cache.start_counters`), so a cache Redis that evicts
+(`allkeys-lru`) or restarts never brings a counter back to a value an old entry was stamped with.
 
 An entry's key is a hash of everything the body depends on: the collection, the kind of read and
 its parameters, and the access decision the caller's rules bound to (`access.Access.decision`, the
@@ -37,7 +39,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from cms.services.definition_cache import epoch_text
+from cms.services.definition_cache import bump_counters, epoch_text, start_counters
 from cms.services.events import CollectionEvent, RecordEvent
 
 log = logging.getLogger("cms.read_cache")
@@ -134,6 +136,9 @@ class ReadCache:
             keys.append(f"{self._prefix}:e:{key}")
         try:
             epoch, version, *entries = await asyncio.wait_for(self._redis.mget(keys), REDIS_TIMEOUT_S)
+            if epoch is None or version is None:  # first use, or a counter Redis lost: start it
+                await asyncio.wait_for(start_counters(self._redis, keys[:2]), REDIS_TIMEOUT_S)
+                epoch, version, *entries = await asyncio.wait_for(self._redis.mget(keys), REDIS_TIMEOUT_S)
         except Exception as exc:  # the database still answers: never fail a read on the cache
             self._failed("read", exc)
             return None, None
@@ -161,17 +166,15 @@ class ReadCache:
         if not collections:
             return
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for name in sorted(set(collections)):
-                    pipe.incr(self._version_key(name))
-                await asyncio.wait_for(pipe.execute(), REDIS_TIMEOUT_S)
+            keys = [self._version_key(name) for name in sorted(set(collections))]
+            await asyncio.wait_for(bump_counters(self._redis, keys), REDIS_TIMEOUT_S)
         except Exception as exc:
             self._failed("version bump", exc)
 
     async def bump_all(self) -> None:
         """Make every entry stale (INCR the epoch): collection changes and restores."""
         try:
-            await asyncio.wait_for(self._redis.incr(self._epoch_key), REDIS_TIMEOUT_S)
+            await asyncio.wait_for(bump_counters(self._redis, [self._epoch_key]), REDIS_TIMEOUT_S)
         except Exception as exc:
             self._failed("epoch bump", exc)
 

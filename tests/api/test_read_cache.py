@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import io
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from cms.app import create_app
 from cms.services.read_cache import ReadCache, SingleFlight, canonical, entry_key
+from cms.store.client import open_client
 from cms.wiring import open_services
-from tests.conftest import bearer, create_collection, create_record, records_path
+from tests.conftest import ADMIN_PASSWORD, bearer, create_collection, create_record, login, records_path
 
 POSTS = [{"name": "title", "type": "text"}, {"name": "owner", "type": "text"}, {"name": "views", "type": "number"}]
 
@@ -238,3 +241,56 @@ async def test_no_read_after_a_write_returns_older_data_across_two_instances(
             assert listed["total"] == 1 + n // 3
             one = await (await reader.get(records_path("posts", record["id"]))).json()
             assert one["title"] == f"v{n}"
+
+
+async def test_a_version_lost_by_redis_never_serves_an_entry_stamped_before(client, services, admin_token, posts):
+    """A cache Redis with `allkeys-lru` may evict a collection's version while its entries stay:
+    the version comes back at a random value, so a page stamped before is not taken for current,
+    even after as many writes as were made before it (three creates: counted from zero, the version
+    would be back at the old page's value)."""
+    cache = services.records._cache  # noqa: SLF001 - the Redis keys under the service
+    version_key = cache._version_key("posts")  # noqa: SLF001
+    redis: Redis = cache._redis  # noqa: SLF001
+    page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
+    assert [r["title"] for r in page["items"]] == ["t0", "t1", "t2"]
+    before = int(await redis.get(version_key))
+    await redis.delete(version_key)  # evicted; the cached page stays
+    for n in range(3):
+        patched = await client.patch(records_path("posts", posts[0]["id"]), headers=bearer(admin_token),
+                                     json={"data": {"title": f"changed {n}"}})
+        assert patched.status == 200
+    assert int(await redis.get(version_key)) != before
+    page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
+    assert [r["title"] for r in page["items"]] == ["changed 2", "t1", "t2"]
+
+
+async def test_cache_redis_url_keeps_the_cache_and_epochs_apart_from_the_queue(config, clock):
+    """With CACHE_REDIS_URL (here database 1 of the suite's Redis), cached bodies and the catalog,
+    session and version counters live there; the queue's Redis keeps none of them."""
+    base = config.redis_url.rsplit("/", 1)[0]
+    split = replace(config, redis_url=f"{base}/0", cache_redis_url=f"{base}/1")
+    queue, cache = Redis.from_url(split.redis_url), Redis.from_url(split.cache_redis_url)
+    try:
+        async with open_services(split, clock=clock) as services:
+            await services.identity.registration.create_admin("split@example.com", ADMIN_PASSWORD)
+            async with TestClient(TestServer(create_app(split, services=services))) as client:
+                token = (await login(client, "split@example.com", ADMIN_PASSWORD))["token"]["access_token"]
+                await create_collection(client, token, "posts", POSTS, list_rule="")
+                await create_record(client, token, "posts", {"title": "t"})
+                assert (await client.get(records_path("posts"))).status == 200
+                assert (await client.get(records_path("posts"))).status == 200
+            read_cache = services.records._cache  # noqa: SLF001 - where the keys go
+            assert read_cache is not None
+            prefix = read_cache._prefix  # noqa: SLF001
+        in_cache = [key.decode() async for key in cache.scan_iter(f"{prefix}:*")]
+        assert any(":e:" in key for key in in_cache) and any(":v:" in key for key in in_cache)
+        assert f"{prefix}:epoch" in in_cache
+        assert [key async for key in queue.scan_iter(f"{prefix}:*")] == []
+        assert await cache.exists(f"cms:sessions:epoch:{split.mongodb_db}")
+        assert not await queue.exists(f"cms:sessions:epoch:{split.mongodb_db}")
+    finally:
+        await queue.aclose()
+        await cache.aclose()
+        mongo = open_client(config.mongodb_url)
+        await mongo.drop_database(config.mongodb_db)
+        await mongo.close()

@@ -21,8 +21,9 @@ PRODUCTION = {"MONGODB_URL": "mongodb://db:27017", "REDIS_URL": "redis://cache:6
     ({**PRODUCTION, "ADMIN_EMAIL": "a@b.c"}, "ADMIN_EMAIL"),
     ({**PRODUCTION, "PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
     ({**PRODUCTION, "MONGODB_DB": "bad name!"}, "MONGODB_DB"),
+    ({**PRODUCTION, "CACHE_REDIS_URL": "memcached://x"}, "CACHE_REDIS_URL"),
 ], ids=["mongodb-scheme", "redis-scheme", "secret-missing", "secret-short", "smtp-port-text", "smtp-port-range",
-        "starttls", "log-level", "admin-half", "public-url", "db-name"])
+        "starttls", "log-level", "admin-half", "public-url", "db-name", "cache-redis-scheme"])
 def test_bad_values_name_the_variable(env, variable, tmp_path: Path):
     with pytest.raises(ConfigError, match=variable):
         Config.from_env(env, data_dir=tmp_path)
@@ -36,6 +37,9 @@ def test_production_values(tmp_path: Path):
     assert config.cors_origins == ("https://a.example", "https://b.example")
     assert config.base_url == "http://127.0.0.1:8090"
     assert "k" * 40 not in repr(config)
+    assert config.cache_redis_url is None  # the cache shares the queue's Redis unless told otherwise
+    split = Config.from_env({**PRODUCTION, "CACHE_REDIS_URL": "redis://lru:6379/0"}, data_dir=tmp_path)
+    assert split.cache_redis_url == "redis://lru:6379/0" and split.redis_url == "redis://cache:6379/0"
 
 
 def test_embedded_secret_key_generated_once_and_kept(tmp_path: Path):
