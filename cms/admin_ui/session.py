@@ -4,23 +4,33 @@ The cookie `cms_admin` holds the access and refresh tokens of an admin-table log
 (`<access>~<refresh>`; `~` is not in a JWT). Every request authenticates the access token with
 the API's `Authenticator` (a revoked session is refused at once, on every replica); an access
 token that no longer authenticates is replaced through the same refresh service as
-`POST /api/v1/auth/refresh`, and the new pair is written back to the cookie.
+`POST /api/v1/auth/refresh`, and the new pair is written back to the cookie. Requests that present
+the same spent refresh token at once (parallel htmx requests, two tabs, on any replica) share one
+refresh through Redis (`_shared_refresh`), so the token is never spent twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
+import logging
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
+import orjson
 from aiohttp import web
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from cms.api.context import SERVICES, is_https
 from cms.errors import Unauthorized
 from cms.models import Principal, TokenPair
+from cms.wiring import Services
+
+log = logging.getLogger("cms.admin_ui")
 
 SESSION_COOKIE = "cms_admin"
 LOGIN_CSRF_COOKIE = "cms_admin_login"
@@ -28,18 +38,25 @@ COOKIE_PATH = "/_/"
 CSRF_FIELD = "csrf_token"
 CSRF_HEADER = "X-CSRF-Token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-REFRESH_SHARE_S = 30.0
-"""Seconds a refresh result is handed to other requests that present the same refresh token (two
-tabs or parallel htmx requests at expiry would otherwise spend it twice, which revokes the session)."""
-
 PRINCIPAL_KEY = "admin_ui.principal"
 COOKIE_CHANGE_KEY = "admin_ui.cookie_change"
 """Request key: the TokenPair to write to the cookie, or None to clear it (set by sign-in, refresh, logout)."""
+REFRESH_SHARE_S = 30
+"""Seconds a refresh result is handed to other requests, on any replica, that present the same
+refresh token (two tabs or parallel htmx requests at expiry would otherwise spend it twice, which
+revokes the session)."""
+REFRESH_LOCK_S = 10
+"""Seconds one replica holds the right to refresh a given token (the refresh itself takes milliseconds)."""
+REFRESH_WAIT_S = 5.0
+"""Longest a request waits for another replica's refresh of the same token, in seconds."""
+REFRESH_POLL_S = 0.05
+"""How often a waiting request looks for that result, in seconds."""
 
 
 @dataclass
 class RefreshShare:
-    """Refresh results of this process, keyed by a hash of the spent refresh token."""
+    """Refresh results of this process, keyed by a hash of the spent refresh token (the first
+    place `_refreshed` looks; Redis is the second)."""
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     results: dict[str, tuple[float, TokenPair]] = field(default_factory=dict)
@@ -110,21 +127,88 @@ def apply_cookie_change(request: web.Request, response: web.StreamResponse) -> N
 
 
 async def _refreshed(request: web.Request, refresh_token: str) -> TokenPair | None:
+    """The new pair for a spent `refresh_token`, refreshed once for every request that presents it
+    within REFRESH_SHARE_S, on any replica (see `_shared_refresh`); None when it is refused."""
     services = request.app[SERVICES]
     share = request.app[REFRESH_SHARE]
-    key = hashlib.sha256(refresh_token.encode()).hexdigest()
+    digest = hashlib.sha256(refresh_token.encode()).hexdigest()
     async with share.lock:
         now = time.monotonic()
         for stale in [k for k, (at, _) in share.results.items() if now - at > REFRESH_SHARE_S]:
             del share.results[stale]
-        if key in share.results:
-            return share.results[key][1]
-        try:
-            pair = await services.identity.login.refresh(services.identity.systems.admin, refresh_token)
-        except Unauthorized:
-            return None
-        share.results[key] = (now, pair)
+        if digest in share.results:
+            return share.results[digest][1]
+        pair = await _shared_refresh(services, refresh_token, digest)
+        if pair is not None:
+            share.results[digest] = (now, pair)
         return pair
+
+
+async def _shared_refresh(services: Services, refresh_token: str, digest: str) -> TokenPair | None:
+    """Refresh through the refresh service once across replicas: the replica that takes the Redis
+    lock `<key>:lock` refreshes and leaves the new pair under `<key>` for REFRESH_SHARE_S, sealed
+    with a key derived from the spent token (so only a holder of that token can open it); another
+    replica waits for it (at most REFRESH_WAIT_S). Without Redis, this replica refreshes alone."""
+    key = f"cms:admin-ui:refresh:{services.config.mongodb_db}:{digest}"
+    redis = services.redis
+    try:
+        sealed = await redis.get(key)
+        if sealed is not None:
+            return _open(refresh_token, sealed)
+        leader = await redis.set(f"{key}:lock", b"1", nx=True, ex=REFRESH_LOCK_S)
+    except Exception:  # fail open: a lone refresh is what happened before sharing
+        log.warning("refresh sharing unavailable; refreshing without it", exc_info=True)
+        return await _refresh(services, refresh_token)
+    if leader:
+        pair = await _refresh(services, refresh_token)
+        try:
+            if pair is None:
+                await redis.delete(f"{key}:lock")  # refused: waiters stop waiting
+            else:
+                await redis.set(key, _seal(refresh_token, pair), ex=REFRESH_SHARE_S)
+        except Exception:
+            log.warning("refresh result not shared", exc_info=True)
+        return pair
+    deadline = time.monotonic() + REFRESH_WAIT_S
+    while time.monotonic() < deadline:
+        await asyncio.sleep(REFRESH_POLL_S)
+        try:
+            sealed = await redis.get(key)
+            if sealed is not None:
+                return _open(refresh_token, sealed)
+            if not await redis.exists(f"{key}:lock"):
+                return None  # the other replica's refresh was refused
+        except Exception:
+            log.warning("refresh sharing unavailable while waiting", exc_info=True)
+            return None
+    return None
+
+
+async def _refresh(services: Services, refresh_token: str) -> TokenPair | None:
+    try:
+        return await services.identity.login.refresh(services.identity.systems.admin, refresh_token)
+    except Unauthorized:
+        return None
+
+
+def _sealing_key(refresh_token: str) -> bytes:
+    return hashlib.sha256(b"cms-admin-ui-refresh-share:" + refresh_token.encode()).digest()
+
+
+def _seal(refresh_token: str, pair: TokenPair) -> bytes:
+    """`pair` as AES-256-GCM ciphertext under a key derived from `refresh_token` (nonce first, base64)."""
+    nonce = secrets.token_bytes(12)
+    sealed = AESGCM(_sealing_key(refresh_token)).encrypt(nonce, orjson.dumps(asdict(pair)), None)
+    return base64.b64encode(nonce + sealed)
+
+
+def _open(refresh_token: str, sealed: bytes) -> TokenPair | None:
+    """The pair `_seal` sealed, or None when it does not open with `refresh_token` or is malformed."""
+    try:
+        raw = base64.b64decode(sealed, validate=True)
+        return TokenPair(**orjson.loads(AESGCM(_sealing_key(refresh_token)).decrypt(raw[:12], raw[12:], None)))
+    except (InvalidTag, ValueError, TypeError):
+        return None
 
 
 async def current_principal(request: web.Request) -> Principal | None:
