@@ -10,6 +10,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
+from pymongo.monitoring import ServerDescriptionChangedEvent, ServerListener
 
 log = logging.getLogger("cms.store")
 
@@ -22,6 +23,25 @@ class Capabilities:
 
     text_index: bool
     transactions: bool = False
+
+
+class DriverTrouble(ServerListener):
+    """Logs, at WARNING, when the driver loses a server it knew (its description turns Unknown,
+    with the error why): until its monitor finds the server again, every operation waits in server
+    selection (at least `minHeartbeatFrequencyMS`, 500 ms), which shows as latency with idle CPUs."""
+
+    def opened(self, event: Any) -> None:
+        """Nothing to log."""
+
+    def closed(self, event: Any) -> None:
+        """Nothing to log."""
+
+    def description_changed(self, event: ServerDescriptionChangedEvent) -> None:
+        """Log a known server turning Unknown."""
+        new, previous = event.new_description, event.previous_description
+        if new.server_type_name == "Unknown" and previous.server_type_name != "Unknown":
+            log.warning("MongoDB server %s:%s is unreachable for the driver (%s); operations wait for it",
+                        *event.server_address, new.error)
 
 
 def open_client(url: str, *, timeout_s: float = 10.0,
@@ -44,6 +64,7 @@ def open_client(url: str, *, timeout_s: float = 10.0,
         socketTimeoutMS=None if operation_timeout_s is None else int(operation_timeout_s * 1000),
         uuidRepresentation="standard",
         appname="cms",
+        event_listeners=[DriverTrouble()],
     )
 
 
