@@ -31,7 +31,8 @@ What it does:
    (`popular=true`); list with a search word (CMS `search=django`, PocketBase
    `filter=name~'django'`); create a record (unique names); log in (auth collection user).
 6. Prints a Markdown table: per scenario req/s, p50 and p99 of each, the req/s ratio cms/PocketBase,
-   and the CPU seconds of each, plus any non-2xx responses and socket errors wrk saw.
+   and the CPU seconds of each, plus any non-2xx responses and socket errors wrk saw, and the
+   warnings and errors cms logged during the run.
 
 Exit status: 0 on success; 1 when a server does not start or a set-up step fails; 2 for bad
 arguments.
@@ -496,6 +497,20 @@ Row = tuple["Scenario", WrkResult, WrkResult, WrkResult | None]
 """A scenario and its results: PocketBase, cms warm, cms cold (None: not a read)."""
 
 
+def print_warnings(log_path: Path, most: int = 10) -> None:
+    """The WARNING and ERROR lines cms logged during the run (at most `most`, and how many), so a
+    run whose figures look wrong says what the server saw (e.g. the database driver losing its
+    server, or Redis time-outs)."""
+    try:
+        lines = [line for line in log_path.read_text(errors="replace").splitlines()
+                 if " WARNING " in line or " ERROR " in line]
+    except OSError:
+        return
+    print(f"\ncms logged {len(lines)} warning(s) or error(s) during the run" + (":" if lines else "."))
+    for line in lines[:most]:
+        print(f"- `{line[:200]}`")
+
+
 def print_report(header: list[str], rows: list[Row]) -> None:
     print("\n".join(header))
     print("\n| scenario | PocketBase req/s / p50 ms / p99 ms | cms warm req/s / p50 ms / p99 ms | "
@@ -614,6 +629,7 @@ async def main_async(args: argparse.Namespace) -> int:
                         await set_read_cache(cms.base, True)
             results.append((scenario, pb_result, cms_result, cold_result))
         print_report(header, results)
+        print_warnings(cms.log_path)
     finally:
         pb.stop()
         cms.stop()
