@@ -50,6 +50,15 @@ def redis_client_name(config: Config) -> str:
     return f"cms:{config.mongodb_db}"
 
 
+def _pool(config: Config, url: str) -> ConnectionPool:
+    """A connection pool for `url`: connect time-out REDIS_CONNECT_TIMEOUT_S, every command bounded
+    by `config.database_timeout_s` seconds, at most REDIS_MAX_CONNECTIONS connections, each named
+    `redis_client_name(config)`."""
+    return ConnectionPool.from_url(url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
+                                   socket_timeout=config.database_timeout_s, client_name=redis_client_name(config),
+                                   max_connections=REDIS_MAX_CONNECTIONS)
+
+
 def open_redis(config: Config) -> ArqRedis:
     """The process's one Redis pool for `config.redis_url` (not yet connected): connect time-out
     REDIS_CONNECT_TIMEOUT_S, every command bounded by `config.database_timeout_s` seconds (arq sets
@@ -57,10 +66,7 @@ def open_redis(config: Config) -> ArqRedis:
     `redis_client_name` in CLIENT LIST, jobs enqueued on `config.queue_name`. Closing it with
     `aclose()` closes the pool."""
     assert config.redis_url, "redis_url must be set"
-    pool = ConnectionPool.from_url(config.redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
-                                   socket_timeout=config.database_timeout_s, client_name=redis_client_name(config),
-                                   max_connections=REDIS_MAX_CONNECTIONS)
-    redis = ArqRedis(pool, default_queue_name=config.queue_name)
+    redis = ArqRedis(_pool(config, config.redis_url), default_queue_name=config.queue_name)
     redis.auto_close_connection_pool = True
     return redis
 
@@ -70,10 +76,7 @@ def open_cache_redis(config: Config) -> Redis:
     cache and epochs fail open, reads then go to MongoDB), named and bounded like `open_redis`'s.
     Closing it with `aclose()` closes the pool."""
     assert config.cache_redis_url, "cache_redis_url must be set"
-    pool = ConnectionPool.from_url(config.cache_redis_url, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S,
-                                   socket_timeout=config.database_timeout_s, client_name=redis_client_name(config),
-                                   max_connections=REDIS_MAX_CONNECTIONS)
-    cache = Redis(connection_pool=pool)
+    cache = Redis(connection_pool=_pool(config, config.cache_redis_url))
     cache.auto_close_connection_pool = True
     return cache
 

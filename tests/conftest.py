@@ -199,13 +199,18 @@ def run_jobs(config: Config, services: Services) -> Callable[[], Awaitable[None]
     """Run every queued job in a burst worker, then return."""
 
     async def run() -> None:
-        worker = build_worker(config, services=services, burst=True, handle_signals=False, poll_delay_s=0.01)
-        try:
-            await worker.main()
-        finally:
-            await worker.close()
+        await run_burst_worker(config, services)
 
     return run
+
+
+async def run_burst_worker(config: Config, services: Services) -> None:
+    """Run every job queued on `config`'s queue in a burst arq worker on `services`, then return."""
+    worker = build_worker(config, services=services, burst=True, handle_signals=False, poll_delay_s=0.01)
+    try:
+        await worker.main()
+    finally:
+        await worker.close()
 
 
 # --- principals ----------------------------------------------------------------------------------

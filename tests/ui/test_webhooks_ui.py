@@ -25,8 +25,8 @@ from playwright.sync_api import expect
 
 from cms.embedded import free_port
 from cms.wiring import open_services
+from tests.conftest import run_burst_worker
 from tests.ui.conftest import Api, BrowserPage, ServerThread, UiServer, _open
-from workers.settings import build_worker
 
 ANSWER = "<b>thanks</b><script>alert(1)</script>"
 
@@ -93,11 +93,7 @@ def hooks(ui_server: UiServer) -> Iterator[Hooks]:
     services = loop.call(start)
 
     async def burst() -> None:
-        worker = build_worker(config, services=services, burst=True, handle_signals=False, poll_delay_s=0.01)
-        try:
-            await worker.main()
-        finally:
-            await worker.close()
+        await run_burst_worker(config, services)
 
     server = ServerThread(config, free_port())
     server.start()
