@@ -91,7 +91,8 @@ def test_state_change_without_the_csrf_token_is_refused(admin_page: BrowserPage,
     assert "cms_admin=" not in response.headers.get("set-cookie", "")
 
     # htmx requests carry the token from <meta name="csrf-token"> (app.js): this one signs out
-    own.page.evaluate("htmx.ajax('POST', '/_/logout', {swap: 'none'})")
+    # (not awaiting htmx.ajax's promise: the sign-out navigates, which would end the evaluation)
+    own.page.evaluate("() => { htmx.ajax('POST', '/_/logout', {swap: 'none'}); }")
     own.page.wait_for_url(ui_server.url + "/_/login")
     assert api.call("GET", "/api/v1/auth/me", token=access_token)[0] == 401
     ui.close()
