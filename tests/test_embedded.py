@@ -87,11 +87,25 @@ def test_mongodb_data_survives_restart(tmp_path: Path) -> None:
     assert_reaped(again)
 
 
+def test_redis_is_reached_over_tcp_when_the_socket_path_is_too_long(tmp_path: Path) -> None:
+    from cms.embedded import MAX_UNIX_SOCKET_PATH
+
+    data_dir = tmp_path / ("d" * MAX_UNIX_SOCKET_PATH)
+    server = start_redis(data_dir)
+    try:
+        assert server.url.startswith("redis://127.0.0.1:") and server.url.endswith("/0")
+        client = redis.Redis.from_url(server.url, socket_timeout=5)
+        assert client.ping()
+        client.close()
+    finally:
+        server.stop()
+
+
 def test_redis_data_survives_restart_through_aof(tmp_path: Path) -> None:
     data_dir = tmp_path / "redis"
     server = start_redis(data_dir)
     try:
-        assert server.url.startswith("redis://127.0.0.1:") and server.url.endswith("/0")
+        assert server.url == f"unix://{data_dir.resolve()}/redis.sock?db=0"  # the cheaper way on one machine
         client = redis.Redis.from_url(server.url, socket_timeout=5)
         client.set("greeting", "hello")
         assert client.config_get("save") == {"save": ""}
@@ -183,7 +197,10 @@ def test_redis_on_a_taken_port_fails_fast_with_log_text(tmp_path: Path) -> None:
 
 def test_a_foreign_server_on_the_port_is_not_mistaken_for_ours(tmp_path: Path) -> None:
     with start_redis(tmp_path / "first") as first:
-        port = int(first.url.rsplit(":", 1)[1].split("/")[0])
+        client = redis.Redis.from_url(first.url, socket_timeout=5)
+        info: dict[str, Any] = client.info("server")  # type: ignore[assignment]
+        port = int(info["tcp_port"])  # it listens on TCP too, beside its socket
+        client.close()
         with pytest.raises(EmbeddedServerError, match="Address already in use"):
             start_redis(tmp_path / "second", port=port, timeout_s=5)
         assert first.process.poll() is None

@@ -7,6 +7,7 @@ import ipaddress
 import json
 import logging
 import sys
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -115,3 +116,89 @@ async def test_the_access_log_carries_request_fields(config: Config, services: S
         "request_id": "req-1", "method": "GET", "path": "/api/v1/collections", "status": 200,
         "client_ip": "203.0.113.9"}
     assert isinstance(entry["duration_ms"], float) and entry["duration_ms"] >= 0
+
+
+# --- batched writes and the text format (the access log writes a line per request) ---------------
+
+
+class Stream:
+    """A stream that records each write (the handler's batches)."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> None:
+        self.writes.append(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def info(message: str) -> logging.LogRecord:
+    return logging.LogRecord("cms.access", logging.INFO, __file__, 1, message, None, None)
+
+
+def test_info_lines_are_written_in_one_batch_within_the_interval() -> None:
+    from cms.logs import FLUSH_INTERVAL_S, BatchedStreamHandler
+
+    stream = Stream()
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for n in range(3):
+        handler.handle(info(f"line {n}"))
+    assert stream.writes == []  # waiting in the buffer, not one write each
+    deadline = time.monotonic() + 20 * FLUSH_INTERVAL_S
+    while not stream.writes and time.monotonic() < deadline:
+        time.sleep(FLUSH_INTERVAL_S / 5)
+    assert stream.writes == ["line 0\nline 1\nline 2\n"]
+
+
+def test_a_warning_is_written_at_once_after_the_lines_before_it() -> None:
+    from cms.logs import BatchedStreamHandler
+
+    stream = Stream()
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    handler.handle(info("first"))
+    handler.handle(record("trouble"))
+    assert stream.writes == ["INFO first\nWARNING trouble\n"]
+    handler.handle(info("after"))
+    handler.flush()
+    assert stream.writes[-1] == "INFO after\n"
+
+
+def test_a_full_buffer_is_written_without_waiting() -> None:
+    from cms.logs import FLUSH_BYTES, BatchedStreamHandler
+
+    stream = Stream()
+    handler = BatchedStreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    line = "x" * 1000
+    for _ in range(FLUSH_BYTES // 1001):
+        handler.handle(info(line))
+    assert stream.writes == []
+    handler.handle(info(line))
+    assert len(stream.writes) == 1 and stream.writes[0].count("\n") == FLUSH_BYTES // 1001 + 1
+
+
+@pytest.mark.parametrize("created", [1795491362.0, 1795491362.5, 1795491362.999, 1795491363.25, 1700000000.123])
+def test_the_text_format_is_loggings_default_one(created: float) -> None:
+    from cms.logs import TEXT_FORMAT, TextFormatter
+
+    made = info("GET / 200")
+    made.created, made.msecs = created, (created - int(created)) * 1000
+    ours = TextFormatter()
+    assert ours.format(made) == logging.Formatter(TEXT_FORMAT).format(made)
+    made.created, made.msecs = created + 1, made.msecs  # the next second: not the cached one
+    assert ours.format(made) == logging.Formatter(TEXT_FORMAT).format(made)
+
+
+def test_request_ids_are_unique_hex_and_differ_between_processes() -> None:
+    from cms.api import middlewares
+
+    ids = [middlewares.new_request_id() for _ in range(10_000)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    before = middlewares.new_request_id()[:20]
+    middlewares._renew_request_id_prefix()  # what a forked child runs
+    assert middlewares.new_request_id()[:20] != before

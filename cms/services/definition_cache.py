@@ -125,11 +125,13 @@ class DefinitionCache:
         if epochs is not None and self._epoch_key in epochs:
             return epochs[self._epoch_key]
         try:
-            raw = await asyncio.wait_for(self._redis.mget(self._keys), REDIS_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: no task per call (this is on every request's path)
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                raw = await self._redis.mget(self._keys)
             if None in raw:  # first use, or a counter Redis lost: start it, then read again
-                await asyncio.wait_for(start_counters(
-                    self._redis, [k for k, v in zip(self._keys, raw, strict=True) if v is None]), REDIS_TIMEOUT_S)
-                raw = await asyncio.wait_for(self._redis.mget(self._keys), REDIS_TIMEOUT_S)
+                async with asyncio.timeout(REDIS_TIMEOUT_S):
+                    await start_counters(self._redis, [k for k, v in zip(self._keys, raw, strict=True) if v is None])
+                    raw = await self._redis.mget(self._keys)
         except Exception as exc:
             self._failed("read", exc)
             return None
@@ -185,7 +187,8 @@ class DefinitionCache:
         then live out `max_age_s`)."""
         self.forget()
         try:
-            await asyncio.wait_for(bump_counters(self._redis, [self._epoch_key]), REDIS_TIMEOUT_S)
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                await bump_counters(self._redis, [self._epoch_key])
         except Exception as exc:
             self._failed("bump", exc)
 

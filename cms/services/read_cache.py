@@ -135,10 +135,13 @@ class ReadCache:
         if on:
             keys.append(f"{self._prefix}:e:{key}")
         try:
-            epoch, version, *entries = await asyncio.wait_for(self._redis.mget(keys), REDIS_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: no task per call (this is on every read's path)
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                epoch, version, *entries = await self._redis.mget(keys)
             if epoch is None or version is None:  # first use, or a counter Redis lost: start it
-                await asyncio.wait_for(start_counters(self._redis, keys[:2]), REDIS_TIMEOUT_S)
-                epoch, version, *entries = await asyncio.wait_for(self._redis.mget(keys), REDIS_TIMEOUT_S)
+                async with asyncio.timeout(REDIS_TIMEOUT_S):
+                    await start_counters(self._redis, keys[:2])
+                    epoch, version, *entries = await self._redis.mget(keys)
         except Exception as exc:  # the database still answers: never fail a read on the cache
             self._failed("read", exc)
             return None, None
@@ -156,8 +159,8 @@ class ReadCache:
         if len(body) > MAX_ENTRY_BYTES or (self._switch is not None and not await self._switch()):
             return
         try:
-            await asyncio.wait_for(self._redis.set(f"{self._prefix}:e:{key}", stamp.encode() + b"|" + body,
-                                                   ex=self._ttl_s), REDIS_TIMEOUT_S)
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                await self._redis.set(f"{self._prefix}:e:{key}", stamp.encode() + b"|" + body, ex=self._ttl_s)
         except Exception as exc:
             self._failed("write", exc)
 
@@ -167,14 +170,16 @@ class ReadCache:
             return
         try:
             keys = [self._version_key(name) for name in sorted(set(collections))]
-            await asyncio.wait_for(bump_counters(self._redis, keys), REDIS_TIMEOUT_S)
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                await bump_counters(self._redis, keys)
         except Exception as exc:
             self._failed("version bump", exc)
 
     async def bump_all(self) -> None:
         """Make every entry stale (INCR the epoch): collection changes and restores."""
         try:
-            await asyncio.wait_for(bump_counters(self._redis, [self._epoch_key]), REDIS_TIMEOUT_S)
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                await bump_counters(self._redis, [self._epoch_key])
         except Exception as exc:
             self._failed("epoch bump", exc)
 

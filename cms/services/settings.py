@@ -239,7 +239,8 @@ class SettingsService:
 
     async def _read_version(self) -> Any:
         try:
-            return await asyncio.wait_for(self._redis.get(self._version_key), VERSION_READ_TIMEOUT_S)
+            async with asyncio.timeout(VERSION_READ_TIMEOUT_S):
+                return await self._redis.get(self._version_key)
         except Exception:  # without Redis, fall back to a time-based reload
             if self._version is not _UNKNOWN:
                 log.warning("settings version unavailable; re-reading settings every %s s", REDIS_DOWN_RELOAD_S,

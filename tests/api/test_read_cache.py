@@ -264,11 +264,17 @@ async def test_a_version_lost_by_redis_never_serves_an_entry_stamped_before(clie
     assert [r["title"] for r in page["items"]] == ["changed 2", "t1", "t2"]
 
 
+def redis_db(url: str, db: int) -> str:
+    """`url` (`redis://host:port/N` or the embedded server's `unix://path?db=N`) naming database `db`."""
+    if url.startswith("unix://"):
+        return f"{url.partition('?')[0]}?db={db}"
+    return f"{url.rsplit('/', 1)[0]}/{db}"
+
+
 async def test_cache_redis_url_keeps_the_cache_and_epochs_apart_from_the_queue(config, clock):
     """With CACHE_REDIS_URL (here database 1 of the suite's Redis), cached bodies and the catalog,
     session and version counters live there; the queue's Redis keeps none of them."""
-    base = config.redis_url.rsplit("/", 1)[0]
-    split = replace(config, redis_url=f"{base}/0", cache_redis_url=f"{base}/1")
+    split = replace(config, redis_url=redis_db(config.redis_url, 0), cache_redis_url=redis_db(config.redis_url, 1))
     queue, cache = Redis.from_url(split.redis_url), Redis.from_url(split.cache_redis_url)
     try:
         async with open_services(split, clock=clock) as services:
