@@ -6,8 +6,8 @@ when a traceback is logged, and the fields a record carries in `extra={"fields":
 access log (`cms.access`, see cms.api.access_log) puts `request_id`, `method`, `path`, `status`,
 `duration_ms` and `client_ip` there.
 
-Lines are written in batches (`BatchedStreamHandler`): DEBUG and INFO lines at most
-`FLUSH_INTERVAL_S` after they are logged, a WARNING or worse at once (with every line before it).
+Lines are written in batches by a writer thread (`BatchedStreamHandler`): DEBUG and INFO lines at
+most `FLUSH_INTERVAL_S` after they are logged, a WARNING or worse at once.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 FLUSH_INTERVAL_S = 0.1
-"""The longest a DEBUG or INFO line waits in the buffer before it is written (seconds)."""
+"""The longest a DEBUG or INFO line waits before it is written (seconds)."""
 FLUSH_BYTES = 64 * 1024
 """Buffered text (characters) that is written at once, without waiting for the interval."""
 
@@ -73,65 +73,73 @@ class JsonFormatter(logging.Formatter):
 
 
 class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """A StreamHandler that writes in batches: DEBUG and INFO lines wait in a buffer for at most
-    FLUSH_INTERVAL_S seconds (a daemon thread writes them) or until FLUSH_BYTES are waiting; a
-    WARNING or worse is written at once, after the lines logged before it, so the order holds.
+    """A StreamHandler whose lines are written by a writer thread, in batches: DEBUG and INFO lines
+    at most FLUSH_INTERVAL_S seconds after they are logged; a WARNING or worse, or FLUSH_BYTES of
+    waiting text, wakes the writer at once. One writer keeps the order of the lines.
 
-    The access log writes a line per request: one `write(2)` per line cost a quarter of the
-    throughput of `GET` one record (two processes appending to one file). `flush()` (also run by
-    `logging.shutdown` at exit) writes what waits; a process killed outright loses at most the
-    last FLUSH_INTERVAL_S of DEBUG and INFO lines."""
+    Why: the access log writes a line per request, and a `write(2)` per line cost about a tenth
+    of the throughput of `GET` one record (several processes appending to one file). The logging
+    thread only appends to a list: it never waits on the stream, so a slow write (a full pipe, a
+    slow disk) does not stall the event loop. `flush()` (also run by `logging.shutdown` at exit)
+    writes what waits; a process killed outright loses what was logged in its last moments."""
 
     def __init__(self, stream: Any = None) -> None:
         super().__init__(stream)
         self._pending: list[str] = []
         self._pending_size = 0
-        self._waiting = threading.Event()
-        self._flusher_pid = 0
+        # lock order: the handler's lock (held around emit), then _io_lock, then _pending_lock;
+        # emit takes only _pending_lock, briefly, so logging never waits on a write
+        self._io_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._urgent = threading.Event()
+        self._writer_pid = 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Buffer the formatted record (Handler.handle holds the handler's lock here)."""
+        """Queue the formatted record for the writer (Handler.handle holds the handler's lock)."""
         try:
             line = self.format(record) + self.terminator
         except Exception:
             self.handleError(record)
             return
-        self._pending.append(line)
-        self._pending_size += len(line)
-        if record.levelno >= logging.WARNING or self._pending_size >= FLUSH_BYTES:
-            self._write_pending()
-        elif len(self._pending) == 1:
-            if self._flusher_pid != os.getpid():  # first use, or a forked child: no flusher yet
-                self._start_flusher()
-            self._waiting.set()
+        with self._pending_lock:
+            self._pending.append(line)
+            self._pending_size += len(line)
+            first, full = len(self._pending) == 1, self._pending_size >= FLUSH_BYTES
+        if self._writer_pid != os.getpid():  # first use, or a forked child: start its writer
+            self._start_writer()
+        if record.levelno >= logging.WARNING or full:
+            self._urgent.set()
+            self._wake.set()
+        elif first:
+            self._wake.set()
 
     def flush(self) -> None:
-        """Write every buffered line and flush the stream."""
-        with self.lock:  # type: ignore[union-attr]
-            self._write_pending()
+        """Write every waiting line and flush the stream (from any thread)."""
+        with self._io_lock:
+            with self._pending_lock:
+                text = "".join(self._pending)
+                self._pending.clear()
+                self._pending_size = 0
+            if text:
+                try:
+                    self.stream.write(text)
+                    self.stream.flush()
+                except Exception:  # noqa: BLE001 - a closed or broken stream: these lines are lost
+                    pass
 
-    def _write_pending(self) -> None:
-        if not self._pending:
-            return
-        text = "".join(self._pending)
-        self._pending.clear()
-        self._pending_size = 0
-        try:
-            self.stream.write(text)
-            self.stream.flush()
-        except Exception:  # noqa: BLE001 - a closed or broken stream: these lines are lost
-            pass
+    def _start_writer(self) -> None:
+        self._writer_pid = os.getpid()
+        self._wake, self._urgent = threading.Event(), threading.Event()
+        threading.Thread(target=self._write_loop, args=(self._wake, self._urgent), name="cms-log-writer",
+                         daemon=True).start()
 
-    def _start_flusher(self) -> None:
-        self._flusher_pid = os.getpid()
-        self._waiting = threading.Event()
-        threading.Thread(target=self._flush_loop, args=(self._waiting,), name="cms-log-flush", daemon=True).start()
-
-    def _flush_loop(self, waiting: threading.Event) -> None:
+    def _write_loop(self, wake: threading.Event, urgent: threading.Event) -> None:
         while True:
-            waiting.wait()
-            waiting.clear()
-            threading.Event().wait(FLUSH_INTERVAL_S)
+            wake.wait()
+            wake.clear()
+            urgent.wait(FLUSH_INTERVAL_S)  # returns at once for a WARNING or a full buffer
+            urgent.clear()
             self.flush()
 
 
