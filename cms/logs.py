@@ -23,7 +23,7 @@ from typing import Any
 FLUSH_INTERVAL_S = 0.1
 """The longest a DEBUG or INFO line waits before it is written (seconds)."""
 FLUSH_BYTES = 64 * 1024
-"""Buffered text (characters) that is written at once, without waiting for the interval."""
+"""Waiting text (characters) that wakes the writer at once, without waiting for the interval."""
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FIELDS_ATTRIBUTE = "fields"
