@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -93,7 +92,7 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         self._pending_lock = threading.Lock()
         self._wake = threading.Event()
         self._urgent = threading.Event()
-        self._writer_pid = 0
+        self._writer: threading.Thread | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
         """Queue the formatted record for the writer (Handler.handle holds the handler's lock)."""
@@ -106,7 +105,7 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self._pending.append(line)
             self._pending_size += len(line)
             first, full = len(self._pending) == 1, self._pending_size >= FLUSH_BYTES
-        if self._writer_pid != os.getpid():  # first use, or a forked child: start its writer
+        if self._writer is None or not self._writer.is_alive():  # first use, or a forked child
             self._start_writer()
         if record.levelno >= logging.WARNING or full:
             self._urgent.set()
@@ -128,11 +127,17 @@ class BatchedStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
                 except Exception:  # noqa: BLE001 - a closed or broken stream: these lines are lost
                     pass
 
+    def close(self) -> None:
+        """Write what waits, then close as StreamHandler does (`basicConfig(force=True)` closes the
+        handlers it replaces)."""
+        self.flush()
+        super().close()
+
     def _start_writer(self) -> None:
-        self._writer_pid = os.getpid()
         self._wake, self._urgent = threading.Event(), threading.Event()
-        threading.Thread(target=self._write_loop, args=(self._wake, self._urgent), name="cms-log-writer",
-                         daemon=True).start()
+        self._writer = threading.Thread(target=self._write_loop, args=(self._wake, self._urgent),
+                                        name="cms-log-writer", daemon=True)
+        self._writer.start()
 
     def _write_loop(self, wake: threading.Event, urgent: threading.Event) -> None:
         while True:

@@ -179,6 +179,9 @@ def test_flush_writes_what_waits() -> None:
     assert "".join(stream.writes) == "last words\n"
     handler.flush()
     assert "".join(stream.writes) == "last words\n"  # written once
+    handler.handle(info("replaced"))
+    handler.close()  # as basicConfig(force=True) does to the handler it replaces
+    assert "".join(stream.writes) == "last words\nreplaced\n"
 
 
 @pytest.mark.parametrize("created", [1795491362.0, 1795491362.5, 1795491362.999, 1795491363.25, 1700000000.123])
