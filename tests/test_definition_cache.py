@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -151,3 +152,54 @@ async def test_a_lost_epoch_restarts_at_a_value_it_never_had(redis: Redis) -> No
     await redis.delete(catalog)
     await cache.invalidate()  # a bump of a lost counter starts it first too
     assert int(await redis.get(catalog)) not in (1, int(before) + 1)
+
+
+async def test_concurrent_misses_share_one_load(redis: Redis) -> None:
+    catalog, _ = keys()
+    cache, release = DefinitionCache(redis, catalog), asyncio.Event()
+    loads = 0
+
+    async def slow_load() -> str:
+        nonlocal loads
+        loads += 1
+        await release.wait()
+        return f"v{loads}"
+
+    # the epoch given: every caller reaches the cache in its first step, before the load ends
+    waiting = [asyncio.ensure_future(cache.get("k", slow_load, epoch="7")) for _ in range(20)]
+    await asyncio.sleep(0)
+    assert loads == 1 and not any(task.done() for task in waiting)
+    release.set()
+    assert await asyncio.gather(*waiting) == ["v1"] * 20
+    assert loads == 1
+    assert await cache.get("k", slow_load, epoch="8") == "v2"  # another epoch loads again
+    assert await cache.get("other", slow_load, epoch="8") == "v3"  # and so does another key
+
+
+async def test_current_epoch_reads_redis_inside_a_request_and_the_request_keeps_it(redis: Redis) -> None:
+    catalog, sessions = keys()
+    cache = DefinitionCache(redis, catalog, companions=(sessions,))
+    with request_scope():
+        first = await cache.epoch()
+        await redis.incr(catalog)
+        assert await cache.epoch() == first  # the request's epoch...
+        assert first is not None
+        assert await cache.current_epoch() == str(int(first) + 1)  # ...but a check reads it now
+        assert await cache.epoch() == str(int(first) + 1)  # and the request goes on with the newer one
+
+
+async def test_bump_raises_when_redis_fails_and_invalidate_logs(redis: Redis) -> None:
+    dead = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
+    try:
+        cache = DefinitionCache(dead, "test:dead")
+        with pytest.raises(Exception):  # noqa: B017 - redis-py's connection error, whichever it is
+            await cache.bump()
+        await cache.invalidate()  # logged, not raised
+        assert await cache.current_epoch() is None
+    finally:
+        await dead.aclose()
+    catalog, _ = keys()
+    live = DefinitionCache(redis, catalog)
+    before = await live.current_epoch()
+    await live.bump()
+    assert before is not None and await live.current_epoch() == str(int(before) + 1)

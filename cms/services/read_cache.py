@@ -21,8 +21,8 @@ served to a caller it was not computed for.
 Redis failures never fail a read: the cache is skipped (and the failure logged, at most once a
 minute); a failed bump is logged too, and the TTL bounds how long an entry written before it lives.
 
-`SingleFlight` lets identical reads that arrive while one is running wait for its result instead of
-running their own (per process, keyed like the cache).
+Identical reads that arrive while one is running wait for its result instead of running their own
+(`single_flight.SingleFlight`, per process, keyed like the cache).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -53,9 +53,6 @@ REDIS_TIMEOUT_S = 0.5
 """How long a cache read or write may wait for Redis, in seconds, before the read goes on without."""
 FAILURE_LOG_INTERVAL_S = 60.0
 """At most one warning per this many seconds while Redis fails."""
-
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class CachedBody:
@@ -204,31 +201,3 @@ def etag_of(key: str, stamp: str | None, body: bytes) -> str:
     no database query), else from the body."""
     source = f"{key}|{stamp}".encode() if stamp is not None else body
     return '"' + hashlib.sha256(source).hexdigest()[:32] + '"'
-
-
-class SingleFlight:
-    """Identical concurrent calls share one run: `run(key, work)` awaits the run already in flight
-    for `key`, or starts `work()`. Errors reach every waiter. Per process."""
-
-    def __init__(self) -> None:
-        self._running: dict[str, asyncio.Future[Any]] = {}
-
-    async def run(self, key: str, work: Callable[[], Awaitable[T]]) -> T:
-        """The result of `work()` for `key`, shared with concurrent callers of the same key."""
-        running = self._running.get(key)
-        if running is not None:
-            result: T = await asyncio.shield(running)
-            return result
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._running[key] = future
-        try:
-            value = await work()
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
-            raise
-        else:
-            future.set_result(value)
-            return value
-        finally:
-            del self._running[key]

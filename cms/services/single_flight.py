@@ -1,0 +1,41 @@
+"""Single-flight (issue "Fast reads", item 3: one query for many callers): identical concurrent
+calls share one run. Used by the read cache (list and get bodies) and the definition cache
+(collection definitions, sessions), so a cache miss under load costs one database query, not one
+per waiting request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SingleFlight:
+    """Identical concurrent calls share one run: `run(key, work)` awaits the run already in flight
+    for `key`, or starts `work()`. Errors reach every waiter. Per process."""
+
+    def __init__(self) -> None:
+        self._running: dict[Hashable, asyncio.Future[Any]] = {}
+
+    async def run(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
+        """The result of `work()` for `key`, shared with concurrent callers of the same key."""
+        running = self._running.get(key)
+        if running is not None:
+            result: T = await asyncio.shield(running)
+            return result
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._running[key] = future
+        try:
+            value = await work()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+            raise
+        else:
+            future.set_result(value)
+            return value
+        finally:
+            del self._running[key]
