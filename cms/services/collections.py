@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, NotFound, ServiceUnavailable, ValidationFailed
+from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.audit import AuditService
@@ -97,21 +97,9 @@ class CollectionService:
         return await self._definition(("id", collection_id), lambda: self._collections.get(collection_id))
 
     async def exists(self, collection_id: str) -> bool:
-        """Whether the collection with this id exists now (one `_id` look-up, never cached)."""
+        """Whether the collection with this id exists now (one `_id` look-up, never cached: the
+        check an insert makes after it lands)."""
         return await self._collections.get(collection_id) is not None
-
-    async def exists_since(self, collection_id: str, epoch: str | None) -> bool:
-        """The check an insert makes after it lands: whether the collection it looked up under the
-        catalog epoch `epoch` (`current_by_name`; None: unknown) still exists, or was deleted only
-        after the insert (then that delete drops what was inserted).
-
-        True without a database look-up when the catalog epoch, read from Redis now, is still
-        `epoch`: `delete` moves the epoch after it removes the definition and before it drops the
-        records, so an unmoved epoch means any drop comes after this insert. Otherwise (the epoch
-        moved, or Redis failed) one `_id` look-up, as `exists`."""
-        if epoch is not None and self._cache is not None and await self._cache.current_epoch() == epoch:
-            return True
-        return await self.exists(collection_id)
 
     async def get_by_name(self, name: str, *, epoch: str | None = None) -> Collection:
         """One collection by name (record paths), from the definition cache when it is current
@@ -284,31 +272,12 @@ class CollectionService:
                 f"Collection '{collection.name}' is referenced by relation fields: {', '.join(referrers)}"
             )
         await self._collections.delete(collection.id)
-        await self._move_epoch_or_restore(collection)
         await self._records.drop(collection.id)
+        self._forget()
         await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._audit.record("collection_deleted", user_id=principal.user_id,
                                  details={"collection_id": collection.id, "name": collection.name})
-
-    async def _move_epoch_or_restore(self, collection: Collection) -> None:
-        """Between removing `collection`'s definition and dropping its records: move the catalog
-        epoch, which `exists_since` relies on (an insert that saw the old epoch after it landed
-        knows the drop comes after it). If Redis cannot move it, put the definition back and raise
-        ServiceUnavailable: nothing is deleted. Without a cache, only this process's entries go."""
-        if self._cache is None:
-            return
-        try:
-            await self._cache.bump()
-        except Exception as exc:
-            log.warning("collection %s (%s) not deleted: the catalog epoch could not be moved: %r",
-                        collection.name, collection.id, exc)
-            try:
-                await self._collections.insert(collection)
-            except Exception:  # its records stay, under no definition: say so loudly
-                log.exception("collection %s (%s): its definition could not be put back", collection.name,
-                              collection.id)
-            raise ServiceUnavailable("Redis is not answering; the collection was not deleted, retry shortly") from exc
 
     def _forget(self) -> None:
         """After a change made here: this process's cached definitions go at once (the epoch bump

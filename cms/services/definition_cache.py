@@ -15,10 +15,8 @@ The record read path goes one step further (`peek`): it computes its cache key f
 definition and checks that definition's epoch against the epoch the read cache's one `MGET` returns
 anyway, so a warm read costs one Redis round trip and no MongoDB round trip at all.
 
-Concurrent misses of one entry share one load (`SingleFlight`), so an entry that expires under
-load costs one query, not one per waiting request. `current_epoch` reads the epoch afresh, for the
-check an insert makes after it lands (`CollectionService.exists_since`: an unmoved epoch means the
-collection was not deleted before the insert).
+Concurrent misses of one entry under one epoch share one load (`SingleFlight`), so an entry that
+expires under load costs one query, not one per waiting request.
 
 Without Redis nothing is served from here (every look-up goes to MongoDB, and the failure is
 logged at most once a minute). Entries live at most `max_age_s` in any case: the backstop for an
@@ -132,26 +130,10 @@ class DefinitionCache:
         epochs = _scope.get()
         if epochs is not None and self._epoch_key in epochs:
             return epochs[self._epoch_key]
-        return await self.current_epoch()
-
-    async def current_epoch(self) -> str | None:
-        """The epoch read from Redis now, whatever this request read before: for a check that must
-        see every change made until this moment. The request keeps it (and the companions) for
-        its later look-ups: newer is never wrong for them. None when Redis failed."""
-        raw = await self._read()
-        if raw is None:
-            return None
-        for key, value in zip(self._keys, raw, strict=True):
-            remember_epoch(key, epoch_text(value))
-        return epoch_text(raw[0])
-
-    async def _read(self) -> list[Any] | None:
-        """The epoch and its companions from Redis (one `MGET`; counters started if missing), or
-        None when Redis failed (logged)."""
         try:
             # asyncio.timeout, not wait_for: no task per call (this is on every request's path)
             async with asyncio.timeout(REDIS_TIMEOUT_S):
-                raw: list[Any] = await self._redis.mget(self._keys)
+                raw = await self._redis.mget(self._keys)
             if None in raw:  # first use, or a counter Redis lost: start it, then read again
                 async with asyncio.timeout(REDIS_TIMEOUT_S):
                     await start_counters(self._redis, [k for k, v in zip(self._keys, raw, strict=True) if v is None])
@@ -159,7 +141,9 @@ class DefinitionCache:
         except Exception as exc:
             self._failed("read", exc)
             return None
-        return raw
+        for key, value in zip(self._keys, raw, strict=True):
+            remember_epoch(key, epoch_text(value))
+        return epoch_text(raw[0])
 
     def remember(self, epoch: str) -> None:
         """Keep `epoch`, just read from Redis some other way (the read cache's `MGET`), as this
@@ -171,7 +155,9 @@ class DefinitionCache:
         has just read it, else `self.epoch()`), else `load()`, kept under that epoch. `load` must
         read the database after the epoch was read (it is called after). Concurrent misses of one
         key under one epoch share one `load()` (`SingleFlight`): an entry that expires under load
-        costs one query, not one per waiting request. Raises what `load` raises."""
+        costs one query, not one per waiting request (a caller that joins may get a value loaded
+        before it read the epoch, under that same epoch, as a kept entry is). Raises what `load`
+        raises."""
         if epoch is None:
             epoch = await self.epoch()
         if epoch is None:
@@ -214,18 +200,12 @@ class DefinitionCache:
         """After a change of what is cached here (e.g. a webhook): bump the epoch, so every replica
         reloads, and drop this process's entries. A Redis failure is logged (entries elsewhere
         then live out `max_age_s`)."""
+        self.forget()
         try:
-            await self.bump()
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                await bump_counters(self._redis, [self._epoch_key])
         except Exception as exc:
             self._failed("bump", exc)
-
-    async def bump(self) -> None:
-        """Drop this process's entries and bump the epoch (one round trip), for a change whose
-        correctness needs the bump: raises the Redis error (or TimeoutError after
-        REDIS_TIMEOUT_S) when it could not be made."""
-        self.forget()
-        async with asyncio.timeout(REDIS_TIMEOUT_S):
-            await bump_counters(self._redis, [self._epoch_key])
 
     def _failed(self, what: str, exc: BaseException) -> None:
         now = time.monotonic()

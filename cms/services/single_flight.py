@@ -15,21 +15,32 @@ T = TypeVar("T")
 
 class SingleFlight:
     """Identical concurrent calls share one run: `run(key, work)` awaits the run already in flight
-    for `key`, or starts `work()`. Errors reach every waiter. Per process."""
+    for `key`, or starts `work()`. Errors reach every waiter, except a cancellation: when the
+    caller running `work()` is cancelled (its client went away), the others are not; one of them
+    runs `work()` again. Per process."""
 
     def __init__(self) -> None:
         self._running: dict[Hashable, asyncio.Future[Any]] = {}
 
     async def run(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
-        """The result of `work()` for `key`, shared with concurrent callers of the same key."""
-        running = self._running.get(key)
-        if running is not None:
-            result: T = await asyncio.shield(running)
-            return result
+        """The result of `work()` for `key`, shared with concurrent callers of the same key. Raises
+        what `work()` raises, and CancelledError only when this caller is cancelled."""
+        while (running := self._running.get(key)) is not None:
+            try:
+                result: T = await asyncio.shield(running)
+                return result
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if running.cancelled() and task is not None and not task.cancelling():
+                    continue  # the caller running it was cancelled, not this one: run it again
+                raise
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._running[key] = future
         try:
             value = await work()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
         except BaseException as exc:
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody waits

@@ -7,15 +7,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from redis.asyncio import Redis
-
-from cms.embedded import free_port
-from cms.models import Collection, Record
+from cms.models import Record
 from cms.services.events import CREATE, RecordEvent
-from cms.store.collections import CollectionRepository
 from cms.store.records import InsertFailure, RecordRepository, records_mongo_name
 from cms.wiring import Services
-from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from tests.conftest import bearer, create_collection, records_path
 
 
 class CountingRepository(RecordRepository):
@@ -131,86 +127,3 @@ async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answe
     for status, body, emitted_then in answers:
         if status == 201:
             assert order[body["id"]] < emitted_then  # its event came before its answer
-
-
-# --- the check after an insert (records.drop_if_deleted) --------------------------------------------
-
-
-class CountingCollections(CollectionRepository):
-    """The real collection repository, counting `_id` look-ups."""
-
-    lookups: int = 0
-
-    async def get(self, collection_id: str) -> Collection | None:
-        self.lookups += 1
-        return await super().get(collection_id)
-
-
-def count_lookups(services: Services) -> CountingCollections:
-    repository = services.collections._collections  # noqa: SLF001 - the seam under test
-    repository.__class__ = CountingCollections
-    return repository  # type: ignore[return-value]
-
-
-async def test_creates_check_their_collection_through_the_epoch_not_the_database(
-        client: Any, admin_token: str, services: Services) -> None:
-    collection = await create_collection(client, admin_token, "checked", [{"name": "title", "type": "text"}])
-    await create_record(client, admin_token, "checked", {"title": "warm"})  # the definition is cached
-    repository = count_lookups(services)
-    answers = await asyncio.gather(*(client.post(records_path("checked"), headers=bearer(admin_token),
-                                                 json={"data": {"title": f"t{i}"}}) for i in range(20)))
-    assert [a.status for a in answers] == [201] * 20
-    assert repository.lookups == 0  # the epoch held: no `_id` look-up after any insert
-
-    service = services.collections
-    found, epoch = await service.current_by_name("checked")
-    assert epoch is not None and found.id == collection["id"]
-    assert await service.exists_since(found.id, epoch) and repository.lookups == 0
-    cache = service._cache  # noqa: SLF001
-    assert cache is not None
-    await cache.bump()  # any catalog change: the check asks the database
-    assert await service.exists_since(found.id, epoch) and repository.lookups == 1
-    assert await service.exists_since(found.id, None) and repository.lookups == 2  # epoch unknown
-
-
-async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
-        client: Any, admin_token: str, services: Services) -> None:
-    """The order `exists_since` relies on: definition gone, then epoch moved, then records dropped."""
-    collection = await create_collection(client, admin_token, "ordered", [{"name": "title", "type": "text"}])
-    await create_record(client, admin_token, "ordered", {"title": "kept until the drop"})
-    _, epoch = await services.collections.current_by_name("ordered")
-    seen: dict[str, Any] = {}
-    collections = services.collections
-
-    class WatchedRecords(RecordRepository):
-        async def drop(self, collection_id: str) -> None:
-            cache = collections._cache  # noqa: SLF001
-            assert cache is not None
-            seen["epoch"] = await cache.current_epoch()
-            seen["exists"] = await collections.exists(collection_id)
-            await super().drop(collection_id)
-
-    collections._records.__class__ = WatchedRecords  # noqa: SLF001
-    response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
-    assert response.status == 204
-    assert seen["exists"] is False and seen["epoch"] not in (None, epoch)
-    assert not await collections.exists_since(collection["id"], epoch)
-
-
-async def test_a_delete_that_cannot_move_the_epoch_changes_nothing(
-        client: Any, admin_token: str, services: Services) -> None:
-    collection = await create_collection(client, admin_token, "kept", [{"name": "title", "type": "text"}])
-    record = await create_record(client, admin_token, "kept", {"title": "still here"})
-    cache = services.collections._cache  # noqa: SLF001
-    assert cache is not None
-    live, dead = cache._redis, Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)  # noqa: SLF001
-    cache._redis = dead  # noqa: SLF001 - this cache's Redis stops answering
-    try:
-        response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
-        await error_of(response, 503, "service_unavailable")
-    finally:
-        cache._redis = live  # noqa: SLF001
-        await dead.aclose()
-    assert (await services.collections.get(collection["id"])).name == "kept"
-    got = await client.get(records_path("kept", record["id"]))
-    assert got.status == 200 and (await got.json())["title"] == "still here"

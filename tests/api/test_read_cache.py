@@ -207,6 +207,39 @@ async def test_single_flight_runs_identical_work_once() -> None:
     assert await flights.run("k", work) == 42 and runs == 2
 
 
+async def test_single_flight_survives_the_cancellation_of_the_caller_running_it() -> None:
+    flights = SingleFlight()
+    runs = 0
+    gate = asyncio.Event()
+
+    async def work() -> int:
+        nonlocal runs
+        runs += 1
+        await gate.wait()
+        return runs
+
+    leader = asyncio.create_task(flights.run("k", work))
+    await asyncio.sleep(0)
+    joiners = [asyncio.create_task(flights.run("k", work)) for _ in range(5)]
+    await asyncio.sleep(0)
+    leader.cancel()  # its client went away: the others still get an answer, from one new run
+    for _ in range(100):  # until one of them has started that run (the others join it at once)
+        if runs == 2:
+            break
+        await asyncio.sleep(0)
+    gate.set()
+    assert await asyncio.gather(*joiners) == [2] * 5 and runs == 2
+    assert leader.cancelled()
+
+    gate.clear()
+    waiting = [asyncio.create_task(flights.run("k", work)) for _ in range(3)]
+    await asyncio.sleep(0)
+    waiting[1].cancel()  # a cancelled joiner is cancelled itself, and nobody else is
+    gate.set()
+    results = await asyncio.gather(*waiting, return_exceptions=True)
+    assert results[0] == results[2] == 3 and isinstance(results[1], asyncio.CancelledError)
+
+
 def test_keys_are_canonical_and_typed() -> None:
     assert canonical({"a": 1}) != canonical({"a": "1"}) != canonical({"a": True})
     assert canonical([("a", 1)]) == canonical([["a", 1]])
