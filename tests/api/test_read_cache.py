@@ -181,21 +181,26 @@ async def test_reads_go_on_when_redis_is_unreachable() -> None:
         await dead.aclose()
 
 
+class GatedWork:
+    """Work for SingleFlight that counts its runs, waits for `gate`, and returns its run number."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.gate = asyncio.Event()
+
+    async def __call__(self) -> int:
+        self.runs += 1
+        run = self.runs
+        await self.gate.wait()
+        return run
+
+
 async def test_single_flight_runs_identical_work_once() -> None:
-    flights = SingleFlight()
-    runs = 0
-    gate = asyncio.Event()
-
-    async def work() -> int:
-        nonlocal runs
-        runs += 1
-        await gate.wait()
-        return 42
-
+    flights, work = SingleFlight(), GatedWork()
     waiting = [asyncio.create_task(flights.run("k", work)) for _ in range(10)]
     await asyncio.sleep(0)
-    gate.set()
-    assert await asyncio.gather(*waiting) == [42] * 10 and runs == 1
+    work.gate.set()
+    assert await asyncio.gather(*waiting) == [1] * 10 and work.runs == 1
 
     async def broken() -> int:
         await asyncio.sleep(0)
@@ -204,38 +209,29 @@ async def test_single_flight_runs_identical_work_once() -> None:
     failing = [asyncio.create_task(flights.run("k", broken)) for _ in range(3)]
     results = await asyncio.gather(*failing, return_exceptions=True)
     assert all(isinstance(r, ValueError) for r in results)
-    assert await flights.run("k", work) == 42 and runs == 2
+    assert await flights.run("k", work) == 2 and work.runs == 2
 
 
 async def test_single_flight_survives_the_cancellation_of_the_caller_running_it() -> None:
-    flights = SingleFlight()
-    runs = 0
-    gate = asyncio.Event()
-
-    async def work() -> int:
-        nonlocal runs
-        runs += 1
-        await gate.wait()
-        return runs
-
+    flights, work = SingleFlight(), GatedWork()
     leader = asyncio.create_task(flights.run("k", work))
     await asyncio.sleep(0)
     joiners = [asyncio.create_task(flights.run("k", work)) for _ in range(5)]
     await asyncio.sleep(0)
     leader.cancel()  # its client went away: the others still get an answer, from one new run
     for _ in range(100):  # until one of them has started that run (the others join it at once)
-        if runs == 2:
+        if work.runs == 2:
             break
         await asyncio.sleep(0)
-    gate.set()
-    assert await asyncio.gather(*joiners) == [2] * 5 and runs == 2
+    work.gate.set()
+    assert await asyncio.gather(*joiners) == [2] * 5 and work.runs == 2
     assert leader.cancelled()
 
-    gate.clear()
+    work.gate.clear()
     waiting = [asyncio.create_task(flights.run("k", work)) for _ in range(3)]
     await asyncio.sleep(0)
     waiting[1].cancel()  # a cancelled joiner is cancelled itself, and nobody else is
-    gate.set()
+    work.gate.set()
     results = await asyncio.gather(*waiting, return_exceptions=True)
     assert results[0] == results[2] == 3 and isinstance(results[1], asyncio.CancelledError)
 
