@@ -97,6 +97,22 @@ async def start_counters(redis: Redis, keys: Sequence[str]) -> None:
         await pipe.execute()
 
 
+async def read_counters(redis: Redis, keys: Sequence[str], counters: int, timeout_s: float) -> list[Any]:
+    """The values of `keys` (one `MGET`), the first `counters` of which are counters: when one of
+    those is missing (first use, or Redis lost it), the missing ones are started (`start_counters`)
+    and the keys read again. Each step waits at most `timeout_s` seconds (TimeoutError); Redis
+    errors propagate."""
+    # asyncio.timeout, not wait_for: no task per call (this is on every request's path)
+    async with asyncio.timeout(timeout_s):
+        values: list[Any] = await redis.mget(keys)
+    missing = [key for key, value in zip(keys[:counters], values, strict=False) if value is None]
+    if missing:
+        async with asyncio.timeout(timeout_s):
+            await start_counters(redis, missing)
+            values = await redis.mget(keys)
+    return values
+
+
 async def bump_counters(redis: Redis, keys: Sequence[str]) -> None:
     """INCR each counter of `keys` (a missing one is started first, as `start_counters`); one
     round trip. Redis errors propagate."""
@@ -131,13 +147,7 @@ class DefinitionCache:
         if epochs is not None and self._epoch_key in epochs:
             return epochs[self._epoch_key]
         try:
-            # asyncio.timeout, not wait_for: no task per call (this is on every request's path)
-            async with asyncio.timeout(REDIS_TIMEOUT_S):
-                raw = await self._redis.mget(self._keys)
-            if None in raw:  # first use, or a counter Redis lost: start it, then read again
-                async with asyncio.timeout(REDIS_TIMEOUT_S):
-                    await start_counters(self._redis, [k for k, v in zip(self._keys, raw, strict=True) if v is None])
-                    raw = await self._redis.mget(self._keys)
+            raw = await read_counters(self._redis, self._keys, len(self._keys), REDIS_TIMEOUT_S)
         except Exception as exc:
             self._failed("read", exc)
             return None

@@ -9,7 +9,7 @@ rename, delete) and every restore bumps the epoch. An entry is stored with the s
 `<epoch>.<version>` it was computed under and served only while the stamp is current; one `MGET`
 reads the stamp and the entry together, so a hit costs one Redis round trip. Entries also carry a
 TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (README). Counters
-start at a random value (`definition_cache.start_counters`), so a cache Redis that evicts
+start at a random value (`definition_cache.start_counters`, through `read_counters`), so a cache Redis that evicts
 (`allkeys-lru`) or restarts never brings a counter back to a value an old entry was stamped with.
 
 An entry's key is a hash of everything the body depends on: the collection, the kind of read and
@@ -39,7 +39,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from cms.services.definition_cache import bump_counters, epoch_text, start_counters
+from cms.services.definition_cache import bump_counters, epoch_text, read_counters
 from cms.services.events import CollectionEvent, RecordEvent
 
 log = logging.getLogger("cms.read_cache")
@@ -132,13 +132,7 @@ class ReadCache:
         if on:
             keys.append(f"{self._prefix}:e:{key}")
         try:
-            # asyncio.timeout, not wait_for: no task per call (this is on every read's path)
-            async with asyncio.timeout(REDIS_TIMEOUT_S):
-                epoch, version, *entries = await self._redis.mget(keys)
-            if epoch is None or version is None:  # first use, or a counter Redis lost: start it
-                async with asyncio.timeout(REDIS_TIMEOUT_S):
-                    await start_counters(self._redis, keys[:2])
-                    epoch, version, *entries = await self._redis.mget(keys)
+            epoch, version, *entries = await read_counters(self._redis, keys, 2, REDIS_TIMEOUT_S)
         except Exception as exc:  # the database still answers: never fail a read on the cache
             self._failed("read", exc)
             return None, None
