@@ -18,6 +18,7 @@ from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SE
 from cms.wiring import Services, open_services
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
+from workers.maintenance import ORPHAN_SWEEP_MINUTES, sweep_orphaned_records
 from workers.webhooks import BATCH_MAX_TRIES, RELAY_EVERY_S, deliver_webhook, deliver_webhooks, relay_webhook_outbox
 
 FUNCTIONS = [
@@ -32,7 +33,9 @@ JOB_TIMEOUT_S = 120
 HEALTH_CHECK_INTERVAL_S = 30
 """How often a worker refreshes its health-check key (`arq --check`; it expires 1 s after)."""
 CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)), run_at_startup=True,
-                  unique=True, timeout=60)]
+                  unique=True, timeout=60),
+             cron(sweep_orphaned_records, minute=set(ORPHAN_SWEEP_MINUTES), second=0, run_at_startup=True,
+                  unique=True, timeout=JOB_TIMEOUT_S)]
 
 
 async def on_startup(ctx: dict[str, Any]) -> None:

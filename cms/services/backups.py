@@ -134,8 +134,10 @@ class BackupService:
     """Backups of the service's database in `backup_dir`; every method but `list` is audited.
 
     `principal` None stands for the operator at the command line (`cms backup ...`); any other
-    caller must be an admin (Forbidden otherwise). `on_restored` hooks run after a restore, to
-    drop what processes cache from the old data."""
+    caller must be an admin (Forbidden otherwise). `on_restored` hooks run during a restore's
+    switch, once the backup's collections are live and before the collections not in it are
+    dropped, to drop what processes cache from the old data (the catalog epoch among it, which
+    `CollectionService.exists_since` needs moved before any records are dropped)."""
 
     def __init__(self, store: DumpRepository, audit: AuditService, backup_dir: Path, *, clock: Clock = utcnow,
                  on_restored: Sequence[RestoreHook] = ()) -> None:
@@ -230,11 +232,9 @@ class BackupService:
             try:
                 contents = await asyncio.to_thread(verify_archive, archive, progress)
                 async with aclosing(self._batches(archive, contents, progress)) as batches:
-                    await self._store.restore(contents.collections, batches)
+                    await self._store.restore(contents.collections, batches, switched=self._switched)
             finally:
                 await asyncio.to_thread(archive.close)
-        for hook in self._on_restored:
-            await hook()
         result = RestoreResult(filename=filename, collections=len(contents.collections),
                                documents=contents.documents)
         log.warning("%s (from database %s)", result.message, contents.root)
@@ -243,6 +243,15 @@ class BackupService:
                                  details={"filename": filename, "collections": result.collections,
                                           "documents": result.documents})
         return result
+
+    async def _switched(self) -> None:
+        """Run every `on_restored` hook; a failing one is logged, not raised: the data is already
+        the backup's, and the switch must go on to drop what the backup does not hold."""
+        for hook in self._on_restored:
+            try:
+                await hook()
+            except Exception:
+                log.exception("a restore hook failed; caches may serve the old data until they expire")
 
     async def _batches(self, archive: IO[bytes], contents: ArchiveContents,
                        progress: Progress | None) -> AsyncGenerator[tuple[str, builtins.list[bytes]], None]:

@@ -18,7 +18,7 @@ from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, un
 from cms.services.schema_changes import apply_schema_change, check_schema_change
 from cms.services.settings import SettingsService
 from cms.store.collections import CollectionRepository
-from cms.store.records import RecordRepository
+from cms.store.records import RecordRepository, records_mongo_name
 
 log = logging.getLogger("cms.collections")
 
@@ -101,6 +101,20 @@ class CollectionService:
         check an insert makes after it lands)."""
         return await self._collections.get(collection_id) is not None
 
+    async def exists_since(self, collection_id: str, epoch: str | None) -> bool:
+        """The check a create makes after its insert lands: whether the collection it looked up
+        under the catalog epoch `epoch` (`current_by_name`; None: unknown) still exists, or was
+        deleted only after the insert (then that delete's drop removes what was inserted).
+
+        True without a database look-up when the catalog epoch, read from Redis now, is still
+        `epoch`: every path that drops a collection's records moves the epoch first (`delete`, the
+        rollback of `create`, a restore's switch), so an unmoved epoch means any drop comes after
+        this insert. Otherwise (the epoch moved, or Redis failed) one `_id` look-up, as `exists`.
+        Should Redis lose a bump, the records left behind are removed by `sweep_orphans`."""
+        if epoch is not None and self._cache is not None and await self._cache.current_epoch() == epoch:
+            return True
+        return await self.exists(collection_id)
+
     async def get_by_name(self, name: str, *, epoch: str | None = None) -> Collection:
         """One collection by name (record paths), from the definition cache when it is current
         (`epoch`: the catalog epoch the caller has just read, if any). Raises NotFound."""
@@ -179,6 +193,11 @@ class CollectionService:
             await self._sync_indexes(collection)
         except Exception:
             await self._collections.delete(collection.id)
+            try:
+                await self._drop_records(collection)
+            except Exception:  # the original error matters more; the sweep drops what is left
+                log.warning("collection %s (%s): its records collection is left to the orphan sweep",
+                            name, collection.id, exc_info=True)
             raise
         self._forget()
         log.info("collection %s (%s) created", name, collection.id)
@@ -272,12 +291,34 @@ class CollectionService:
                 f"Collection '{collection.name}' is referenced by relation fields: {', '.join(referrers)}"
             )
         await self._collections.delete(collection.id)
-        await self._records.drop(collection.id)
-        self._forget()
+        await self._drop_records(collection)
         await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._audit.record("collection_deleted", user_id=principal.user_id,
                                  details={"collection_id": collection.id, "name": collection.name})
+
+    async def _drop_records(self, collection: Collection) -> None:
+        """Once `collection`'s definition is gone: move the catalog epoch, then drop its records.
+        The order `exists_since` relies on (a create whose insert lands after the drop sees the
+        moved epoch and looks the collection up). A failed bump is logged, and the drop goes on:
+        a create that raced it may then leave records behind, which `sweep_orphans` removes."""
+        if self._cache is not None:
+            await self._cache.invalidate()
+        await self._records.drop(collection.id)
+
+    async def sweep_orphans(self) -> tuple[str, ...]:
+        """Drop every records collection whose collection is no longer defined, and return their
+        MongoDB names: the backstop for a create that raced a delete or a restore while Redis lost
+        the epoch bump (`exists_since`). The stored records collections are listed before the
+        definitions are read, and a definition is stored before its records collection is made
+        (`create`), so a collection being created is never taken for an orphan."""
+        stored = await self._records.stored_names()
+        defined = {records_mongo_name(collection.id) for collection in await self._collections.list()}
+        orphans = tuple(sorted(stored - defined))
+        for name in orphans:
+            await self._records.drop_stored(name)
+            log.warning("dropped %s: records of a collection that no longer exists", name)
+        return orphans
 
     def _forget(self) -> None:
         """After a change made here: this process's cached definitions go at once (the epoch bump

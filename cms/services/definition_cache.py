@@ -18,6 +18,10 @@ anyway, so a warm read costs one Redis round trip and no MongoDB round trip at a
 Concurrent misses of one entry under one epoch share one load (`SingleFlight`), so an entry that
 expires under load costs one query, not one per waiting request.
 
+`current_epoch` reads the epoch afresh, for the check a create makes after its insert lands
+(`CollectionService.exists_since`: an epoch that has not moved since the collection was looked up
+means no delete or restore dropped its records before the insert).
+
 Without Redis nothing is served from here (every look-up goes to MongoDB, and the failure is
 logged at most once a minute). Entries live at most `max_age_s` in any case: the backstop for an
 epoch bump that failed while Redis was away. At most MAX_ENTRIES are kept (names a client makes up
@@ -146,6 +150,13 @@ class DefinitionCache:
         epochs = _scope.get()
         if epochs is not None and self._epoch_key in epochs:
             return epochs[self._epoch_key]
+        return await self.current_epoch()
+
+    async def current_epoch(self) -> str | None:
+        """The epoch read from Redis now, whatever this request read before: for a check that must
+        see every change made until this moment (`CollectionService.exists_since`). The request
+        keeps it, and the companions, for its later look-ups (newer is never wrong for them).
+        None when Redis failed."""
         try:
             raw = await read_counters(self._redis, self._keys, len(self._keys), REDIS_TIMEOUT_S)
         except Exception as exc:

@@ -43,16 +43,24 @@ class _Group:
     collection: Collection
     records: list[Record] = field(default_factory=list)
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
+    epochs: set[str | None] = field(default_factory=set)
+
+    @property
+    def epoch(self) -> str | None:
+        """The catalog epoch every create of the group looked its collection up under, or None
+        when they differ (or one is unknown)."""
+        return next(iter(self.epochs)) if len(self.epochs) == 1 else None
 
 
 class InsertGroups:
-    """Creates grouped per collection (see the module docstring). `after(collection, stored)` runs
-    once after each group's insert with the records it stored (in order; none refused) and may
-    raise (e.g. NotFound when the collection was deleted meanwhile); what it raises reaches every
-    waiter of the group."""
+    """Creates grouped per collection (see the module docstring). `after(collection, stored, epoch)`
+    runs once after each group's insert with the records it stored (in order; none refused) and
+    the catalog epoch all its creates looked the collection up under (None when they differ), and
+    may raise (e.g. NotFound when the collection was deleted meanwhile); what it raises reaches
+    every waiter of the group."""
 
     def __init__(self, records: RecordRepository, *,
-                 after: Callable[[Collection, list[Record]], Awaitable[None]],
+                 after: Callable[[Collection, list[Record], str | None], Awaitable[None]],
                  max_group: int = MAX_GROUP) -> None:
         self._records = records
         self._after = after
@@ -61,16 +69,18 @@ class InsertGroups:
         self._in_flight: dict[str, int] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def insert(self, collection: Collection, record: Record) -> None:
-        """Store `record` in `collection`, grouped with concurrent creates into the same collection.
-        Raises AlreadyExists (this record clashed with a unique index), NotFound (the collection was
-        deleted meanwhile: nothing of the group stays) or the driver's error of the whole insert."""
+    async def insert(self, collection: Collection, record: Record, epoch: str | None = None) -> None:
+        """Store `record` in `collection` (looked up under the catalog epoch `epoch`, if known),
+        grouped with concurrent creates into the same collection. Raises AlreadyExists (this record
+        clashed with a unique index), NotFound (the collection was deleted meanwhile: nothing of the
+        group stays) or the driver's error of the whole insert."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         group = self._waiting.get(collection.id)
         if group is None:
             group = self._waiting[collection.id] = _Group(collection)
         group.records.append(record)
         group.waiters.append(waiter)
+        group.epochs.add(epoch)
         if not self._in_flight.get(collection.id) or len(group.records) >= self._max_group:
             self._send(collection.id)
         await asyncio.shield(waiter)
@@ -92,7 +102,8 @@ class InsertGroups:
             refused = {failure.index: failure for failure in failures}
             with request_scope():  # the group's look-ups read each epoch once, as a request's do
                 await self._after(group.collection,
-                                  [record for index, record in enumerate(group.records) if index not in refused])
+                                  [record for index, record in enumerate(group.records) if index not in refused],
+                                  group.epoch)
         except BaseException as exc:
             for waiter in group.waiters:
                 _fail(waiter, exc)

@@ -343,7 +343,7 @@ class RecordService:
         Raises NotFound, BadRequest (an auth collection: users are made by register),
         Unauthorized / Forbidden (the rule refuses), ValidationFailed (422) or AlreadyExists (a
         unique field)."""
-        collection = await self._writable_for_new_records(collection_name)
+        collection, epoch = await self._writable_for_new_records(collection_name)
         create = check(principal, collection, actions.CREATE, data if isinstance(data, dict) else None)
         create.require()
         values = self._schemas.load(collection, data, partial=False)
@@ -357,12 +357,12 @@ class RecordService:
         if self._groups is not None and not transactional:
             # grouped with concurrent creates into this collection; `_after_group` checks the
             # collection still exists and emits the group's events before this returns
-            await self._groups.insert(collection, record)
+            await self._groups.insert(collection, record, epoch)
             return record
         async with self._events.unit(self._transactions if transactional else None):
             await self._records.insert(collection.id, record)
             await self._emit_changed(CREATE, collection, [record])
-        await self._check_still_there(collection)
+        await self._check_still_there(collection, epoch)
         return record
 
     async def update(self, principal: Principal | None, collection_name: str, record_id: str, data: Any) -> Record:
@@ -556,7 +556,7 @@ class RecordService:
         Raises NotFound (collection), BadRequest (an auth collection), Forbidden (the create rule
         refuses outright), PayloadTooLarge (over 10 MiB) or ValidationFailed (the file as a whole
         is refused; nothing is stored)."""
-        collection = await self._writable_for_new_records(collection_name)
+        collection, epoch = await self._writable_for_new_records(collection_name)
         limits = await self._limits()
         if collection.rules.create_rule is None:  # admins only: refuse the file as a whole
             check(principal, collection, actions.CREATE).require()
@@ -567,19 +567,20 @@ class RecordService:
         result = await self._csv.import_csv(collection, content, max_bytes=limits.import_max_bytes,
                                             max_rows=limits.import_max_rows, permitted=permitted)
         if result.imported:
-            await self._check_still_there(collection)
+            await self._check_still_there(collection, epoch)
         return result
 
-    async def _writable_for_new_records(self, collection_name: str) -> Collection:
-        """The collection, if records may be created in it through the records API: not an auth
-        collection, whose records are users with an email and credentials (made by register)."""
-        collection = await self._collections.get_by_name(collection_name)
+    async def _writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
+        """The collection, if records may be created in it through the records API (not an auth
+        collection, whose records are users with an email and credentials, made by register), and
+        the catalog epoch it was looked up under (`CollectionService.current_by_name`)."""
+        collection, epoch = await self._collections.current_by_name(collection_name)
         if collection.type == "auth":
             raise BadRequest(
                 f"Users of the auth collection '{collection.name}' are created with "
                 f"POST /api/v1/collections/{collection.name}/auth/register"
             )
-        return collection
+        return collection, epoch
 
     # --- events: the one path every change takes ----------------------------------------------
 
@@ -614,10 +615,11 @@ class RecordService:
         return (self._transactions is not None and self._transactions.enabled
                 and self._needs_transaction is not None and await self._needs_transaction(collection.id))
 
-    async def _after_group(self, collection: Collection, stored: Sequence[Record]) -> None:
-        """After a group of creates is inserted (`InsertGroups`): undo it if the collection was
+    async def _after_group(self, collection: Collection, stored: Sequence[Record], epoch: str | None) -> None:
+        """After a group of creates is inserted (`InsertGroups`; `epoch`: the catalog epoch every
+        create of the group looked the collection up under, if one): undo it if the collection was
         deleted meanwhile (NotFound), else emit the `create` events of the records it stored."""
-        await drop_if_deleted(self._collections, self._records, collection)
+        await drop_if_deleted(self._collections, self._records, collection, epoch)
         await self._emit_changed(CREATE, collection, stored)
 
     async def drain(self) -> None:
@@ -625,11 +627,12 @@ class RecordService:
         if self._groups is not None:
             await self._groups.drain()
 
-    async def _check_still_there(self, collection: Collection) -> None:
-        """After an insert: if the collection was deleted meanwhile (its records dropped before
-        the insert landed, which recreated them), drop what this write left and raise NotFound,
-        so no write to a deleted collection succeeds and none of its documents survive."""
-        await drop_if_deleted(self._collections, self._records, collection)
+    async def _check_still_there(self, collection: Collection, epoch: str | None) -> None:
+        """After an insert into `collection`, looked up under the catalog epoch `epoch`: if the
+        collection was deleted meanwhile (its records dropped before the insert landed, which
+        recreated them), drop what this write left and raise NotFound, so no write to a deleted
+        collection succeeds and none of its documents survive."""
+        await drop_if_deleted(self._collections, self._records, collection, epoch)
 
 
 async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
@@ -649,11 +652,14 @@ async def emit_deleted(events: EventBus, collection: Collection, record_ids: Seq
                        for rid in record_ids])
 
 
-async def drop_if_deleted(collections: CollectionService, records: RecordRepository, collection: Collection) -> None:
+async def drop_if_deleted(collections: CollectionService, records: RecordRepository, collection: Collection,
+                          epoch: str | None = None) -> None:
     """Raise NotFound, after dropping the collection's records, when `collection` no longer exists:
     the check every insert makes after it lands (a delete may have dropped the records between
-    the writer's look-up and its insert). One `_id` look-up when the collection exists."""
-    if await collections.exists(collection.id):
+    the writer's look-up and its insert). `epoch`: the catalog epoch the writer looked the
+    collection up under, if known; while Redis still holds it, the check costs one Redis read and
+    no database look-up (`CollectionService.exists_since`)."""
+    if await collections.exists_since(collection.id, epoch):
         return
     await records.drop(collection.id)
     log.info("write to collection %s (%s) undone: the collection was deleted", collection.name, collection.id)

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, cast
 
@@ -187,14 +187,16 @@ class DumpRepository:
             yield b"".join(parts), len(parts)
 
     async def restore(self, dumps: Mapping[str, CollectionDump],
-                      batches: AsyncIterator[tuple[str, list[bytes]]]) -> None:
+                      batches: AsyncIterator[tuple[str, list[bytes]]], *,
+                      switched: Callable[[], Awaitable[None]] | None = None) -> None:
         """Make the database hold exactly `dumps`, with the documents of `batches`.
 
         `batches` yields (collection name, raw BSON documents), every name one of `dumps`; the
         documents must already be verified (`check_document`). Each collection is first built
         under a staging name (STAGING_PREFIX + a restore id + name) with its options, documents
         and indexes; only when all are complete are they renamed over the live collections and
-        every other collection (but `system.*`) dropped. Until that switch a failure (including
+        every other collection (but `system.*`) dropped; `switched` is awaited between the renames
+        and the drops (the backup's data is live, the rest not yet dropped). Until that switch a failure (including
         an error raised by `batches`) drops the staging collections and leaves the data as it
         was; the switch itself is shielded from cancellation. Driver errors propagate."""
         await self._drop_staging(STAGING_PREFIX)
@@ -213,13 +215,15 @@ class DumpRepository:
         except BaseException:
             await asyncio.shield(self._drop_staging(prefix))
             raise
-        await asyncio.shield(self._switch(prefix, set(dumps)))
+        await asyncio.shield(self._switch(prefix, set(dumps), switched))
 
-    async def _switch(self, prefix: str, names: set[str]) -> None:
+    async def _switch(self, prefix: str, names: set[str], switched: Callable[[], Awaitable[None]] | None) -> None:
         admin = self._db.client.admin
         db = self._db.name
         for name in sorted(names):
             await admin.command("renameCollection", f"{db}.{prefix}{name}", to=f"{db}.{name}", dropTarget=True)
+        if switched is not None:
+            await switched()
         for name in await self._db.list_collection_names():
             if name not in names and not name.startswith("system."):
                 await self._db.drop_collection(name)

@@ -49,9 +49,13 @@ class InsertFailure:
     message: str
 
 
+RECORDS_PREFIX = "records_"
+"""Every records collection's MongoDB name starts so (`records_mongo_name`)."""
+
+
 def records_mongo_name(collection_id: str) -> str:
     """The Mongo collection holding a CMS collection's records: `records_<id without dashes>`."""
-    return f"records_{collection_id.replace('-', '')}"
+    return f"{RECORDS_PREFIX}{collection_id.replace('-', '')}"
 
 
 def record_from_document(doc: dict[str, Any]) -> Record:
@@ -276,6 +280,17 @@ class RecordRepository:
     async def drop(self, collection_id: str) -> None:
         """Remove every record of the collection and its indexes."""
         await self._mongo_coll(collection_id).drop()
+
+    async def stored_names(self) -> set[str]:
+        """The MongoDB names of every records collection present now (`records_mongo_name`)."""
+        return {name for name in await self._db.list_collection_names() if name.startswith(RECORDS_PREFIX)}
+
+    async def drop_stored(self, name: str) -> None:
+        """Drop the records collection called `name` (one of `stored_names`). Raises ValueError
+        for a name that is not a records collection's."""
+        if not name.startswith(RECORDS_PREFIX):
+            raise ValueError(f"{name!r} is not a records collection")
+        await self._db.drop_collection(name)
 
     async def unset_fields(self, collection_id: str, names: Sequence[str]) -> None:
         """Remove fields (dropped from the schema) from every record."""

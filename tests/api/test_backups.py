@@ -438,3 +438,34 @@ def test_openapi_documents_the_backup_routes():
     assert "post" in paths[BACKUPS + "/{filename}/restore"]
     assert set(paths[BACKUPS + "/{filename}"]) == {"get", "delete"}
     assert json.dumps(paths[BACKUPS]["post"]["responses"]["201"])
+
+
+async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_lacks(
+        client: Client, admin_token: str, db: Database, services: Services):
+    """The order `CollectionService.exists_since` relies on: the restore hooks (the catalog epoch
+    among them) run once the backup's collections are live and before the others are dropped, so a
+    create whose insert lands after a drop sees the moved epoch."""
+    await create_collection(client, admin_token, "kept", [{"name": "title", "type": "text"}])
+    backup = await create_backup(client, admin_token)
+    extra = await create_collection(client, admin_token, "gone", [{"name": "title", "type": "text"}])
+    await create_record(client, admin_token, "gone", {"title": "not in the backup"})
+    gone = f"records_{extra['id'].replace('-', '')}"
+    _, epoch = await services.collections.current_by_name("kept")
+    seen: dict[str, Any] = {}
+
+    async def watch() -> None:
+        seen["names"] = set(await db.list_collection_names())
+        seen["catalog"] = {c["name"] async for c in db["collections"].find({}, {"name": 1})}
+        cache = services.collections._cache  # noqa: SLF001
+        assert cache is not None
+        seen["epoch"] = await cache.current_epoch()
+
+    services.backups._on_restored.append(watch)  # noqa: SLF001 - watch the switch from inside
+    try:
+        assert (await restore(client, admin_token, backup["filename"])).status == 200
+    finally:
+        services.backups._on_restored.remove(watch)  # noqa: SLF001
+    assert "gone" not in seen["catalog"] and "kept" in seen["catalog"]  # the backup's catalog is live
+    assert gone in seen["names"]  # and what it lacks is not dropped yet
+    assert seen["epoch"] not in (None, epoch)  # but the epoch has moved already
+    assert gone not in await db.list_collection_names()

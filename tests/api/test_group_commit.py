@@ -7,11 +7,16 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from cms.models import Record
+import pytest
+
+from cms.clock import new_id
+from cms.models import Collection, Record
 from cms.services.events import CREATE, RecordEvent
+from cms.store.collections import CollectionRepository
 from cms.store.records import InsertFailure, RecordRepository, records_mongo_name
 from cms.wiring import Services
-from tests.conftest import bearer, create_collection, records_path
+from tests.conftest import bearer, create_collection, create_record, records_path
+from workers.maintenance import sweep_orphaned_records
 
 
 class CountingRepository(RecordRepository):
@@ -127,3 +132,118 @@ async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answe
     for status, body, emitted_then in answers:
         if status == 201:
             assert order[body["id"]] < emitted_then  # its event came before its answer
+
+
+# --- the check after an insert (records.drop_if_deleted) and its backstop --------------------------
+
+
+class CountingCollections(CollectionRepository):
+    """The real collection repository, counting `_id` look-ups."""
+
+    lookups: int = 0
+
+    async def get(self, collection_id: str) -> Collection | None:
+        self.lookups += 1
+        return await super().get(collection_id)
+
+
+def count_lookups(services: Services) -> CountingCollections:
+    repository = services.collections._collections  # noqa: SLF001 - the seam under test
+    repository.__class__ = CountingCollections
+    return repository  # type: ignore[return-value]
+
+
+def watch_drops(services: Services, seen: list[tuple[str | None, bool]]) -> None:
+    """Record, at each drop of a collection's records, the catalog epoch and whether the
+    collection is still defined."""
+    collections = services.collections
+
+    class WatchedRecords(RecordRepository):
+        async def drop(self, collection_id: str) -> None:
+            cache = collections._cache  # noqa: SLF001
+            assert cache is not None
+            seen.append((await cache.current_epoch(), await collections.exists(collection_id)))
+            await super().drop(collection_id)
+
+    collections._records.__class__ = WatchedRecords  # noqa: SLF001
+
+
+async def test_creates_check_their_collection_through_the_epoch_not_the_database(
+        client: Any, admin_token: str, services: Services) -> None:
+    collection = await create_collection(client, admin_token, "checked", [{"name": "title", "type": "text"}])
+    await create_record(client, admin_token, "checked", {"title": "warm"})  # the definition is cached
+    repository = count_lookups(services)
+    answers = await asyncio.gather(*(client.post(records_path("checked"), headers=bearer(admin_token),
+                                                 json={"data": {"title": f"t{i}"}}) for i in range(20)))
+    assert [a.status for a in answers] == [201] * 20
+    assert repository.lookups == 0  # the epoch held: no `_id` look-up after any insert
+
+    service = services.collections
+    found, epoch = await service.current_by_name("checked")
+    assert epoch is not None and found.id == collection["id"]
+    assert await service.exists_since(found.id, epoch) and repository.lookups == 0
+    cache = service._cache  # noqa: SLF001
+    assert cache is not None
+    await cache.invalidate()  # any catalog change: the check asks the database
+    assert await service.exists_since(found.id, epoch) and repository.lookups == 1
+    assert await service.exists_since(found.id, None) and repository.lookups == 2  # epoch unknown
+    assert not await service.exists_since(new_id(), None) and repository.lookups == 3
+
+
+async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
+        client: Any, admin_token: str, services: Services) -> None:
+    collection = await create_collection(client, admin_token, "ordered", [{"name": "title", "type": "text"}])
+    await create_record(client, admin_token, "ordered", {"title": "kept until the drop"})
+    _, epoch = await services.collections.current_by_name("ordered")
+    seen: list[tuple[str | None, bool]] = []
+    watch_drops(services, seen)
+    response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
+    assert response.status == 204
+    [(epoch_at_drop, defined_at_drop)] = seen
+    assert defined_at_drop is False and epoch_at_drop not in (None, epoch)
+    assert not await services.collections.exists_since(collection["id"], epoch)
+
+
+async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made(
+        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+    records = services.collections._records  # noqa: SLF001
+    made: list[str] = []
+
+    async def half_made(collection_id: str, *args: Any) -> None:
+        made.append(collection_id)
+        await records._db[records_mongo_name(collection_id)].insert_one({"_id": "left"})  # noqa: SLF001
+        raise RuntimeError("index build failed")
+
+    seen: list[tuple[str | None, bool]] = []
+    watch_drops(services, seen)
+    monkeypatch.setattr(records, "sync_indexes", half_made)
+    cache = services.collections._cache  # noqa: SLF001
+    assert cache is not None
+    before = await cache.current_epoch()
+    response = await client.post("/api/v1/collections", headers=bearer(admin_token),
+                                 json={"name": "halfway", "type": "base", "schema": [{"name": "t", "type": "text"}]})
+    assert response.status == 500
+    [(epoch_at_drop, defined_at_drop)] = seen
+    assert defined_at_drop is False and epoch_at_drop not in (None, before)
+    assert records_mongo_name(made[0]) not in await records.stored_names()
+
+
+async def test_the_sweep_drops_records_collections_without_a_collection(
+        client: Any, admin_token: str, services: Services) -> None:
+    """The backstop for a create that raced a delete while Redis lost the epoch bump."""
+    live = await create_collection(client, admin_token, "live", [{"name": "title", "type": "text"}])
+    record = await create_record(client, admin_token, "live", {"title": "stays"})
+    records = services.collections._records  # noqa: SLF001
+    orphan = records_mongo_name(new_id())
+    await records._db[orphan].insert_one({"_id": "left behind"})  # noqa: SLF001
+    await records._db["recordsless"].insert_one({"_id": "not a records collection"})  # noqa: SLF001
+    assert {orphan, records_mongo_name(live["id"])} <= await records.stored_names()
+
+    assert await sweep_orphaned_records({"services": services}) == 1
+    stored = await records.stored_names()
+    assert orphan not in stored and records_mongo_name(live["id"]) in stored
+    assert "recordsless" in await records._db.list_collection_names()  # noqa: SLF001 - only records_*
+    assert (await client.get(records_path("live", record["id"]))).status == 200
+    assert await services.collections.sweep_orphans() == ()
+    with pytest.raises(ValueError):
+        await records.drop_stored("recordsless")
