@@ -80,7 +80,10 @@ Progress = Callable[[str, int, int], None]
 """`progress(stage, done, total)`: stage "dump" and "load" count documents, "verify" counts
 compressed archive bytes read; `total` is 0 when unknown (and an estimate for "dump"). Called
 from the event loop or from a worker thread."""
-RestoreHook = Callable[[], Awaitable[None]]
+RestoreHook = Callable[[], Awaitable[bool | None]]
+"""Run during a restore's switch; returns False (or raises) when it could not do its work."""
+RESTORE_HOOK_TIMEOUT_S = 5.0
+"""Longest one restore hook may take, in seconds (it runs inside the switch)."""
 
 
 @dataclass(frozen=True)
@@ -244,14 +247,21 @@ class BackupService:
                                           "documents": result.documents})
         return result
 
-    async def _switched(self) -> None:
-        """Run every `on_restored` hook; a failing one is logged, not raised: the data is already
-        the backup's, and the switch must go on to drop what the backup does not hold."""
+    async def _switched(self) -> bool:
+        """Run every `on_restored` hook, each for at most RESTORE_HOOK_TIMEOUT_S; returns whether
+        all succeeded (a hook fails by raising, timing out or returning False). A failure is logged,
+        not raised: the data is already the backup's, and the switch goes on (`DumpRepository.restore`
+        then leaves records collections to the orphan sweep)."""
+        succeeded = True
         for hook in self._on_restored:
             try:
-                await hook()
+                async with asyncio.timeout(RESTORE_HOOK_TIMEOUT_S):
+                    if await hook() is False:
+                        succeeded = False
             except Exception:
                 log.exception("a restore hook failed; caches may serve the old data until they expire")
+                succeeded = False
+        return succeeded
 
     async def _batches(self, archive: IO[bytes], contents: ArchiveContents,
                        progress: Progress | None) -> AsyncGenerator[tuple[str, builtins.list[bytes]], None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
@@ -17,10 +18,16 @@ from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBu
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.schema_changes import apply_schema_change, check_schema_change
 from cms.services.settings import SettingsService
+from cms.store.backups import STAGING_PREFIX
 from cms.store.collections import CollectionRepository
-from cms.store.records import RecordRepository, records_mongo_name
+from cms.store.records import RECORDS_PREFIX, RecordRepository, collection_id_of, records_mongo_name
 
 log = logging.getLogger("cms.collections")
+
+ORPHAN_CONFIRM_S = 300.0
+"""Seconds between the first and the last sighting of a records collection without a definition
+before `CollectionService.sweep_orphans` drops it (a restore's switch or a rename never looks like
+an orphan that long)."""
 
 COLLECTION_TYPES = ("base", "auth")
 
@@ -68,6 +75,7 @@ class CollectionService:
         self._collections = collections
         self._records = records
         self._settings = settings
+        self._orphans_seen: dict[str, float] = {}  # records collection -> when first found orphaned (s)
         self._clock = clock
 
     async def fill_default_rules(self) -> int:
@@ -300,25 +308,49 @@ class CollectionService:
     async def _drop_records(self, collection: Collection) -> None:
         """Once `collection`'s definition is gone: move the catalog epoch, then drop its records.
         The order `exists_since` relies on (a create whose insert lands after the drop sees the
-        moved epoch and looks the collection up). A failed bump is logged, and the drop goes on:
-        a create that raced it may then leave records behind, which `sweep_orphans` removes."""
-        if self._cache is not None:
-            await self._cache.invalidate()
+        moved epoch and looks the collection up). When Redis does not acknowledge the bump, the
+        records are not dropped here (an unmoved epoch must keep meaning "not dropped yet"): the
+        collection, which has no definition any more, is left to `sweep_orphans`."""
+        if self._cache is not None and not await self._cache.invalidate():
+            log.warning("collection %s (%s): the catalog epoch could not be moved; its records are left "
+                        "to the orphan sweep", collection.name, collection.id)
+            return
         await self._records.drop(collection.id)
 
-    async def sweep_orphans(self) -> tuple[str, ...]:
-        """Drop every records collection whose collection is no longer defined, and return their
-        MongoDB names: the backstop for a create that raced a delete or a restore while Redis lost
-        the epoch bump (`exists_since`). The stored records collections are listed before the
-        definitions are read, and a definition is stored before its records collection is made
-        (`create`), so a collection being created is never taken for an orphan."""
-        stored = await self._records.stored_names()
+    async def sweep_orphans(self, *, confirm_after_s: float = ORPHAN_CONFIRM_S) -> tuple[str, ...]:
+        """Drop the records collections whose collection is no longer defined, and return their
+        MongoDB names: the backstop for records a delete could not drop (Redis did not acknowledge
+        its epoch bump) and for a create that raced a delete or a restore while Redis lost an
+        acknowledged bump (`exists_since`).
+
+        Careful, as a drop cannot be undone: nothing happens while a restore is staging (a
+        collection named STAGING_PREFIX... exists); a records collection is dropped only when this
+        process found it without a definition in sweeps at least `confirm_after_s` seconds apart
+        and an `_id` look-up of its collection, just before the drop, finds nothing. The stored
+        collections are listed before the definitions are read, and a definition is stored before
+        its records collection is made (`create`), so a collection being created is never taken
+        for an orphan."""
+        names = await self._records.database_names()
+        if any(name.startswith(STAGING_PREFIX) for name in names):
+            log.info("orphan sweep skipped: a restore is in progress")
+            return ()
         defined = {records_mongo_name(collection.id) for collection in await self._collections.list()}
-        orphans = tuple(sorted(stored - defined))
-        for name in orphans:
+        orphans = {name for name in names if name.startswith(RECORDS_PREFIX)} - defined
+        now = time.monotonic()
+        self._orphans_seen = {name: self._orphans_seen.get(name, now) for name in orphans}
+        dropped = []
+        for name, since in sorted(self._orphans_seen.items()):
+            if now - since < confirm_after_s:
+                continue
+            collection_id = collection_id_of(name)
+            if collection_id is None or await self._collections.get(collection_id) is not None:
+                del self._orphans_seen[name]  # not ours, or defined after all (renamed mid-read)
+                continue
             await self._records.drop_stored(name)
-            log.warning("dropped %s: records of a collection that no longer exists", name)
-        return orphans
+            del self._orphans_seen[name]
+            dropped.append(name)
+            log.warning("dropped %s: the records of a collection that no longer exists", name)
+        return tuple(dropped)
 
     def _forget(self) -> None:
         """After a change made here: this process's cached definitions go at once (the epoch bump

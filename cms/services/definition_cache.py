@@ -217,16 +217,18 @@ class DefinitionCache:
         """Drop every entry of this process (after a change made here, whatever Redis does)."""
         self._entries.clear()
 
-    async def invalidate(self) -> None:
+    async def invalidate(self) -> bool:
         """After a change of what is cached here (e.g. a webhook): bump the epoch, so every replica
-        reloads, and drop this process's entries. A Redis failure is logged (entries elsewhere
-        then live out `max_age_s`)."""
+        reloads, and drop this process's entries. Returns whether Redis acknowledged the bump; a
+        failure is logged, not raised (entries elsewhere then live out `max_age_s`)."""
         self.forget()
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
                 await bump_counters(self._redis, [self._epoch_key])
         except Exception as exc:
             self._failed("bump", exc)
+            return False
+        return True
 
     def _failed(self, what: str, exc: BaseException) -> None:
         now = time.monotonic()

@@ -166,13 +166,17 @@ class ReadCache:
         except Exception as exc:
             self._failed("version bump", exc)
 
-    async def bump_all(self) -> None:
-        """Make every entry stale (INCR the epoch): collection changes and restores."""
+    async def bump_all(self) -> bool:
+        """Make every entry stale (INCR the epoch, which is also the catalog epoch of the
+        definition cache): collection changes and restores. Returns whether Redis acknowledged
+        it; a failure is logged, not raised."""
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
                 await bump_counters(self._redis, [self._epoch_key])
         except Exception as exc:
             self._failed("epoch bump", exc)
+            return False
+        return True
 
     async def on_record_events(self, events: Sequence[RecordEvent]) -> None:
         """EventBus subscriber: a record write bumps its collection's version."""

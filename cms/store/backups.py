@@ -31,6 +31,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from cms.errors import BadRequest, InternalError
 from cms.store.client import Database
+from cms.store.records import RECORDS_PREFIX
 
 log = logging.getLogger("cms.store")
 
@@ -188,15 +189,19 @@ class DumpRepository:
 
     async def restore(self, dumps: Mapping[str, CollectionDump],
                       batches: AsyncIterator[tuple[str, list[bytes]]], *,
-                      switched: Callable[[], Awaitable[None]] | None = None) -> None:
+                      switched: Callable[[], Awaitable[bool]] | None = None) -> None:
         """Make the database hold exactly `dumps`, with the documents of `batches`.
 
         `batches` yields (collection name, raw BSON documents), every name one of `dumps`; the
         documents must already be verified (`check_document`). Each collection is first built
         under a staging name (STAGING_PREFIX + a restore id + name) with its options, documents
         and indexes; only when all are complete are they renamed over the live collections and
-        every other collection (but `system.*`) dropped; `switched` is awaited between the renames
-        and the drops (the backup's data is live, the rest not yet dropped). Until that switch a failure (including
+        every other collection (but `system.*` and another restore's staging collections)
+        dropped. `switched` is awaited between the renames and the drops (the backup's data is
+        live, the rest not yet dropped); when it returns False (the caches' epochs could not be
+        moved), records collections are not dropped but left to the orphan sweep
+        (`CollectionService.sweep_orphans`), as a create that raced the restore must find them
+        gone only after the epoch moved. Until that switch a failure (including
         an error raised by `batches`) drops the staging collections and leaves the data as it
         was; the switch itself is shielded from cancellation. Driver errors propagate."""
         await self._drop_staging(STAGING_PREFIX)
@@ -217,16 +222,19 @@ class DumpRepository:
             raise
         await asyncio.shield(self._switch(prefix, set(dumps), switched))
 
-    async def _switch(self, prefix: str, names: set[str], switched: Callable[[], Awaitable[None]] | None) -> None:
+    async def _switch(self, prefix: str, names: set[str], switched: Callable[[], Awaitable[bool]] | None) -> None:
         admin = self._db.client.admin
         db = self._db.name
         for name in sorted(names):
             await admin.command("renameCollection", f"{db}.{prefix}{name}", to=f"{db}.{name}", dropTarget=True)
-        if switched is not None:
-            await switched()
+        drop_records = switched is None or await switched()
         for name in await self._db.list_collection_names():
-            if name not in names and not name.startswith("system."):
-                await self._db.drop_collection(name)
+            if name in names or name.startswith(("system.", STAGING_PREFIX)):
+                continue
+            if name.startswith(RECORDS_PREFIX) and not drop_records:
+                log.warning("restore: %s is left to the orphan sweep (the catalog epoch could not be moved)", name)
+                continue
+            await self._db.drop_collection(name)
         log.info("restored %d collections into database %s", len(names), db)
 
     async def _drop_staging(self, prefix: str) -> None:

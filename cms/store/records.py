@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -56,6 +57,19 @@ RECORDS_PREFIX = "records_"
 def records_mongo_name(collection_id: str) -> str:
     """The Mongo collection holding a CMS collection's records: `records_<id without dashes>`."""
     return f"{RECORDS_PREFIX}{collection_id.replace('-', '')}"
+
+
+def collection_id_of(mongo_name: str) -> str | None:
+    """The collection id whose records `records_mongo_name` keeps under `mongo_name`, or None when
+    the name is not of that form (ids are UUIDs, stored without dashes)."""
+    hex_part = mongo_name.removeprefix(RECORDS_PREFIX)
+    if hex_part == mongo_name:
+        return None
+    try:
+        parsed = uuid.UUID(hex=hex_part)
+    except ValueError:
+        return None
+    return str(parsed) if parsed.hex == hex_part else None
 
 
 def record_from_document(doc: dict[str, Any]) -> Record:
@@ -281,9 +295,10 @@ class RecordRepository:
         """Remove every record of the collection and its indexes."""
         await self._mongo_coll(collection_id).drop()
 
-    async def stored_names(self) -> set[str]:
-        """The MongoDB names of every records collection present now (`records_mongo_name`)."""
-        return {name for name in await self._db.list_collection_names() if name.startswith(RECORDS_PREFIX)}
+    async def database_names(self) -> set[str]:
+        """The name of every MongoDB collection of the database (records collections are those
+        starting with RECORDS_PREFIX)."""
+        return set(await self._db.list_collection_names())
 
     async def drop_stored(self, name: str) -> None:
         """Drop the records collection called `name` (one of `stored_names`). Raises ValueError

@@ -469,3 +469,25 @@ async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_l
     assert gone in seen["names"]  # and what it lacks is not dropped yet
     assert seen["epoch"] not in (None, epoch)  # but the epoch has moved already
     assert gone not in await db.list_collection_names()
+
+
+async def test_a_restore_whose_epoch_bump_fails_leaves_records_collections_to_the_sweep(
+        client: Client, admin_token: str, db: Database, services: Services):
+    await create_collection(client, admin_token, "kept", [{"name": "title", "type": "text"}])
+    backup = await create_backup(client, admin_token)
+    extra = await create_collection(client, admin_token, "gone", [{"name": "title", "type": "text"}])
+    gone = f"records_{extra['id'].replace('-', '')}"
+    await db["not_in_the_backup"].insert_one({"_id": 1})
+
+    async def fails() -> bool:
+        return False
+
+    services.backups._on_restored.append(fails)  # noqa: SLF001
+    try:
+        assert (await restore(client, admin_token, backup["filename"])).status == 200
+    finally:
+        services.backups._on_restored.remove(fails)  # noqa: SLF001
+    names = await db.list_collection_names()
+    assert gone in names and "not_in_the_backup" not in names  # only records collections wait
+    assert (await client.get(records_path("gone"))).status == 404
+    assert await services.collections.sweep_orphans(confirm_after_s=0) == (gone,)
