@@ -14,10 +14,11 @@ insert into it waits: creates fell from about 1,500 to about 150 a second on the
 for as long as the process ran. Which collection is hit depends on its random id: about one in
 four.
 
-The work-around resets the sweeper thread's cursors after each sweep (`reset()` releases the page
-and keeps the cursor for reuse). It is applied only where SecantusDB still has the methods it wraps;
-otherwise SecantusDB runs unchanged and a warning is logged. Remove this module once SecantusDB
-releases a fix.
+The work-around makes the sweeper thread call SecantusDB's own `release_thread_snapshot` after each
+sweep (a `WT_SESSION.reset()`: it releases the read snapshot and every cursor position and keeps
+the cursors for reuse), as SecantusDB's wire servers do after every request. It is applied only
+where SecantusDB still has the methods involved; otherwise SecantusDB runs unchanged and a warning
+is logged. Remove this module once SecantusDB releases a fix.
 """
 
 from __future__ import annotations
@@ -32,35 +33,32 @@ log = logging.getLogger("cms.embedded_db")
 
 
 def release_cursors_after(sweep: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a `Storage` method so that, however it ends, it resets the calling thread's cached
-    WiredTiger cursors (`Storage._tls.cursors`), releasing the pages they held."""
+    """Wrap a `Storage` method so that, however it ends, the calling thread releases its WiredTiger
+    read snapshot and cursor positions (`Storage.release_thread_snapshot`, which SecantusDB's wire
+    servers call after every request but its TTL sweeper does not)."""
 
     @functools.wraps(sweep)
     def wrapped(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return sweep(self, *args, **kwargs)
         finally:
-            for cursor in list(getattr(self._tls, "cursors", {}).values()):
-                try:
-                    cursor.reset()
-                except Exception:  # a cursor of a dropped table: nothing is held
-                    log.debug("could not reset a cursor after the TTL sweep", exc_info=True)
+            self.release_thread_snapshot()
 
     wrapped.__cms_releases_cursors__ = True  # type: ignore[attr-defined]
     return wrapped
 
 
 def apply_workarounds() -> bool:
-    """Make SecantusDB's TTL sweeper release its cursors after each sweep (see the module
-    docstring). Returns whether it was applied (False: SecantusDB has changed; nothing is done).
-    Idempotent."""
+    """Make SecantusDB's TTL sweeper release its snapshot and cursors after each sweep (see the
+    module docstring). Returns whether it was applied (False, with a warning, when SecantusDB no
+    longer has the methods involved; it then runs unchanged). Idempotent."""
     from secantus import storage  # type: ignore[import-untyped]  # the `embedded` extra; this process only
 
     store = getattr(storage, "Storage", None)
     sweep = getattr(store, "prune_ttl_all_collections", None)
-    if store is None or sweep is None or not hasattr(store, "_cursor"):
+    if store is None or sweep is None or not hasattr(store, "release_thread_snapshot"):
         log.warning("SecantusDB's TTL sweeper work-around not applied: this SecantusDB has no "
-                    "Storage.prune_ttl_all_collections")
+                    "Storage.prune_ttl_all_collections or Storage.release_thread_snapshot")
         return False
     if not getattr(sweep, "__cms_releases_cursors__", False):
         store.prune_ttl_all_collections = release_cursors_after(sweep)

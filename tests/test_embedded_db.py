@@ -18,7 +18,7 @@ storage = pytest.importorskip("secantus.storage")
 def positioned(store: Any) -> list[tuple[str, Any]]:
     """(table, key) of each of this thread's cached cursors that still sits on a row."""
     held = []
-    for (table, _overwrite), cursor in store._tls.cursors.items():  # noqa: SLF001
+    for (table, _overwrite), cursor in getattr(store._tls, "cursors", {}).items():  # noqa: SLF001
         try:
             held.append((table, cursor.get_key()))
         except Exception:  # WiredTigerError: not positioned, holds no page
@@ -45,10 +45,10 @@ def store(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_the_ttl_sweep_releases_its_cursors_with_the_work_around(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # the defect, as SecantusDB ships it: the sweep parks a cursor on the records collection
+    # the defect, as SecantusDB 0.7.0b3 ships it: the sweep parks a cursor on the records collection
     store.prune_ttl_all_collections()
     parked = [key for table, key in positioned(store) if table.startswith("table:secantus_documents_sh")]
-    assert [key[:2] for key in parked] == [["cms", store.records_name]], parked
+    assert [key[:2] for key in parked] in ([], [["cms", store.records_name]]), parked
 
     monkeypatch.setattr(storage.Storage, "prune_ttl_all_collections",
                         storage.Storage.prune_ttl_all_collections)  # put back after the test
@@ -58,3 +58,5 @@ def test_the_ttl_sweep_releases_its_cursors_with_the_work_around(store: Any, mon
     store.insert("cms", "otp_codes", [{"_id": "old", "expires_at": dt.datetime(2000, 1, 1, tzinfo=dt.UTC)}])
     assert store.prune_ttl_all_collections() == 1  # still sweeps
     assert positioned(store) == []  # and holds no page afterwards
+    if not parked:
+        pytest.skip("this SecantusDB no longer parks the TTL sweeper's cursor: cms/embedded_db.py can go")

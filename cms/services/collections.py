@@ -18,7 +18,7 @@ from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBu
 from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.schema_changes import apply_schema_change, check_schema_change
 from cms.services.settings import SettingsService
-from cms.store.backups import STAGING_PREFIX
+from cms.store.backups import STAGING_PREFIX, staging_started
 from cms.store.collections import CollectionRepository
 from cms.store.records import RECORDS_PREFIX, RecordRepository, collection_id_of, records_mongo_name
 
@@ -28,6 +28,10 @@ ORPHAN_CONFIRM_S = 300.0
 """Seconds between the first and the last sighting of a records collection without a definition
 before `CollectionService.sweep_orphans` drops it (a restore's switch or a rename never looks like
 an orphan that long)."""
+
+RESTORE_STAGING_MAX_S = 3600.0
+"""Staging collections of a restore started longer ago than this (seconds) are taken for the
+leftovers of an interrupted one: they no longer hold `sweep_orphans` back."""
 
 COLLECTION_TYPES = ("base", "auth")
 
@@ -324,16 +328,21 @@ class CollectionService:
         acknowledged bump (`exists_since`).
 
         Careful, as a drop cannot be undone: nothing happens while a restore is staging (a
-        collection named STAGING_PREFIX... exists); a records collection is dropped only when this
-        process found it without a definition in sweeps at least `confirm_after_s` seconds apart
-        and an `_id` look-up of its collection, just before the drop, finds nothing. The stored
+        staging collection of a restore started less than RESTORE_STAGING_MAX_S ago exists; older
+        ones, left by an interrupted restore, are reported); a records collection is dropped only
+        when this process found it without a definition in sweeps at least `confirm_after_s`
+        seconds apart and an `_id` look-up of its collection, just before the drop, finds nothing. The stored
         collections are listed before the definitions are read, and a definition is stored before
         its records collection is made (`create`), so a collection being created is never taken
         for an orphan."""
         names = await self._records.database_names()
-        if any(name.startswith(STAGING_PREFIX) for name in names):
+        staging = [staging_started(name) for name in names if name.startswith(STAGING_PREFIX)]
+        if any(started is not None and time.time() - started < RESTORE_STAGING_MAX_S for started in staging):
             log.info("orphan sweep skipped: a restore is in progress")
             return ()
+        if staging:
+            log.warning("collections named %s... are left from an interrupted restore; the next restore drops "
+                        "them (or drop them by hand)", STAGING_PREFIX)
         defined = {records_mongo_name(collection.id) for collection in await self._collections.list()}
         orphans = {name for name in names if name.startswith(RECORDS_PREFIX)} - defined
         now = time.monotonic()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -136,6 +137,15 @@ def check_document(raw: bytes, what: str) -> None:
         raise BadRequest(f"{what} holds a corrupt BSON document: {exc}") from None
 
 
+def staging_started(name: str) -> float | None:
+    """When the restore that made the staging collection `name` started (Unix seconds), or None
+    for a name that is not a staging collection's or carries no start (an older version's)."""
+    if not name.startswith(STAGING_PREFIX):
+        return None
+    started, dash, _ = name.removeprefix(STAGING_PREFIX).partition("-")
+    return float(started) if dash and started.isdigit() else None
+
+
 def _index_options(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A listIndexes spec as a createIndexes spec: without `ns` (legacy, refused by new servers)."""
     return {k: v for k, v in spec.items() if k != "ns"}
@@ -193,19 +203,20 @@ class DumpRepository:
         """Make the database hold exactly `dumps`, with the documents of `batches`.
 
         `batches` yields (collection name, raw BSON documents), every name one of `dumps`; the
-        documents must already be verified (`check_document`). Each collection is first built
-        under a staging name (STAGING_PREFIX + a restore id + name) with its options, documents
-        and indexes; only when all are complete are they renamed over the live collections and
-        every other collection (but `system.*` and another restore's staging collections)
-        dropped. `switched` is awaited between the renames and the drops (the backup's data is
-        live, the rest not yet dropped); when it returns False (the caches' epochs could not be
-        moved), records collections are not dropped but left to the orphan sweep
-        (`CollectionService.sweep_orphans`), as a create that raced the restore must find them
-        gone only after the epoch moved. Until that switch a failure (including
-        an error raised by `batches`) drops the staging collections and leaves the data as it
-        was; the switch itself is shielded from cancellation. Driver errors propagate."""
+        documents must already be verified (`check_document`). Staging collections left by an
+        earlier restore are dropped first. Each collection is then built under a staging name
+        (STAGING_PREFIX + the start in Unix seconds + "-" + a restore id + "." + name; see
+        `staging_started`) with its options, documents and indexes; only when all are complete
+        are they renamed over the live collections and every other collection (but `system.*` and
+        staging collections) dropped. `switched` is awaited between the renames and the drops (the
+        backup's data is live, the rest not yet dropped); when it returns False (the caches'
+        epochs could not be moved), records collections are not dropped but left to the orphan
+        sweep (`CollectionService.sweep_orphans`), as a create that raced the restore must find
+        them gone only after the epoch moved. Until that switch a failure (including an error
+        raised by `batches`) drops the staging collections and leaves the data as it was; the
+        switch itself is shielded from cancellation. Driver errors propagate."""
         await self._drop_staging(STAGING_PREFIX)
-        prefix = f"{STAGING_PREFIX}{uuid.uuid4().hex[:8]}."
+        prefix = f"{STAGING_PREFIX}{int(time.time())}-{uuid.uuid4().hex[:8]}."
         try:
             for dump in dumps.values():
                 await self._db.create_collection(prefix + dump.name, **dump.options)

@@ -301,7 +301,8 @@ class RecordRepository:
         return set(await self._db.list_collection_names())
 
     async def drop_stored(self, name: str) -> None:
-        """Drop the records collection called `name` (one of `stored_names`). Raises ValueError
+        """Drop the records collection called `name` (a name of `database_names` starting with
+        RECORDS_PREFIX). Raises ValueError
         for a name that is not a records collection's."""
         if not name.startswith(RECORDS_PREFIX):
             raise ValueError(f"{name!r} is not a records collection")

@@ -4,6 +4,7 @@ stored by shared `insert_many` calls, and each request still gets its own answer
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from typing import Any
 from unittest.mock import AsyncMock
@@ -246,9 +247,12 @@ async def test_the_sweep_drops_records_collections_without_a_collection(
 
     assert await sweep_orphaned_records({"services": services}) == 0  # first sighting: kept a while
     assert orphan in await records.database_names()
-    await db["_restore.0123abcd.collections"].insert_one({"_id": "a restore is staging"})
+    staging = f"_restore.{int(time.time()) - 60}-0123abcd.collections"
+    await db[staging].insert_one({"_id": "a restore is staging"})
     assert await collections.sweep_orphans(confirm_after_s=0) == ()  # nothing while a restore runs
-    await db.drop_collection("_restore.0123abcd.collections")
+    await db.drop_collection(staging)
+    leftover = f"_restore.{int(time.time()) - 2 * 3600}-0123abcd.collections"  # an interrupted restore's
+    await db[leftover].insert_one({"_id": "left"})
     with monkeypatch.context() as patched:  # a definition the catalog read missed (renamed meanwhile)
         patched.setattr(collections._collections, "list", AsyncMock(return_value=[]))  # noqa: SLF001
         assert await collections.sweep_orphans(confirm_after_s=0) == (orphan,)  # the `_id` look-up saves live
@@ -257,6 +261,7 @@ async def test_the_sweep_drops_records_collections_without_a_collection(
     assert {"recordsless", "records_not-an-id"} <= stored  # only names of the form it makes
     assert (await client.get(records_path("live", record["id"]))).status == 200
     assert await collections.sweep_orphans(confirm_after_s=0) == ()
+    assert leftover in await db.list_collection_names()  # the sweep reports it, the next restore drops it
     with pytest.raises(ValueError):
         await records.drop_stored("recordsless")
 
