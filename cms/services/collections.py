@@ -109,8 +109,9 @@ class CollectionService:
         return await self._definition(("id", collection_id), lambda: self._collections.get(collection_id))
 
     async def exists(self, collection_id: str) -> bool:
-        """Whether the collection with this id exists now (one `_id` look-up, never cached: the
-        check an insert makes after it lands)."""
+        """Whether the collection with this id exists now (one `_id` look-up, never cached): the
+        check an insert makes after it lands when the catalog epoch cannot vouch for it
+        (`exists_since`), and the sweep's last check before a drop."""
         return await self._collections.get(collection_id) is not None
 
     async def exists_since(self, collection_id: str, epoch: str | None) -> bool:
@@ -331,10 +332,10 @@ class CollectionService:
         staging collection of a restore started less than RESTORE_STAGING_MAX_S ago exists; older
         ones, left by an interrupted restore, are reported); a records collection is dropped only
         when this process found it without a definition in sweeps at least `confirm_after_s`
-        seconds apart and an `_id` look-up of its collection, just before the drop, finds nothing. The stored
-        collections are listed before the definitions are read, and a definition is stored before
-        its records collection is made (`create`), so a collection being created is never taken
-        for an orphan."""
+        seconds apart and an `_id` look-up of its collection, just before the drop, finds nothing.
+        The stored collections are listed before the definitions are read, and a definition is
+        stored before its records collection is made (`create`), so a collection being created is
+        never taken for an orphan. Driver errors propagate (the next sweep goes on)."""
         names = await self._records.database_names()
         staging = [staging_started(name) for name in names if name.startswith(STAGING_PREFIX)]
         if any(started is not None and time.time() - started < RESTORE_STAGING_MAX_S for started in staging):
@@ -352,7 +353,7 @@ class CollectionService:
             if now - since < confirm_after_s:
                 continue
             collection_id = collection_id_of(name)
-            if collection_id is None or await self._collections.get(collection_id) is not None:
+            if collection_id is None or await self.exists(collection_id):
                 del self._orphans_seen[name]  # not ours, or defined after all (renamed mid-read)
                 continue
             await self._records.drop_stored(name)

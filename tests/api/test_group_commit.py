@@ -266,7 +266,7 @@ async def test_the_sweep_drops_records_collections_without_a_collection(
         await records.drop_stored("recordsless")
 
 
-async def dead_redis(cache: Any) -> Any:
+def dead_redis(cache: Any) -> Any:
     """Point `cache` (a DefinitionCache or ReadCache) at a port nobody listens on; returns the
     live client, to put back."""
     live = cache._redis  # noqa: SLF001
@@ -281,7 +281,7 @@ async def test_a_delete_whose_epoch_bump_fails_leaves_the_records_to_the_sweep(
     await create_record(client, admin_token, "unbumped", {"title": "left for the sweep"})
     cache = services.collections._cache  # noqa: SLF001
     assert cache is not None
-    live = await dead_redis(cache)
+    live = dead_redis(cache)
     try:
         response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
         assert response.status == 204
