@@ -32,9 +32,9 @@ from cms import __version__
 from cms.api.context import SERVICES
 from cms.app import create_app, create_runner
 from cms.config import Config, ConfigError
-from cms.embedded import EmbeddedServerError, embedded_servers, stop_when_parent_dies
 from cms.errors import CmsError
 from cms.logs import setup_logging
+from cms.runtime.embedded import EmbeddedServerError, embedded_servers, stop_when_parent_dies
 from cms.wiring import open_services
 
 log = logging.getLogger("cms")
@@ -315,7 +315,7 @@ async def _backup(config: Config, args: argparse.Namespace) -> int:
 class ProgressLine:
     """Progress of a backup or restore on `stream` (stderr): on a terminal one line redrawn in
     place (at most 10 times a second), otherwise a plain line per 10% of each stage.
-    Called as `progress(stage, done, total)` (see `cms.services.backups.Progress`)."""
+    Called as `progress(stage, done, total)` (see `cms.services.operations.backups.Progress`)."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream

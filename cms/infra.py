@@ -23,7 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.clock import Clock, utcnow
 from cms.config import Config
-from cms.services.webhook_sender import connector as guarded_connector
+from cms.services.delivery.webhook_sender import connector as guarded_connector
 from cms.store.client import Capabilities, Database, detect_capabilities, ensure_indexes, open_client
 
 REDIS_CONNECT_TIMEOUT_S = 5

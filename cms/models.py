@@ -128,7 +128,7 @@ class Validation:
 class FieldSpec:
     """One field of a collection schema.
 
-    `type` is one of `cms.services.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
+    `type` is one of `cms.services.content.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
     `collection_id`/`max_select`/`cascade_delete` to relation, `max_select` to file.
     `cascade_delete`: deleting a target record deletes the records that point to it (otherwise
     the reference is removed from them).

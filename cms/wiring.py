@@ -22,37 +22,37 @@ from cms.config import Config
 from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
 from cms.security.tokens import TokenCodec
-from cms.services.api_keys import ApiKeyService
-from cms.services.audit import AuditService
-from cms.services.authn import Authenticator
-from cms.services.backups import BackupService
-from cms.services.collections import CollectionService
-from cms.services.definition_cache import DefinitionCache
-from cms.services.events import CollectionEvent, EventBus, SessionEvent
-from cms.services.fields import RecordSchemas
-from cms.services.files import FileService
+from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.caching.read_cache import ReadCache, epoch_key
+from cms.services.content.collections import CollectionService
+from cms.services.content.fields import RecordSchemas
+from cms.services.content.files import FileService
+from cms.services.content.records import RecordService
+from cms.services.delivery.events import CollectionEvent, EventBus, SessionEvent
+from cms.services.delivery.mail import Mailer
+from cms.services.delivery.webhook_sender import WebhookSender, address_check
+from cms.services.delivery.webhooks import WebhookService
 from cms.services.identity import Identity
+from cms.services.identity.api_keys import ApiKeyService
+from cms.services.identity.authn import Authenticator
 from cms.services.identity.credentials import Credentials
 from cms.services.identity.email_change import EmailChange
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
 from cms.services.identity.oauth import OAuthLogin
+from cms.services.identity.one_time_tokens import OneTimeTokens
 from cms.services.identity.otp import OtpService
 from cms.services.identity.password_reset import PasswordReset
 from cms.services.identity.registration import Registration
+from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.sessions import UserSessions
 from cms.services.identity.systems import UserSystems
 from cms.services.identity.verification import Verification
-from cms.services.mail import Mailer
-from cms.services.one_time_tokens import OneTimeTokens
-from cms.services.rate_limits import LIMITER_TIMEOUT_S, RateLimitService
-from cms.services.read_cache import ReadCache, epoch_key
-from cms.services.records import RecordService
-from cms.services.sessions import SessionService
-from cms.services.settings import SettingsService
-from cms.services.system import SystemService
-from cms.services.webhook_sender import WebhookSender, address_check
-from cms.services.webhooks import WebhookService
+from cms.services.operations.audit import AuditService
+from cms.services.operations.backups import BackupService
+from cms.services.operations.rate_limits import LIMITER_TIMEOUT_S, RateLimitService
+from cms.services.operations.settings import SettingsService
+from cms.services.operations.system import SystemService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.api_keys import ApiKeyRepository
 from cms.store.audit import AuditRepository

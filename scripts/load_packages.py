@@ -58,7 +58,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CSV = REPO_ROOT.parent / "shared" / "data" / "pypi-packages.csv"
 REQUIRED_COLUMNS = ("name", "version", "released", "popular", "summary")
 # Every field carries a `validation` object, even an empty one: the service as committed (4d4928d)
-# answers 500 (KeyError 'min' in cms/services/fields.py `_to_spec`) for a field definition without one.
+# answers 500 (KeyError 'min' in cms/services/content/fields.py `_to_spec`) for a field definition without one.
 SCHEMA = {
     "fields": [
         {"name": "name", "type": "text", "validation": {"required": True, "unique": True}},

@@ -31,9 +31,9 @@ from argon2.low_level import Type
 from cms.app import create_app
 from cms.clock import utcnow
 from cms.config import Config
-from cms.embedded import free_port, start_mongodb, start_redis
+from cms.runtime.embedded import free_port, start_mongodb, start_redis
 from cms.security import passwords
-from cms.services.events import RecordEvent
+from cms.services.delivery.events import RecordEvent
 from cms.store.client import open_client
 from cms.wiring import Services, open_services
 from workers.settings import build_worker

@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 
 ADMIN = {"email": "boss@example.com", "password": "boss-password-1"}
 

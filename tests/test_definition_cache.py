@@ -1,4 +1,4 @@
-"""The epoch-checked in-process cache (cms.services.definition_cache) against a real Redis."""
+"""The epoch-checked in-process cache (cms.services.caching.definition_cache) against a real Redis."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from cms.embedded import free_port
-from cms.services import definition_cache
-from cms.services.definition_cache import DefinitionCache, request_scope
+from cms.runtime.embedded import free_port
+from cms.services.caching import definition_cache
+from cms.services.caching.definition_cache import DefinitionCache, request_scope
 
 
 @pytest.fixture

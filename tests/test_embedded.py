@@ -1,4 +1,4 @@
-"""cms.embedded against real child processes: persistence across restarts, clean stops, no orphans."""
+"""cms.runtime.embedded against real child processes: persistence across restarts, clean stops, no orphans."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import redis
 from pymongo import MongoClient
 
-from cms.embedded import (
+from cms.runtime.embedded import (
     ChildServer,
     EmbeddedServerError,
     embedded_servers,
@@ -88,7 +88,7 @@ def test_mongodb_data_survives_restart(tmp_path: Path) -> None:
 
 
 def test_redis_is_reached_over_tcp_when_the_socket_path_is_too_long(tmp_path: Path) -> None:
-    from cms.embedded import MAX_UNIX_SOCKET_PATH
+    from cms.runtime.embedded import MAX_UNIX_SOCKET_PATH
 
     data_dir = tmp_path / ("d" * MAX_UNIX_SOCKET_PATH)
     server = start_redis(data_dir)
@@ -149,7 +149,7 @@ def test_child_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
     script = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from cms.embedded import start_redis
+        from cms.runtime.embedded import start_redis
         server = start_redis(Path({str(tmp_path / "redis")!r}))
         print(server.process.pid, flush=True)
         time.sleep(60)

@@ -1,4 +1,4 @@
-"""The embedded database's work-around (cms/embedded_db.py): SecantusDB's TTL sweep must not leave a
+"""The embedded database's work-around (cms/runtime/embedded_db.py): SecantusDB's TTL sweep must not leave a
 cursor on the records collection that follows a TTL-indexed collection in a shared documents table."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cms.embedded_db import apply_workarounds
+from cms.runtime.embedded_db import apply_workarounds
 
 storage = pytest.importorskip("secantus.storage")
 
@@ -59,4 +59,4 @@ def test_the_ttl_sweep_releases_its_cursors_with_the_work_around(store: Any, mon
     assert store.prune_ttl_all_collections() == 1  # still sweeps
     assert positioned(store) == []  # and holds no page afterwards
     if not parked:
-        pytest.skip("this SecantusDB no longer parks the TTL sweeper's cursor: cms/embedded_db.py can go")
+        pytest.skip("this SecantusDB no longer parks the TTL sweeper's cursor: cms/runtime/embedded_db.py can go")

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -17,8 +17,8 @@ from aiohttp import web
 
 from cms.app import create_app, create_runner
 from cms.config import QUEUE_NAME, Config, ConfigError
-from cms.embedded import free_port
 from cms.logs import JsonFormatter
+from cms.runtime.embedded import free_port
 from cms.wiring import Services
 
 PRODUCTION = {"MONGODB_URL": "mongodb://db:27017", "REDIS_URL": "redis://redis:6379/0", "SECRET_KEY": "k" * 40}

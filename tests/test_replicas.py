@@ -25,7 +25,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 
 ADMIN_EMAIL = "replicas-admin@example.com"
 ADMIN_PASSWORD = "replicas-password-1"

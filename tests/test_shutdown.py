@@ -23,7 +23,7 @@ import pytest
 import redis
 from aiohttp import web
 
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 from tests.test_replicas import ADMIN_EMAIL, ADMIN_PASSWORD, Processes, _env, _wait_healthy, eventually
 
 V1 = "/api/v1"

@@ -17,7 +17,7 @@ import pytest
 
 from cms.app import create_app
 from cms.config import Config
-from cms.embedded import ChildServer, start_mongodb, start_redis
+from cms.runtime.embedded import ChildServer, start_mongodb, start_redis
 from cms.wiring import open_services
 from tests.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, bearer, create_collection, create_record, login, records_path
 

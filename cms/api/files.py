@@ -20,7 +20,7 @@ from cms.api.responses import json_response
 from cms.api.schemas import FileSchema
 from cms.api.uploads import form_parts
 from cms.errors import BadRequest
-from cms.services.files import FileContent
+from cms.services.content.files import FileContent
 
 log = logging.getLogger("cms.api")
 

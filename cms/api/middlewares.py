@@ -25,7 +25,7 @@ from cms.errors import (
     RateLimited,
     ServiceUnavailable,
 )
-from cms.services.definition_cache import request_scope
+from cms.services.caching.definition_cache import request_scope
 
 log = logging.getLogger("cms.api")
 

@@ -14,8 +14,8 @@ from cms import __version__
 from cms.api.responses import json_response
 from cms.api.routes import ROUTES, Route
 from cms.api.schemas import ErrorSchema
-from cms.services.backups import BACKUP_NAME
-from cms.services.fields import IsoDateTime
+from cms.services.content.fields import IsoDateTime
+from cms.services.operations.backups import BACKUP_NAME
 
 PATH_PARAM = re.compile(r"{(\w+)}")
 PATH_PARAM_PATTERNS = {"filename": f"^{BACKUP_NAME.pattern}$"}

@@ -11,7 +11,7 @@ from aiohttp.typedefs import Handler
 
 from cms.api.context import client_ip, services, user_agent
 from cms.errors import RateLimited
-from cms.services.rate_limits import RateLimitDecision
+from cms.services.operations.rate_limits import RateLimitDecision
 
 log = logging.getLogger("cms.api")
 

@@ -18,8 +18,8 @@ from cms.api.schemas import (
     RecordWriteSchema,
 )
 from cms.api.uploads import read_upload
-from cms.services.read_cache import CachedBody
-from cms.services.records import record_json
+from cms.services.caching.read_cache import CachedBody
+from cms.services.content.records import record_json
 
 log = logging.getLogger("cms.api")
 

@@ -11,10 +11,10 @@ from marshmallow import Schema, fields, validate
 
 from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.filters.rules import ACTIONS
-from cms.services.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
-from cms.services.fields import IsoDateTime, StrictBoolean, to_json_value
-from cms.services.records import DEFAULT_PER_PAGE
-from cms.services.settings import SETTINGS_DEFAULTS
+from cms.services.content.fields import IsoDateTime, StrictBoolean, to_json_value
+from cms.services.content.records import DEFAULT_PER_PAGE
+from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
+from cms.services.operations.settings import SETTINGS_DEFAULTS
 
 MAX_PASSWORD = 256
 NEW_PASSWORD_DOC = {

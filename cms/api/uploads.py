@@ -8,7 +8,7 @@ from aiohttp import BodyPartReader, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from cms.errors import BadRequest, PayloadTooLarge, ValidationFailed
-from cms.services.files import FormPart
+from cms.services.content.files import FormPart
 
 CHUNK_BYTES = 64 * 1024
 OTHER_PARTS_BYTES = 64 * 1024

@@ -38,8 +38,8 @@ from cms.api.schemas import (
 )
 from cms.errors import Unauthorized
 from cms.models import CollectionUser, LoginResult, Principal
+from cms.services.content.records import record_json
 from cms.services.identity.systems import AdminUsers, CollectionUsers, UserSystem
-from cms.services.records import record_json
 
 COLLECTION_PARAM = "collection_name"
 

@@ -20,7 +20,7 @@ from typing import Any
 from cms.errors import CmsError, Forbidden, InvalidFilter, NotFound, Unauthorized
 from cms.filters.rules import ACTIONS, Decision, RequestContext, bind_rule, check_rule, matches
 from cms.models import ROLE_ADMIN, AccessRules, Collection, Principal, Record
-from cms.services.fields import CollectionFields
+from cms.services.content.fields import CollectionFields
 
 log = logging.getLogger("cms.access")
 

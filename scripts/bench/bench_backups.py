@@ -41,8 +41,8 @@ from bench_records import MemorySampler, mib  # a sibling script
 from cms import __version__
 from cms.clock import new_id, utcnow
 from cms.config import Config
-from cms.embedded import start_mongodb, start_redis
 from cms.models import Principal
+from cms.runtime.embedded import start_mongodb, start_redis
 from cms.store.client import open_client
 from cms.store.records import records_mongo_name
 from cms.wiring import open_services

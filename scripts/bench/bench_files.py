@@ -42,7 +42,7 @@ import aiohttp
 from bench_records import MemorySampler, mib  # a sibling script
 
 from cms import __version__
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 
 ADMIN_EMAIL = "bench@example.com"
 ADMIN_PASSWORD = "bench-password-1"

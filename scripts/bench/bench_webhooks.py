@@ -74,8 +74,8 @@ from bench_records import MemorySampler, mib, percentile  # a sibling script
 from cms import __version__
 from cms.clock import new_id, utcnow
 from cms.config import Config
-from cms.embedded import ChildServer, free_port, start_mongodb, start_redis
 from cms.models import Principal, Record
+from cms.runtime.embedded import ChildServer, free_port, start_mongodb, start_redis
 from cms.wiring import Services, open_services
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -299,7 +299,7 @@ def summarize_profile(path: Path, top: int = PROFILE_TOP) -> list[tuple[str, flo
 
 
 def _frame_name(frame: str) -> str:
-    """`deliver (cms/services/webhooks.py:262)` -> `deliver (cms/services/webhooks.py)`."""
+    """`deliver (cms/services/delivery/webhooks.py:262)` -> `deliver (cms/services/delivery/webhooks.py)`."""
     name, _, where = frame.partition(" (")
     where = where.rstrip(")").rsplit(":", 1)[0]
     for marker in ("site-packages/", "/work/main/", "lib/python3"):

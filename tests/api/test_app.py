@@ -9,7 +9,7 @@ from dataclasses import replace
 from aiohttp import web
 
 from cms.app import create_app
-from cms.embedded import start_redis
+from cms.runtime.embedded import start_redis
 from cms.wiring import open_services
 from tests.conftest import bearer
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cms.services.audit import SEVERITIES
+from cms.services.operations.audit import SEVERITIES
 from cms.store.client import open_client
 from cms.wiring import open_services
 from tests.conftest import bearer, error_of

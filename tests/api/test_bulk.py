@@ -10,8 +10,8 @@ from pymongo import AsyncMongoClient, monitoring
 
 from cms.errors import AlreadyExists
 from cms.models import Principal
-from cms.services.fields import RecordSchemas
-from cms.services.records import MAX_BULK_IDS, RecordService
+from cms.services.content.fields import RecordSchemas
+from cms.services.content.records import MAX_BULK_IDS, RecordService
 from cms.store.client import Capabilities
 from cms.store.records import ID_CHUNK, RecordRepository
 from tests.conftest import bearer, create_collection, create_record, error_of, names_field, records_path

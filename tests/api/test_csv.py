@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 
 from cms.models import Principal
-from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
+from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path, seed_collection
 
 FIELDS: list[dict[str, Any]] = [

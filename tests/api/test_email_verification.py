@@ -9,7 +9,7 @@ import pytest
 
 from cms.models import ADMIN_AUDIENCE, collection_audience
 from cms.security.codes import hash_token
-from cms.services.one_time_tokens import PASSWORD_RESET, VERIFY_EMAIL, OneTimeTokens
+from cms.services.identity.one_time_tokens import PASSWORD_RESET, VERIFY_EMAIL, OneTimeTokens
 from cms.store.client import open_client
 from cms.store.one_time_tokens import OneTimeTokenRepository
 from tests.conftest import bearer, link_token, login, text_body

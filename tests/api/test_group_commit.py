@@ -13,9 +13,9 @@ import pytest
 from redis.asyncio import Redis
 
 from cms.clock import new_id
-from cms.embedded import free_port
 from cms.models import Collection, Record
-from cms.services.events import CREATE, RecordEvent
+from cms.runtime.embedded import free_port
+from cms.services.delivery.events import CREATE, RecordEvent
 from cms.store.collections import CollectionRepository
 from cms.store.records import InsertFailure, RecordRepository, records_mongo_name
 from cms.wiring import Services

@@ -18,7 +18,7 @@ from cms.errors import InvalidFilter
 from cms.filters.mongo import MAX_REGEX_LENGTH
 from cms.models import Collection, Record
 from cms.security.json_input import MAX_JSON_DEPTH
-from cms.services.record_csv import IMPORT_BATCH_SIZE, RecordCsv
+from cms.services.content.record_csv import IMPORT_BATCH_SIZE, RecordCsv
 from cms.store.client import open_client
 from cms.store.records import RecordRepository, records_mongo_name
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from cms.app import create_app
-from cms.services.rate_limits import MAIL_PER_HOUR, RateLimitService
+from cms.services.operations.rate_limits import MAIL_PER_HOUR, RateLimitService
 from tests.api import test_collection_auth
 from tests.api.test_collection_auth import AUTH, create_members, member_login, registered_member
 from tests.conftest import bearer, error_of, login

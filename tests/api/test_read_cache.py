@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from cms.app import create_app
-from cms.services.read_cache import ReadCache, canonical, entry_key
-from cms.services.single_flight import SingleFlight
+from cms.services.caching.read_cache import ReadCache, canonical, entry_key
+from cms.services.caching.single_flight import SingleFlight
 from cms.store.client import open_client
 from cms.wiring import open_services
 from tests.conftest import ADMIN_PASSWORD, bearer, create_collection, create_record, login, records_path

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from cms.app import create_app
-from cms.services.events import RecordEvent
+from cms.services.delivery.events import RecordEvent
 from cms.wiring import open_services
 from tests.conftest import bearer, create_collection, create_record, error_of, names_field, records_path
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from cms.app import create_app
-from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
-from cms.services.records import MAX_BULK_IDS
-from cms.services.settings import SETTINGS_DEFAULTS
+from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
+from cms.services.content.records import MAX_BULK_IDS
+from cms.services.operations.settings import SETTINGS_DEFAULTS
 from cms.store.client import open_client
 from cms.wiring import open_services
 from tests.conftest import bearer, error_of

@@ -18,8 +18,8 @@ from aiohttp import web
 from cms.clock import new_id, utcnow
 from cms.jobs import DELIVER_WEBHOOK
 from cms.models import DeliveryAttempt, Record, Webhook, WebhookDelivery
-from cms.services.webhook_sender import WebhookSender
-from cms.services.webhooks import (
+from cms.services.delivery.webhook_sender import WebhookSender
+from cms.services.delivery.webhooks import (
     DELIVERY_BATCH,
     RELAY_STALE_S,
     WebhookService,

@@ -17,7 +17,7 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 from cms.clock import new_id
 from cms.models import Webhook, WebhookDelivery
 from cms.security.signing import standard_key, verify
-from cms.services.webhooks import batches_of
+from cms.services.delivery.webhooks import batches_of
 from cms.wiring import open_services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from workers.settings import build_worker

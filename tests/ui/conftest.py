@@ -32,7 +32,7 @@ from aiohttp import web
 
 from cms.app import create_app, create_runner
 from cms.config import Config
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).parent / "screenshots"

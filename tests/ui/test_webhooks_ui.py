@@ -23,7 +23,7 @@ import pytest
 from aiohttp import web
 from playwright.sync_api import expect
 
-from cms.embedded import free_port
+from cms.runtime.embedded import free_port
 from cms.wiring import open_services
 from tests.conftest import run_burst_worker
 from tests.ui.conftest import Api, BrowserPage, ServerThread, UiServer, _open

@@ -1,4 +1,4 @@
-"""Scenario tables for cms.services.csv_io: formula escaping, cell rendering and parsing, and the
+"""Scenario tables for cms.services.content.csv_io: formula escaping, cell rendering and parsing, and the
 whole-file checks of CsvImport (pure)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from cms.errors import ValidationFailed
 from cms.models import Collection, Record
-from cms.services.csv_io import (
+from cms.services.content.csv_io import (
     CellError,
     CsvChunkWriter,
     CsvImport,
@@ -23,7 +23,7 @@ from cms.services.csv_io import (
     render_row,
     unescape_formula,
 )
-from cms.services.fields import parse_schema
+from cms.services.content.fields import parse_schema
 
 NOW = datetime(2024, 3, 1, 10, 30, tzinfo=UTC)
 FIELDS: list[dict[str, Any]] = [

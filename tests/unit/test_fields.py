@@ -1,4 +1,4 @@
-"""Scenario tables for cms.services.fields: parse_schema and RecordSchemas.load (pure)."""
+"""Scenario tables for cms.services.content.fields: parse_schema and RecordSchemas.load (pure)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from cms.errors import ValidationFailed
 from cms.models import Collection, FieldSpec, Validation
-from cms.services.fields import (
+from cms.services.content.fields import (
     RecordSchemas,
     parse_schema,
     text_field_names,

@@ -4,7 +4,7 @@ import pytest
 
 from cms.api.files import content_disposition, parse_range
 from cms.errors import BadRequest
-from cms.services.files import clean_content_type, safe_filename, served_inline
+from cms.services.content.files import clean_content_type, safe_filename, served_inline
 
 
 @pytest.mark.parametrize("given, stored", [

@@ -1,4 +1,4 @@
-"""Unit tests of `cms.services.schema_changes`: which stored values survive a field change."""
+"""Unit tests of `cms.services.content.schema_changes`: which stored values survive a field change."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cms.models import Collection, FieldSpec, Validation
-from cms.services.schema_changes import (
+from cms.services.content.schema_changes import (
     ChangeCheck,
     FieldChange,
     ValueRefused,

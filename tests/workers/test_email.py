@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from arq import Retry
 
-from cms.embedded import free_port
-from cms.services.mail import render
+from cms.runtime.embedded import free_port
+from cms.services.delivery.mail import render
 from tests.conftest import link_token, text_body
 from workers.email import EMAIL_MAX_TRIES, build_mime, email_retry_delay_s, send_email
 from workers.settings import build_worker

@@ -18,7 +18,7 @@ from cms.api.context import load
 from cms.api.schemas import AuditListQuerySchema, AuditSecurityQuerySchema
 from cms.errors import ValidationFailed
 from cms.models import Principal
-from cms.services.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS, AuditPage
+from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS, AuditPage
 
 FILTERS = ("event_type", "severity", "user_id", "ip_address", "from_date", "to_date")
 PAGE_SIZES = (20, 50, 100, MAX_LIMIT)

@@ -22,7 +22,7 @@ from cms.api.backups import backup_file_response
 from cms.api.context import client_ip, user_agent
 from cms.errors import CmsError, NotFound
 from cms.models import Principal
-from cms.services.backups import Backup, backup_time
+from cms.services.operations.backups import Backup, backup_time
 
 log = logging.getLogger("cms.admin_ui")
 

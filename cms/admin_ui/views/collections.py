@@ -4,7 +4,7 @@ changes and deletes them.
 - `GET /_/collections`: every collection with its type, fields and rules (as `GET /api/v1/collections`).
 - `GET|POST /_/collections/new`: the create form; `GET|POST /_/collections/{name}/edit`: the edit form.
   The form carries the name, the type (create only), the auth switches (auth collections), one row per
-  field (every field type and validation key of `cms.services.fields`) and the five rules. The
+  field (every field type and validation key of `cms.services.content.fields`) and the five rules. The
   submitted form becomes the same body `POST`/`PATCH /api/v1/collections` load (same request schema)
   and goes to the same service call with the admin's Principal; a ValidationFailed or InvalidFilter is
   shown next to the field row, rule or input it names, and nothing is stored.
@@ -29,7 +29,7 @@ from cms.api.schemas import CollectionCreateSchema, CollectionUpdateSchema
 from cms.errors import CmsError, InvalidFilter, ValidationFailed
 from cms.filters.rules import AUTH_VARIABLES, DATA_ACTIONS
 from cms.models import Collection, FieldSpec, Principal, default_rules
-from cms.services.fields import FIELD_TYPES, MULTI_TYPES, SYSTEM_FIELDS, TEXT_TYPES
+from cms.services.content.fields import FIELD_TYPES, MULTI_TYPES, SYSTEM_FIELDS, TEXT_TYPES
 
 RULES = ("list_rule", "view_rule", "create_rule", "update_rule", "delete_rule")
 SWITCHES = ("otp_enabled", "mfa_enabled", "oauth_enabled")

@@ -44,9 +44,9 @@ from cms.api.files import file_headers
 from cms.api.uploads import form_parts
 from cms.errors import CmsError, PayloadTooLarge
 from cms.models import Collection, FieldSpec, Principal
-from cms.services.fields import is_multi
-from cms.services.files import FormPart
-from cms.services.records import DEFAULT_PER_PAGE, MAX_PER_PAGE
+from cms.services.content.fields import is_multi
+from cms.services.content.files import FormPart
+from cms.services.content.records import DEFAULT_PER_PAGE, MAX_PER_PAGE
 
 SYSTEM_COLUMNS = ("created", "updated")
 MAX_SEARCH_CHARS = 500

@@ -14,7 +14,7 @@ from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message,
 from cms.api.context import client_ip, user_agent
 from cms.errors import CmsError
 from cms.models import Principal
-from cms.services.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, TEXT_SETTINGS, Setting
+from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, TEXT_SETTINGS, Setting
 
 CATEGORY_TITLES = {
     "auth": "Authentication", "security": "Security", "files": "Files", "limits": "Limits",

@@ -18,9 +18,9 @@ from cms.security.passwords import (
     verify_dummy,
     verify_password,
 )
-from cms.services.audit import AuditService
-from cms.services.sessions import SessionService
-from cms.services.settings import SettingsService
+from cms.services.identity.session_tokens import SessionService
+from cms.services.operations.audit import AuditService
+from cms.services.operations.settings import SettingsService
 
 if TYPE_CHECKING:
     from cms.services.identity.systems import U, UserSystem

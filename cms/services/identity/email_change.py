@@ -6,11 +6,11 @@ address, which replaces the old one only when confirmed; the old address is then
 from __future__ import annotations
 
 from cms.errors import AlreadyExists, TokenInvalid, ValidationFailed
+from cms.services.delivery.mail import Mailer
 from cms.services.identity.credentials import Credentials, check_text, normalize_email
+from cms.services.identity.one_time_tokens import EMAIL_CHANGE, OneTimeTokens
+from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem
-from cms.services.mail import Mailer
-from cms.services.one_time_tokens import EMAIL_CHANGE, OneTimeTokens
-from cms.services.sessions import SessionService
 
 
 class EmailChange:

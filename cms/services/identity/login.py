@@ -11,12 +11,12 @@ from typing import NoReturn
 from cms.errors import InvalidCredentials
 from cms.models import LoginResult, TokenPair
 from cms.security.passwords import is_unicode_text
-from cms.services.audit import AuditService
 from cms.services.identity.credentials import check_login_password, normalize_email
 from cms.services.identity.mfa import TwoFactor
+from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem
-from cms.services.sessions import SessionService
-from cms.services.settings import SettingsService
+from cms.services.operations.audit import AuditService
+from cms.services.operations.settings import SettingsService
 
 SECOND_FACTOR_MESSAGE = "Two-factor authentication required: send a code with the mfa_token to 2fa/verify."
 

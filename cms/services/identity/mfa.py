@@ -34,9 +34,9 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, Forbidden, OtpInvalid, RateLimited, TokenExpired, TokenInvalid, Unauthorized
 from cms.security.codes import constant_time_equals, hash_token
 from cms.security.tokens import MFA, TokenCodec
-from cms.services.audit import AuditService
 from cms.services.identity.credentials import Credentials
 from cms.services.identity.systems import U, UserSystem
+from cms.services.operations.audit import AuditService
 from cms.store.mfa import MfaRepository
 
 MFA_TOKEN_LIFETIME_S = 300

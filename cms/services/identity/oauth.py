@@ -44,9 +44,9 @@ from cms.security.oauth import STATE_LIFETIME_S, LoginState, ProviderConfig, rea
 from cms.services.identity.credentials import new_password_hash
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
+from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem
-from cms.services.sessions import SessionService
-from cms.services.settings import SettingsService
+from cms.services.operations.settings import SettingsService
 from cms.store.oauth_identities import OAuthIdentityRepository
 
 log = logging.getLogger("cms.identity.oauth")

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from cms.errors import TokenInvalid
 from cms.jobs import JobQueue
-from cms.services.audit import AuditService
+from cms.services.delivery.mail import Mailer
 from cms.services.identity.credentials import Credentials, new_password_hash, normalize_email
+from cms.services.identity.one_time_tokens import PASSWORD_RESET, OneTimeTokens
+from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import UserSystems
-from cms.services.mail import Mailer
-from cms.services.one_time_tokens import PASSWORD_RESET, OneTimeTokens
-from cms.services.sessions import SessionService
+from cms.services.operations.audit import AuditService
 
 RESET_REQUESTED_MESSAGE = "If an account with this email exists, a password reset link has been sent to it."
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from cms.errors import AlreadyExists
 from cms.models import ROLE_ADMIN, AdminUser
-from cms.services.audit import AuditService
 from cms.services.identity.credentials import Credentials, check_text, normalize_email
 from cms.services.identity.systems import U, UserSystem, UserSystems
 from cms.services.identity.verification import Verification
+from cms.services.operations.audit import AuditService
 
 log = logging.getLogger("cms.identity")
 

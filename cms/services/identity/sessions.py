@@ -9,9 +9,9 @@ from __future__ import annotations
 from cms.errors import NotFound, Unauthorized
 from cms.models import ADMIN_AUDIENCE, Principal, Session, audience_collection_id
 from cms.services.access import require_admin
-from cms.services.audit import AuditService
+from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem, UserSystems
-from cms.services.sessions import SessionService
+from cms.services.operations.audit import AuditService
 
 
 class UserSessions:

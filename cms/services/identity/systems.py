@@ -36,13 +36,13 @@ from cms.models import (
 )
 from cms.security.passwords import is_unicode_text
 from cms.services.access import AUTH_TYPE
-from cms.services.collections import CollectionService
-from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus, RecordEvent
-from cms.services.fields import RecordSchemas
+from cms.services.content.collections import CollectionService
+from cms.services.content.fields import RecordSchemas
+from cms.services.content.records import check_relations, drop_if_deleted, emit_changed
+from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus, RecordEvent
 from cms.services.identity.credentials import check_text, new_password_hash, normalize_email
-from cms.services.records import check_relations, drop_if_deleted, emit_changed
-from cms.services.sessions import SessionService
-from cms.services.settings import SettingsService
+from cms.services.identity.session_tokens import SessionService
+from cms.services.operations.settings import SettingsService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.collection_users import CollectionUserRepository
 from cms.store.records import RecordRepository

@@ -8,10 +8,10 @@ from __future__ import annotations
 from cms.errors import TokenInvalid
 from cms.models import Principal
 from cms.services.access import require_admin
-from cms.services.audit import AuditService
+from cms.services.delivery.mail import Mailer
+from cms.services.identity.one_time_tokens import VERIFY_EMAIL, OneTimeTokens
 from cms.services.identity.systems import U, UserSystem, UserSystems
-from cms.services.mail import Mailer
-from cms.services.one_time_tokens import VERIFY_EMAIL, OneTimeTokens
+from cms.services.operations.audit import AuditService
 
 
 class Verification:

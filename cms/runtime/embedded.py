@@ -37,7 +37,7 @@ import redis
 from pymongo import MongoClient
 from pymongo.errors import PyMongoError
 
-logger = logging.getLogger("cms.embedded")
+logger = logging.getLogger("cms.runtime.embedded")
 
 LOG_TAIL_LINES = 20
 POLL_INTERVAL_S = 0.05
@@ -138,7 +138,7 @@ def redis_server_path() -> Path:
 
 def start_mongodb(data_dir: Path, *, host: str = "127.0.0.1", port: int | None = None,
                   timeout_s: float = 30.0) -> ChildServer:
-    """Start SecantusDB (`python -m cms.embedded_db`: SecantusDB's command line with a work-around,
+    """Start SecantusDB (`python -m cms.runtime.embedded_db`: SecantusDB's command line with a work-around,
     see that module) with its storage in `data_dir`, and wait for it.
 
     `data_dir` is created if missing and keeps the data across restarts; the log is appended to
@@ -157,7 +157,7 @@ def start_mongodb(data_dir: Path, *, host: str = "127.0.0.1", port: int | None =
                                "# Command-line flags (host, port, storage path) override it.\n")
 
     def argv(chosen_port: int) -> list[str]:
-        return [sys.executable, "-m", "cms.embedded_db", "--config", str(config_path), "--host", host,
+        return [sys.executable, "-m", "cms.runtime.embedded_db", "--config", str(config_path), "--host", host,
                 "--port", str(chosen_port), "--storage-path", str(data_dir)]
 
     return _start_with_retry(

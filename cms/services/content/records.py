@@ -33,16 +33,16 @@ from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
 from cms.services import access as actions
 from cms.services.access import Access, check
-from cms.services.collections import CollectionService
-from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
-from cms.services.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
-from cms.services.fields import CollectionFields, RecordSchemas, text_field_names, to_json_value, value_list
-from cms.services.group_commit import InsertGroups
-from cms.services.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
-from cms.services.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
-from cms.services.relations import RelationRelease
-from cms.services.settings import RecordLimits, SettingsService
-from cms.services.single_flight import SingleFlight
+from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
+from cms.services.caching.single_flight import SingleFlight
+from cms.services.content.collections import CollectionService
+from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
+from cms.services.content.fields import CollectionFields, RecordSchemas, text_field_names, to_json_value, value_list
+from cms.services.content.group_commit import InsertGroups
+from cms.services.content.record_csv import UNKNOWN_RELATION, CsvExport, RecordCsv
+from cms.services.content.relations import RelationRelease
+from cms.services.delivery.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
+from cms.services.operations.settings import RecordLimits, SettingsService
 from cms.store.records import RecordRepository
 from cms.store.transactions import Transactions
 

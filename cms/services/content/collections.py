@@ -12,12 +12,12 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
-from cms.services.audit import AuditService
-from cms.services.definition_cache import DefinitionCache
-from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus
-from cms.services.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
-from cms.services.schema_changes import apply_schema_change, check_schema_change
-from cms.services.settings import SettingsService
+from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
+from cms.services.content.schema_changes import apply_schema_change, check_schema_change
+from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus
+from cms.services.operations.audit import AuditService
+from cms.services.operations.settings import SettingsService
 from cms.store.backups import STAGING_PREFIX, staging_started
 from cms.store.collections import CollectionRepository
 from cms.store.records import RECORDS_PREFIX, RecordRepository, collection_id_of, records_mongo_name

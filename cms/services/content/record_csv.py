@@ -15,7 +15,7 @@ from typing import Any
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import PayloadTooLarge
 from cms.models import Collection, Record
-from cms.services.csv_io import (
+from cms.services.content.csv_io import (
     MAX_IMPORT_BYTES,
     MAX_IMPORT_ROWS,
     ROW_ERROR_KEY,
@@ -27,7 +27,7 @@ from cms.services.csv_io import (
     csv_header,
     render_row,
 )
-from cms.services.fields import value_list
+from cms.services.content.fields import value_list
 from cms.store.records import DUPLICATE_KEY, InsertFailure, RecordRepository
 
 log = logging.getLogger("cms.records")

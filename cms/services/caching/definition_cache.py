@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
-from cms.services.single_flight import SingleFlight
+from cms.services.caching.single_flight import SingleFlight
 
 log = logging.getLogger("cms.definition_cache")
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from cms.clock import Clock, utcnow
 from cms.errors import BadRequest
 from cms.models import Collection, FieldSpec, Record
-from cms.services.collections import CollectionService
-from cms.services.fields import is_multi, value_list
+from cms.services.content.collections import CollectionService
+from cms.services.content.fields import is_multi, value_list
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.relations")

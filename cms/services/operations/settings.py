@@ -23,8 +23,8 @@ from cms.errors import Forbidden, ValidationFailed
 from cms.models import Principal
 from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
-from cms.services.audit import AuditService
-from cms.services.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
+from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
+from cms.services.operations.audit import AuditService
 from cms.store.settings import SettingsRepository
 
 log = logging.getLogger("cms.settings")
@@ -63,11 +63,11 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "rate_limit_per_minute": (600, "security"),
     "audit_retention_days": (90, "security"),
     "max_upload_mb": (25, "files"),
-    # decisions.md, Limits; the records code still uses its constants (cms.services.csv_io, records)
+    # decisions.md, Limits; the records code still uses its constants (cms.services.content.csv_io, records)
     "csv_import_max_rows": (MAX_IMPORT_ROWS, "limits"),
     "csv_import_max_mb": (MAX_IMPORT_BYTES // (1024 * 1024), "limits"),
     "bulk_max_ids": (1_000, "limits"),  # records.MAX_BULK_IDS (not imported: records imports this module)
-    # the Redis response cache of record reads (cms.services.read_cache); false: every read queries
+    # the Redis response cache of record reads (cms.services.caching.read_cache); false: every read queries
     "read_cache_enabled": (True, "performance"),
 }
 

@@ -39,8 +39,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from cms.services.definition_cache import bump_counters, epoch_text, read_counters
-from cms.services.events import CollectionEvent, RecordEvent
+from cms.services.caching.definition_cache import bump_counters, epoch_text, read_counters
+from cms.services.delivery.events import CollectionEvent, RecordEvent
 
 log = logging.getLogger("cms.read_cache")
 

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cms.models import Collection, Record
-from cms.services.definition_cache import request_scope
+from cms.services.caching.definition_cache import request_scope
 from cms.store.errors import already_exists
 from cms.store.records import DUPLICATE_KEY, InsertFailure, RecordRepository
 

@@ -23,7 +23,7 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from redis.asyncio import Redis
 
-from cms.services.settings import SettingsService
+from cms.services.operations.settings import SettingsService
 
 AUTH_LIMIT = 10
 DEFAULT_WINDOW_S = 60

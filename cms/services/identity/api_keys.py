@@ -15,7 +15,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import Forbidden, NotFound, Unauthorized, ValidationFailed
 from cms.models import ROLE_ADMIN, ApiKey, Principal
 from cms.security.codes import API_KEY_PREFIX, hash_token, new_api_key
-from cms.services.audit import AuditService
+from cms.services.operations.audit import AuditService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.api_keys import ApiKeyRepository
 

@@ -45,7 +45,7 @@ from typing import IO, TypeVar
 from cms.clock import Clock, utcnow
 from cms.errors import AlreadyExists, BadRequest, Forbidden, NotFound
 from cms.models import Principal
-from cms.services.audit import AuditService
+from cms.services.operations.audit import AuditService
 from cms.store.backups import (
     MAX_METADATA_BYTES,
     CollectionDump,

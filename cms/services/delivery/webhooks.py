@@ -42,11 +42,11 @@ from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.jobs import JobQueue
 from cms.models import ROLE_ADMIN, Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
 from cms.services.access import VIEW, check
-from cms.services.collections import CollectionService
-from cms.services.definition_cache import DefinitionCache
-from cms.services.events import CREATE, DELETE, UPDATE, CollectionEvent, RecordEvent
-from cms.services.fields import to_json_value
-from cms.services.webhook_sender import AddressCheck, SendResult, WebhookSender
+from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.content.collections import CollectionService
+from cms.services.content.fields import to_json_value
+from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, RecordEvent
+from cms.services.delivery.webhook_sender import AddressCheck, SendResult, WebhookSender
 from cms.store.webhooks import DONE, ENQUEUED, PENDING, DeliveryLog, DeliveryOutbox, OutboxBatch, WebhookRepository
 
 log = logging.getLogger("cms.webhooks")

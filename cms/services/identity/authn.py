@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from cms.models import Principal
 from cms.security.tokens import TokenCodec
-from cms.services.api_keys import ApiKeyService, is_api_key
+from cms.services.identity.api_keys import ApiKeyService, is_api_key
 from cms.services.identity.sessions import UserSessions
 
 

@@ -1,4 +1,4 @@
-"""The embedded database process (`python -m cms.embedded_db ARGS`): SecantusDB's own command line,
+"""The embedded database process (`python -m cms.runtime.embedded_db ARGS`): SecantusDB's own command line,
 `python -m secantus ARGS`, with a work-around for one of its defects applied first. Started by
 `embedded.start_mongodb`; nothing else imports SecantusDB.
 
@@ -29,7 +29,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-log = logging.getLogger("cms.embedded_db")
+log = logging.getLogger("cms.runtime.embedded_db")
 
 
 def release_cursors_after(sweep: Callable[..., Any]) -> Callable[..., Any]:

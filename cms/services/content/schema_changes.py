@@ -38,8 +38,8 @@ from marshmallow import fields as ma_fields
 
 from cms.errors import ValidationFailed
 from cms.models import Collection, FieldSpec
-from cms.services.csv_io import CellError, parse_cell, render_cell, unescape_formula
-from cms.services.fields import MULTI_TYPES, is_multi, record_field, to_json_value, value_list
+from cms.services.content.csv_io import CellError, parse_cell, render_cell, unescape_formula
+from cms.services.content.fields import MULTI_TYPES, is_multi, record_field, to_json_value, value_list
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.collections")

@@ -35,7 +35,7 @@ from marshmallow import Schema, ValidationError
 from cms.errors import ValidationFailed, flatten_errors
 from cms.models import Collection, FieldSpec, Record
 from cms.security.json_input import MAX_JSON_INT_DIGITS, JsonInputError, decode_json
-from cms.services.fields import SYSTEM_FIELDS, TEXT_TYPES, build_record_schema, is_multi, to_json_value
+from cms.services.content.fields import SYSTEM_FIELDS, TEXT_TYPES, build_record_schema, is_multi, to_json_value
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
 MAX_IMPORT_ROWS = 50_000

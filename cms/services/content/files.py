@@ -30,10 +30,10 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
-from cms.services.collections import CollectionService
-from cms.services.events import DELETE, CollectionEvent, RecordEvent
-from cms.services.records import checked_record, permitted_record
-from cms.services.settings import SettingsService
+from cms.services.content.collections import CollectionService
+from cms.services.content.records import checked_record, permitted_record
+from cms.services.delivery.events import DELETE, CollectionEvent, RecordEvent
+from cms.services.operations.settings import SettingsService
 from cms.store.files import FileReader, FileRepository, FileUpload
 from cms.store.records import RecordRepository
 

@@ -19,8 +19,8 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import Unauthorized
 from cms.models import Principal, Session, TokenPair
 from cms.security.tokens import ACCESS, REFRESH, TokenClaims, TokenCodec
-from cms.services.definition_cache import DefinitionCache
-from cms.services.events import REFRESH_TOKEN_REUSE, EventBus, SessionEvent
+from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.delivery.events import REFRESH_TOKEN_REUSE, EventBus, SessionEvent
 from cms.store.sessions import SessionRepository
 
 log = logging.getLogger("cms.sessions")

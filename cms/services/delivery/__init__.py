@@ -1,0 +1,1 @@
+"""Delivery: the event bus (`events.py`), webhooks and their sender, and mail."""

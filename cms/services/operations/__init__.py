@@ -1,0 +1,1 @@
+"""Operations: backups, settings, the audit log, system health and statistics, and rate limits."""
