@@ -114,34 +114,14 @@ class Config:
         """
         env = {k: v for k, v in environ.items() if v != ""}
         data_dir = data_dir or Path(env.get("CMS_DATA_DIR", "cms_data"))
-        mongodb_url = env.get("MONGODB_URL")
-        redis_url = env.get("REDIS_URL")
-        if mongodb_url is not None and not mongodb_url.startswith(("mongodb://", "mongodb+srv://")):
-            raise ConfigError("MONGODB_URL must start with mongodb:// or mongodb+srv://")
-        cache_redis_url = env.get("CACHE_REDIS_URL")
-        for name, url in (("REDIS_URL", redis_url), ("CACHE_REDIS_URL", cache_redis_url)):
-            if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
-                raise ConfigError(f"{name} must start with redis://, rediss:// or unix://")
+        mongodb_url, redis_url, cache_redis_url = _server_urls(env)
         embedded = mongodb_url is None or redis_url is None
-        secret_key = env.get("SECRET_KEY")
-        if secret_key is None:
-            if not embedded:
-                raise ConfigError("SECRET_KEY is missing (required when MONGODB_URL and REDIS_URL are set)")
-            secret_key = _stored_secret_key(data_dir)
-        elif len(secret_key) < 32:
-            raise ConfigError("SECRET_KEY must be at least 32 characters")
-        log_level = env.get("LOG_LEVEL", "INFO").upper()
-        if log_level not in LOG_LEVELS:
-            raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
-        admin_email, admin_password = env.get("ADMIN_EMAIL"), env.get("ADMIN_PASSWORD")
-        if (admin_email is None) != (admin_password is None):
-            raise ConfigError("ADMIN_EMAIL and ADMIN_PASSWORD must be set together")
+        secret_key = _secret_key(env, embedded, data_dir)
+        log_level, log_format = _log_settings(env)
+        admin_email, admin_password = _admin_bootstrap(env)
         public_url = env.get("PUBLIC_URL")
         if public_url is not None and not public_url.startswith(("http://", "https://")):
             raise ConfigError("PUBLIC_URL must start with http:// or https://")
-        log_format = env.get("LOG_FORMAT", "text").lower()
-        if log_format not in LOG_FORMATS:
-            raise ConfigError(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
         trusted_proxies = _networks(env, "TRUSTED_PROXIES")
         worker = WorkerOptions.from_env(env)
         origins = tuple(o.strip() for o in env.get("CORS_ORIGINS", "*").split(",") if o.strip())
@@ -177,6 +157,52 @@ class Config:
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
         )
+
+
+def _log_settings(env: Mapping[str, str]) -> tuple[str, str]:
+    """`(LOG_LEVEL, LOG_FORMAT)`, defaults INFO and text. Raises ConfigError for another value."""
+    log_level = env.get("LOG_LEVEL", "INFO").upper()
+    if log_level not in LOG_LEVELS:
+        raise ConfigError(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}")
+    log_format = env.get("LOG_FORMAT", "text").lower()
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
+    return log_level, log_format
+
+
+def _admin_bootstrap(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """`(ADMIN_EMAIL, ADMIN_PASSWORD)`, both set or both None. Raises ConfigError for one alone."""
+    admin_email, admin_password = env.get("ADMIN_EMAIL"), env.get("ADMIN_PASSWORD")
+    if (admin_email is None) != (admin_password is None):
+        raise ConfigError("ADMIN_EMAIL and ADMIN_PASSWORD must be set together")
+    return admin_email, admin_password
+
+
+def _server_urls(env: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """`(MONGODB_URL, REDIS_URL, CACHE_REDIS_URL)`, each None when unset. Raises ConfigError for a
+    URL of the wrong scheme."""
+    mongodb_url = env.get("MONGODB_URL")
+    redis_url = env.get("REDIS_URL")
+    if mongodb_url is not None and not mongodb_url.startswith(("mongodb://", "mongodb+srv://")):
+        raise ConfigError("MONGODB_URL must start with mongodb:// or mongodb+srv://")
+    cache_redis_url = env.get("CACHE_REDIS_URL")
+    for name, url in (("REDIS_URL", redis_url), ("CACHE_REDIS_URL", cache_redis_url)):
+        if url is not None and not url.startswith(("redis://", "rediss://", "unix://")):
+            raise ConfigError(f"{name} must start with redis://, rediss:// or unix://")
+    return mongodb_url, redis_url, cache_redis_url
+
+
+def _secret_key(env: Mapping[str, str], embedded: bool, data_dir: Path) -> str:
+    """SECRET_KEY (at least 32 characters); in embedded mode, when unset, the one kept in
+    `data_dir`. Raises ConfigError."""
+    secret_key = env.get("SECRET_KEY")
+    if secret_key is None:
+        if not embedded:
+            raise ConfigError("SECRET_KEY is missing (required when MONGODB_URL and REDIS_URL are set)")
+        return _stored_secret_key(data_dir)
+    if len(secret_key) < 32:
+        raise ConfigError("SECRET_KEY must be at least 32 characters")
+    return secret_key
 
 
 @dataclass(frozen=True)
