@@ -2,7 +2,7 @@
 so services of several databases can share one Redis (README, "Running in production").
 
 The strings are fixed: deployments hold data under them (counters, rate-limit windows), so a change
-here is a migration. `tests/unit/test_counters.py` pins each one.
+here is a migration. `tests/test_counters.py` pins each one.
 
 Not here: the arq queue, named by `QUEUE_NAME` (default `cms.config.QUEUE_NAME`, `cms:queue`), and
 the keys arq derives from it and from job ids (`arq:job:<id>`, `arq:result:<id>`, ...).
