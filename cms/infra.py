@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.clock import Clock, utcnow
 from cms.config import Config
+from cms.services.caching import keys
 from cms.services.delivery.webhook_sender import connector as guarded_connector
 from cms.store.client import Capabilities, Database, detect_capabilities, ensure_indexes, open_client
 
@@ -47,7 +48,7 @@ def redis_settings(url: str) -> RedisSettings:
 
 def redis_client_name(config: Config) -> str:
     """The name (CLIENT SETNAME) of every Redis connection of a process on `config`'s database."""
-    return f"cms:{config.mongodb_db}"
+    return keys.client_name(config.mongodb_db)
 
 
 def _pool(config: Config, url: str) -> ConnectionPool:

@@ -22,8 +22,9 @@ from cms.config import Config
 from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
 from cms.security.tokens import TokenCodec
+from cms.services.caching import keys
 from cms.services.caching.definition_cache import DefinitionCache
-from cms.services.caching.read_cache import ReadCache, epoch_key
+from cms.services.caching.read_cache import ReadCache
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
@@ -148,7 +149,7 @@ async def build_platform(infra: Infra) -> Platform:
     events = EventBus()
     audit = AuditService(AuditRepository(db), clock=clock)
     settings = SettingsService(SettingsRepository(db), infra.redis, audit,
-                               version_key=f"cms:settings:version:{config.mongodb_db}")
+                               version_key=keys.settings_version(config.mongodb_db))
     settings.on_change("audit_retention_days", audit.apply_retention)
     await audit.apply_retention(int((await settings.values())["audit_retention_days"]))
 
@@ -159,9 +160,9 @@ async def build_platform(infra: Infra) -> Platform:
 
     events.subscribe(on_session_events, SessionEvent)
     codec = TokenCodec(config.secret_key, clock=clock)
-    catalog_epoch, session_epoch = epoch_key(read_cache_prefix(infra)), f"cms:sessions:epoch:{config.mongodb_db}"
+    catalog_epoch, session_epoch = keys.catalog_epoch(config.mongodb_db), keys.session_epoch(config.mongodb_db)
     validity = DefinitionCache(infra.cache_redis, session_epoch, companions=(catalog_epoch,))
-    rate_limits = RateLimitService(infra.redis, settings, key_prefix=f"cms:ratelimit:{config.mongodb_db}",
+    rate_limits = RateLimitService(infra.redis, settings, key_prefix=keys.rate_limit_prefix(config.mongodb_db),
                                    window_s=config.rate_limit_window_s,
                                    timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s))
     return Platform(jobs=jobs, events=events, audit=audit, settings=settings, codec=codec,
@@ -194,15 +195,10 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
                    definitions=definitions)
 
 
-def read_cache_prefix(infra: Infra) -> str:
-    """The Redis key prefix of the read cache (and of the catalog epoch) of this database."""
-    return f"cms:rc:{infra.config.mongodb_db}"
-
-
 def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
     """The read cache, switched by the `read_cache_enabled` setting; it subscribes to record and
     collection events last, so a version is bumped after every other subscriber's writes."""
-    read_cache = ReadCache(infra.cache_redis, prefix=read_cache_prefix(infra),
+    read_cache = ReadCache(infra.cache_redis, prefix=keys.read_cache_prefix(infra.config.mongodb_db),
                            switch=_setting_on(platform.settings, "read_cache_enabled"))
     platform.events.subscribe(read_cache.on_record_events)
     platform.events.subscribe(read_cache.on_collection_events, CollectionEvent)

@@ -10,7 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from cms.runtime.embedded import free_port
-from cms.services.caching import definition_cache
+from cms.services.caching import counters, definition_cache
 from cms.services.caching.definition_cache import DefinitionCache, request_scope
 
 
@@ -144,7 +144,7 @@ async def test_a_lost_epoch_restarts_at_a_value_it_never_had(redis: Redis) -> No
     cache, load = DefinitionCache(redis, catalog), Loader("before")
     await cache.get("k", load)
     before = await cache.epoch()
-    assert before is not None and 0 < int(before) < 2 ** definition_cache.COUNTER_START_BITS
+    assert before is not None and 0 < int(before) < 2 ** counters.COUNTER_START_BITS
     await redis.delete(catalog)  # evicted
     load.value = "after"
     assert await cache.get("k", load) == "after"

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cms.api.context import SERVICES, is_https
 from cms.errors import Unauthorized
 from cms.models import Principal, TokenPair
+from cms.services.caching import keys
 from cms.wiring import Services
 
 log = logging.getLogger("cms.admin_ui")
@@ -149,13 +150,14 @@ async def _shared_refresh(services: Services, refresh_token: str, digest: str) -
     lock `<key>:lock` refreshes and leaves the new pair under `<key>` for REFRESH_SHARE_S, sealed
     with a key derived from the spent token (so only a holder of that token can open it); another
     replica waits for it (at most REFRESH_WAIT_S). Without Redis, this replica refreshes alone."""
-    key = f"cms:admin-ui:refresh:{services.config.mongodb_db}:{digest}"
+    db = services.config.mongodb_db
+    key, lock = keys.admin_ui_refresh(db, digest), keys.admin_ui_refresh_lock(db, digest)
     redis = services.redis
     try:
         sealed = await redis.get(key)
         if sealed is not None:
             return _open(refresh_token, sealed)
-        leader = await redis.set(f"{key}:lock", b"1", nx=True, ex=REFRESH_LOCK_S)
+        leader = await redis.set(lock, b"1", nx=True, ex=REFRESH_LOCK_S)
     except Exception:  # fail open: a lone refresh is what happened before sharing
         log.warning("refresh sharing unavailable; refreshing without it", exc_info=True)
         return await _refresh(services, refresh_token)
@@ -163,7 +165,7 @@ async def _shared_refresh(services: Services, refresh_token: str, digest: str) -
         pair = await _refresh(services, refresh_token)
         try:
             if pair is None:
-                await redis.delete(f"{key}:lock")  # refused: waiters stop waiting
+                await redis.delete(lock)  # refused: waiters stop waiting
             else:
                 await redis.set(key, _seal(refresh_token, pair), ex=REFRESH_SHARE_S)
         except Exception:
@@ -176,7 +178,7 @@ async def _shared_refresh(services: Services, refresh_token: str, digest: str) -
             sealed = await redis.get(key)
             if sealed is not None:
                 return _open(refresh_token, sealed)
-            if not await redis.exists(f"{key}:lock"):
+            if not await redis.exists(lock):
                 return None  # the other replica's refresh was refused
         except Exception:
             log.warning("refresh sharing unavailable while waiting", exc_info=True)

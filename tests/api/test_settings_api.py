@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cms.app import create_app
+from cms.services.caching import keys
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from cms.services.content.records import MAX_BULK_IDS
 from cms.services.operations.settings import SETTINGS_DEFAULTS
@@ -191,3 +192,22 @@ async def test_settings_are_reread_only_when_the_version_moves(services, config)
     await services.redis.incr(f"cms:settings:version:{config.mongodb_db}")
     await asyncio.sleep(0.6)
     assert (await services.settings.values())["rate_limit_per_minute"] == 321
+
+
+async def test_a_version_lost_by_redis_never_hides_the_next_change(services, config, clock):
+    """Redis may lose the version (a restart without persistence): the next change starts it at a
+    random value before its INCR, so a replica that saw the version at 1 does not take the new
+    settings for the ones it holds (counted from zero, the change would bring the version back to 1)."""
+
+    async def replica_sees(settings: Any, value: int) -> None:
+        deadline = time.monotonic() + 2.0
+        while (await settings.values())["rate_limit_per_minute"] != value:
+            assert time.monotonic() < deadline, f"the replica did not see {value} within 2 s"
+            await asyncio.sleep(0.05)
+
+    async with open_services(config, clock=clock) as replica:
+        await services.settings.set("rate_limit_per_minute", 500)
+        await replica_sees(replica.settings, 500)
+        await services.redis.delete(keys.settings_version(config.mongodb_db))  # lost in a restart
+        await services.settings.set("rate_limit_per_minute", 400)
+        await replica_sees(replica.settings, 400)

@@ -1,2 +1,3 @@
-"""Caching: the catalog and session epochs (`definition_cache.py`), the read cache of record lists
-and views (`read_cache.py`) and single-flight loads (`single_flight.py`)."""
+"""Caching: the epoch and version counters in Redis (`counters.py`) and every Redis key name
+(`keys.py`), the catalog and session epochs' in-process cache (`definition_cache.py`), the read
+cache of record lists and views (`read_cache.py`) and single-flight loads (`single_flight.py`)."""

@@ -3,7 +3,7 @@ by id) and each collection's active webhooks (issue "Fast reads", item 6: no dat
 per request for what rarely changes).
 
 Exact across replicas through one Redis counter, the catalog epoch (the read cache's epoch key,
-`read_cache.epoch_key`): every collection change and every restore bumps it (the read cache's
+`keys.catalog_epoch`): every collection change and every restore bumps it (the read cache's
 collection-event subscriber, the backup service's `on_restored`), and every webhook change bumps
 it through `invalidate`. A cached value is used only while the epoch it was loaded under is still
 the epoch. A request reads the epoch once, the first time it needs it, and keeps it for the rest
@@ -30,17 +30,16 @@ are cached as missing too, so the table is emptied when full).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import secrets
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 
+from cms.services.caching.counters import FailOpen, counter_text
 from cms.services.caching.single_flight import SingleFlight
 
 log = logging.getLogger("cms.definition_cache")
@@ -49,10 +48,6 @@ MAX_AGE_S = 5.0
 """Longest an entry is served, in seconds, whatever the epoch says (backstop for a failed bump)."""
 MAX_ENTRIES = 10_000
 """Most entries kept per process; the table is emptied when a new one would exceed it."""
-REDIS_TIMEOUT_S = 0.5
-"""How long an epoch read or bump may wait for Redis, in seconds."""
-FAILURE_LOG_INTERVAL_S = 60.0
-"""At most one warning per this many seconds while Redis fails."""
 
 T = TypeVar("T")
 
@@ -77,56 +72,6 @@ def remember_epoch(key: str, epoch: str) -> None:
         epochs[key] = epoch
 
 
-COUNTER_START_BITS = 62
-"""A missing epoch or version counter starts at a random value below 2**62 (then only grows by INCR)."""
-
-
-def epoch_text(value: Any) -> str:
-    """The epoch (or version) as text from a Redis reply. None (the counter is missing: Redis
-    evicted it, lost it in a restart, or it was never started) gives a text that never matches
-    anything, so nothing is served or shared under it; `start_counters` ends that state."""
-    if value is None:
-        return f"unset-{secrets.token_hex(8)}"
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-async def start_counters(redis: Redis, keys: Sequence[str]) -> None:
-    """Start each counter of `keys` that does not exist at a random value (`SET NX`; one round
-    trip). A counter lost to eviction (`allkeys-lru`) or to a Redis restart thus never comes back
-    with a value it had before, so an entry stamped with an old value is never taken for current.
-    Redis errors propagate."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.set(key, secrets.randbits(COUNTER_START_BITS), nx=True)
-        await pipe.execute()
-
-
-async def read_counters(redis: Redis, keys: Sequence[str], counters: int, timeout_s: float) -> list[Any]:
-    """The values of `keys` (one `MGET`), the first `counters` of which are counters: when one of
-    those is missing (first use, or Redis lost it), the missing ones are started (`start_counters`)
-    and the keys read again. Each step waits at most `timeout_s` seconds (TimeoutError); Redis
-    errors propagate."""
-    # asyncio.timeout, not wait_for: no task per call (this is on every request's path)
-    async with asyncio.timeout(timeout_s):
-        values: list[Any] = await redis.mget(keys)
-    missing = [key for key, value in zip(keys[:counters], values, strict=False) if value is None]
-    if missing:
-        async with asyncio.timeout(timeout_s):
-            await start_counters(redis, missing)
-            values = await redis.mget(keys)
-    return values
-
-
-async def bump_counters(redis: Redis, keys: Sequence[str]) -> None:
-    """INCR each counter of `keys` (a missing one is started first, as `start_counters`); one
-    round trip. Redis errors propagate."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.set(key, secrets.randbits(COUNTER_START_BITS), nx=True)
-            pipe.incr(key)
-        await pipe.execute()
-
-
 class DefinitionCache:
     """Epoch-checked in-process values (see the module docstring). `epoch_key` is the Redis key of
     the epoch that guards them (the catalog epoch; the session epoch for `SessionService`);
@@ -142,7 +87,7 @@ class DefinitionCache:
         self._clock = clock
         self._entries: dict[Hashable, tuple[str, float, Any]] = {}
         self._loads = SingleFlight()
-        self._last_failure_log = 0.0
+        self._counters = FailOpen(log, "definition cache epoch %s failed (definitions are read from MongoDB): %r")
 
     async def epoch(self) -> str | None:
         """The epoch: the one this request already read, else read from Redis now (with the
@@ -157,14 +102,12 @@ class DefinitionCache:
         see every change made until this moment (`CollectionService.exists_since`). The request
         keeps it, and the companions, for its later look-ups (newer is never wrong for them).
         None when Redis failed."""
-        try:
-            raw = await read_counters(self._redis, self._keys, len(self._keys), REDIS_TIMEOUT_S)
-        except Exception as exc:
-            self._failed("read", exc)
+        raw = await self._counters.read(self._redis, self._keys, len(self._keys))
+        if raw is None:
             return None
         for key, value in zip(self._keys, raw, strict=True):
-            remember_epoch(key, epoch_text(value))
-        return epoch_text(raw[0])
+            remember_epoch(key, counter_text(value))
+        return counter_text(raw[0])
 
     def remember(self, epoch: str) -> None:
         """Keep `epoch`, just read from Redis some other way (the read cache's `MGET`), as this
@@ -222,16 +165,4 @@ class DefinitionCache:
         reloads, and drop this process's entries. Returns whether Redis acknowledged the bump; a
         failure is logged, not raised (entries elsewhere then live out `max_age_s`)."""
         self.forget()
-        try:
-            async with asyncio.timeout(REDIS_TIMEOUT_S):
-                await bump_counters(self._redis, [self._epoch_key])
-        except Exception as exc:
-            self._failed("bump", exc)
-            return False
-        return True
-
-    def _failed(self, what: str, exc: BaseException) -> None:
-        now = time.monotonic()
-        if now - self._last_failure_log >= FAILURE_LOG_INTERVAL_S:
-            self._last_failure_log = now
-            log.warning("definition cache epoch %s failed (definitions are read from MongoDB): %r", what, exc)
+        return await self._counters.bump(self._redis, [self._epoch_key])

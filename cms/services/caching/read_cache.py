@@ -9,7 +9,7 @@ rename, delete) and every restore bumps the epoch. An entry is stored with the s
 `<epoch>.<version>` it was computed under and served only while the stamp is current; one `MGET`
 reads the stamp and the entry together, so a hit costs one Redis round trip. Entries also carry a
 TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (README). Counters
-start at a random value (`definition_cache.start_counters`, through `read_counters`), so a cache Redis that evicts
+start at a random value (`counters.start_counters`, through `read_counters`), so a cache Redis that evicts
 (`allkeys-lru`) or restarts never brings a counter back to a value an old entry was stamped with.
 
 An entry's key is a hash of everything the body depends on: the collection, the kind of read and
@@ -31,7 +31,6 @@ import asyncio
 import hashlib
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,7 +38,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from cms.services.caching.definition_cache import bump_counters, epoch_text, read_counters
+from cms.services.caching import keys
+from cms.services.caching.counters import REDIS_TIMEOUT_S, FailOpen, counter_text
 from cms.services.delivery.events import CollectionEvent, RecordEvent
 
 log = logging.getLogger("cms.read_cache")
@@ -49,10 +49,6 @@ DEFAULT_TTL_S = 300
 MAX_ENTRY_BYTES = 1 << 20
 """Largest body kept in the cache, in bytes (a page of 100 large records may be bigger; it is
 served, not stored)."""
-REDIS_TIMEOUT_S = 0.5
-"""How long a cache read or write may wait for Redis, in seconds, before the read goes on without."""
-FAILURE_LOG_INTERVAL_S = 60.0
-"""At most one warning per this many seconds while Redis fails."""
 
 @dataclass(frozen=True)
 class CachedBody:
@@ -82,12 +78,6 @@ def canonical(value: Any) -> str:
     raise TypeError(f"cannot make a cache key of {type(value).__name__}")
 
 
-def epoch_key(prefix: str) -> str:
-    """The Redis key of the catalog epoch of a read cache with this `prefix` (bumped on every
-    collection change and restore; the definition cache checks its entries against it too)."""
-    return f"{prefix}:epoch"
-
-
 def stamp_epoch(stamp: str) -> str:
     """The epoch part of a stamp `<epoch>.<version>` from `ReadCache.lookup`."""
     return stamp.partition(".")[0]
@@ -113,30 +103,25 @@ class ReadCache:
         self._prefix = prefix
         self._ttl_s = ttl_s
         self._switch = switch
-        self._last_failure_log = 0.0
+        self._counters = FailOpen(log, "read cache %s failed (reads go to the database): %r")
 
     def _version_key(self, collection: str) -> str:
-        return f"{self._prefix}:v:{collection}"
-
-    @property
-    def _epoch_key(self) -> str:
-        return epoch_key(self._prefix)
+        return keys.read_cache_version(self._prefix, collection)
 
     async def lookup(self, collection: str, key: str) -> tuple[str | None, bytes | None]:
         """The current stamp of `collection` and the body stored under `key` if it was computed
         under that stamp: `(stamp, body)`; `(stamp, None)` on a miss, and always while the switch is
         off (the stamp still lets identical reads share one query, `SingleFlight`); `(None, None)`
         when Redis failed (then nothing may be shared or stored either)."""
-        keys = [self._epoch_key, self._version_key(collection)]
+        names = [keys.read_cache_epoch(self._prefix), self._version_key(collection)]
         on = self._switch is None or await self._switch()
         if on:
-            keys.append(f"{self._prefix}:e:{key}")
-        try:
-            epoch, version, *entries = await read_counters(self._redis, keys, 2, REDIS_TIMEOUT_S)
-        except Exception as exc:  # the database still answers: never fail a read on the cache
-            self._failed("read", exc)
+            names.append(keys.read_cache_entry(self._prefix, key))
+        values = await self._counters.read(self._redis, names, 2)
+        if values is None:  # the database still answers: never fail a read on the cache
             return None, None
-        stamp = f"{epoch_text(epoch)}.{epoch_text(version)}"
+        epoch, version, *entries = values
+        stamp = f"{counter_text(epoch)}.{counter_text(version)}"
         entry = entries[0] if entries else None
         if entry is None:
             return stamp, None
@@ -151,32 +136,21 @@ class ReadCache:
             return
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
-                await self._redis.set(f"{self._prefix}:e:{key}", stamp.encode() + b"|" + body, ex=self._ttl_s)
+                await self._redis.set(keys.read_cache_entry(self._prefix, key), stamp.encode() + b"|" + body,
+                                      ex=self._ttl_s)
         except Exception as exc:
-            self._failed("write", exc)
+            self._counters.failed("write", exc)
 
     async def bump(self, collections: Sequence[str]) -> None:
         """Make every entry of `collections` stale (INCR their versions). Redis failures are logged."""
-        if not collections:
-            return
-        try:
-            keys = [self._version_key(name) for name in sorted(set(collections))]
-            async with asyncio.timeout(REDIS_TIMEOUT_S):
-                await bump_counters(self._redis, keys)
-        except Exception as exc:
-            self._failed("version bump", exc)
+        versions = [self._version_key(name) for name in sorted(set(collections))]
+        await self._counters.bump(self._redis, versions, "version bump")
 
     async def bump_all(self) -> bool:
         """Make every entry stale (INCR the epoch, which is also the catalog epoch of the
         definition cache): collection changes and restores. Returns whether Redis acknowledged
         it; a failure is logged, not raised."""
-        try:
-            async with asyncio.timeout(REDIS_TIMEOUT_S):
-                await bump_counters(self._redis, [self._epoch_key])
-        except Exception as exc:
-            self._failed("epoch bump", exc)
-            return False
-        return True
+        return await self._counters.bump(self._redis, [keys.read_cache_epoch(self._prefix)], "epoch bump")
 
     async def on_record_events(self, events: Sequence[RecordEvent]) -> None:
         """EventBus subscriber: a record write bumps its collection's version."""
@@ -186,12 +160,6 @@ class ReadCache:
         """EventBus subscriber: a schema, rule or name change, or a delete, bumps the epoch."""
         if events:
             await self.bump_all()
-
-    def _failed(self, what: str, exc: BaseException) -> None:
-        now = time.monotonic()
-        if now - self._last_failure_log >= FAILURE_LOG_INTERVAL_S:
-            self._last_failure_log = now
-            log.warning("read cache %s failed (reads go to the database): %r", what, exc)
 
 
 def etag_of(key: str, stamp: str | None, body: bytes) -> str:

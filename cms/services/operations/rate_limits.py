@@ -55,7 +55,7 @@ class RateLimitService:
     seconds, `mail_minute_window_s` / `mail_hour_window_s` the two mail windows (tests shorten
     them). Each check gives up after `timeout_s` seconds with TimeoutError (callers fail open)."""
 
-    def __init__(self, redis: Redis, settings: SettingsService, *, key_prefix: str = "cms:ratelimit",
+    def __init__(self, redis: Redis, settings: SettingsService, *, key_prefix: str,
                  window_s: int = DEFAULT_WINDOW_S, mail_minute_window_s: int = MAIL_MINUTE_WINDOW_S,
                  mail_hour_window_s: int = MAIL_HOUR_WINDOW_S, timeout_s: float = LIMITER_TIMEOUT_S) -> None:
         # A limiter that cannot answer within `timeout_s` seconds fails open (the API's middlewares)

@@ -1,7 +1,9 @@
 """Settings: the spec's defaults overlaid with stored values (spec: Authentication, settings table).
 
-Every process keeps the settings in memory; a change bumps a version counter in Redis, and each
-process compares that counter at most every VERSION_CHECK_INTERVAL_S seconds (one Redis GET), so
+Every process keeps the settings in memory; a change bumps a version counter in Redis (the
+scheme of `cms.services.caching.counters`: a missing counter starts at a random value, so one lost
+in a Redis restart never comes back with a value a process saw before), and each process compares
+that counter at most every VERSION_CHECK_INTERVAL_S seconds (one Redis MGET), so
 a change made through any replica is seen by every replica within about half a second, and the
 hot path (the rate limiter, on every request) never reads MongoDB.
 """
@@ -23,6 +25,7 @@ from cms.errors import Forbidden, ValidationFailed
 from cms.models import Principal
 from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
+from cms.services.caching.counters import bump_counters, read_counters
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from cms.services.operations.audit import AuditService
 from cms.store.settings import SettingsRepository
@@ -74,6 +77,7 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
 VERSION_CHECK_INTERVAL_S = 0.5
 """How often (seconds) a process asks Redis whether the settings changed."""
 VERSION_READ_TIMEOUT_S = 1.0
+"""How long a version read may wait for Redis, in seconds, before settings fall back to REDIS_DOWN_RELOAD_S."""
 REDIS_DOWN_RELOAD_S = 5.0
 """Without Redis, settings are re-read from MongoDB at most this often (seconds)."""
 INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,12}")
@@ -190,13 +194,14 @@ def _check_range(key: str, value: int) -> None:
 class SettingsService:
     """Reads and changes settings (stored value, else the default).
 
-    `redis` holds the version counter `version_key` (INCR on every change); a process re-reads
+    `redis` holds the version counter `version_key` (`keys.settings_version`; a counter of
+    `cms.services.caching.counters`, bumped on every change); a process re-reads
     MongoDB only when that counter moved, checking it at most every `check_interval_s` seconds.
     A change made here is seen here at once. Listeners registered with `on_change` run after a
     change of their key is stored (the audit TTL index follows `audit_retention_days`)."""
 
     def __init__(self, repository: SettingsRepository, redis: Redis, audit: AuditService, *,
-                 version_key: str = "cms:settings:version",
+                 version_key: str,
                  check_interval_s: float = VERSION_CHECK_INTERVAL_S) -> None:
         self._repository = repository
         self._redis = redis
@@ -239,8 +244,7 @@ class SettingsService:
 
     async def _read_version(self) -> Any:
         try:
-            async with asyncio.timeout(VERSION_READ_TIMEOUT_S):
-                return await self._redis.get(self._version_key)
+            return (await read_counters(self._redis, [self._version_key], 1, VERSION_READ_TIMEOUT_S))[0]
         except Exception:  # without Redis, fall back to a time-based reload
             if self._version is not _UNKNOWN:
                 log.warning("settings version unavailable; re-reading settings every %s s", REDIS_DOWN_RELOAD_S,
@@ -288,7 +292,7 @@ class SettingsService:
             _check_range(key, value)
         await self._repository.put(key, value, category)
         self._cached = None
-        await self._redis.incr(self._version_key)
+        await bump_counters(self._redis, [self._version_key], timeout_s=None)
         for listener in self._listeners.get(key, []):
             await listener(value)
 
@@ -296,7 +300,7 @@ class SettingsService:
         """Make every replica re-read the settings from MongoDB (a version INCR), e.g. after a
         restore replaced them. Redis errors propagate."""
         self._cached = None
-        await self._redis.incr(self._version_key)
+        await bump_counters(self._redis, [self._version_key], timeout_s=None)
 
     async def list(self, principal: Principal) -> list[Setting]:
         """Every setting, in a fixed order, read from MongoDB (not the cache). Raises Forbidden

@@ -1,0 +1,75 @@
+"""Every Redis key name of the service, spelled once, as functions of the database name (`MONGODB_DB`),
+so services of several databases can share one Redis (README, "Running in production").
+
+The strings are fixed: deployments hold data under them (counters, rate-limit windows), so a change
+here is a migration. `tests/test_counters.py` pins each one.
+
+Not here: the arq queue, named by `QUEUE_NAME` (default `cms.config.QUEUE_NAME`, `cms:queue`), and
+the keys arq derives from it and from job ids (`arq:job:<id>`, `arq:result:<id>`, ...).
+"""
+
+from __future__ import annotations
+
+ROOT = "cms"
+"""The first part of every key and of the Redis client name."""
+
+
+def client_name(db: str) -> str:
+    """The name (CLIENT SETNAME, not a key) of every Redis connection of a process on database `db`:
+    `cms:<db>`."""
+    return f"{ROOT}:{db}"
+
+
+def settings_version(db: str) -> str:
+    """The settings version counter of database `db` (on the queue's Redis): `cms:settings:version:<db>`."""
+    return f"{ROOT}:settings:version:{db}"
+
+
+def session_epoch(db: str) -> str:
+    """The session epoch (logouts, revocations, auth-collection changes, restores) of database `db`,
+    on the cache Redis: `cms:sessions:epoch:<db>`."""
+    return f"{ROOT}:sessions:epoch:{db}"
+
+
+def read_cache_prefix(db: str) -> str:
+    """The prefix of the read cache's keys of database `db`, on the cache Redis: `cms:rc:<db>`."""
+    return f"{ROOT}:rc:{db}"
+
+
+def read_cache_epoch(prefix: str) -> str:
+    """The epoch of a read cache whose keys start with `prefix`: `<prefix>:epoch`. Under
+    `read_cache_prefix(db)` it is the catalog epoch (`catalog_epoch`)."""
+    return f"{prefix}:epoch"
+
+
+def read_cache_version(prefix: str, collection: str) -> str:
+    """The version counter of `collection` (its name) in a read cache under `prefix`: `<prefix>:v:<name>`."""
+    return f"{prefix}:v:{collection}"
+
+
+def read_cache_entry(prefix: str, entry: str) -> str:
+    """A cached body under `prefix`; `entry` is `read_cache.entry_key`'s hash: `<prefix>:e:<entry>`."""
+    return f"{prefix}:e:{entry}"
+
+
+def catalog_epoch(db: str) -> str:
+    """The catalog epoch of database `db` (every collection change, webhook change and restore): the
+    read cache's epoch, `cms:rc:<db>:epoch`, so one bump makes both caches stale."""
+    return read_cache_epoch(read_cache_prefix(db))
+
+
+def rate_limit_prefix(db: str) -> str:
+    """The prefix the rate limiter (the `limits` library) puts before its window keys for database
+    `db`: `cms:ratelimit:<db>`."""
+    return f"{ROOT}:ratelimit:{db}"
+
+
+def admin_ui_refresh(db: str, token_digest: str) -> str:
+    """Where the admin UI leaves the sealed result of one refresh for other replicas (database `db`,
+    `token_digest` the spent refresh token's SHA-256 hex): `cms:admin-ui:refresh:<db>:<digest>`."""
+    return f"{ROOT}:admin-ui:refresh:{db}:{token_digest}"
+
+
+def admin_ui_refresh_lock(db: str, token_digest: str) -> str:
+    """The lock the replica that performs that refresh holds: `<admin_ui_refresh(...)>:lock`."""
+    return f"{admin_ui_refresh(db, token_digest)}:lock"
