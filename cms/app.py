@@ -1,4 +1,6 @@
-"""create_app(config): the aiohttp application (middlewares, routes, CORS, service lifecycle)."""
+"""create_app(config): the aiohttp application (middlewares, routes, CORS, service lifecycle), with the
+admin UI mounted at `/_/` as a sub-app (cms.admin_ui). The only module that imports both cms.api
+and cms.admin_ui."""
 
 from __future__ import annotations
 
@@ -10,16 +12,17 @@ import aiohttp_cors
 import swagger_ui_bundle  # type: ignore[import-untyped]
 from aiohttp import web
 
-from cms.admin_ui import setup_admin_ui
+from cms.admin_ui import PREFIX as ADMIN_UI_PREFIX
+from cms.admin_ui import create_admin_ui
 from cms.api.access_log import CmsAccessLogger
-from cms.api.context import HTTP_STATS, SERVICES
 from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
 from cms.api.middlewares import request_middleware
 from cms.api.openapi import openapi_json
-from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.config import Config
+from cms.web.context import HTTP_STATS, SERVICES
+from cms.web.ratelimit import rate_limit_middleware
 from cms.wiring import Services, open_services
 
 
@@ -27,7 +30,9 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     """The web application. It opens its own services (MongoDB, Redis) on start-up and closes
     them on clean-up, unless `services` are handed in (then the caller owns them).
 
-    JSON bodies are limited to `config.max_json_bytes` (413 above)."""
+    JSON bodies are limited to `config.max_json_bytes` (413 above). The admin UI is a sub-app at
+    `/_/`: this app's middlewares (request id, rate limit, principal) run first on its requests,
+    then its own, which answer its failures with HTML pages."""
     app = web.Application(
         middlewares=[request_middleware, rate_limit_middleware, principal_middleware],
         client_max_size=config.max_json_bytes,
@@ -41,7 +46,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
     _add_cors(app, config)
-    setup_admin_ui(app)  # after CORS: the admin UI is same-origin only
+    app.add_subapp(ADMIN_UI_PREFIX, create_admin_ui())  # after CORS: the admin UI is same-origin only
     return app
 
 

@@ -29,12 +29,12 @@ from aiohttp import web
 from dotenv import dotenv_values
 
 from cms import __version__
-from cms.api.context import SERVICES
 from cms.app import create_app, create_runner
 from cms.config import Config, ConfigError
 from cms.errors import CmsError
 from cms.logs import setup_logging
 from cms.runtime.embedded import EmbeddedServerError, embedded_servers, stop_when_parent_dies
+from cms.web.context import SERVICES
 from cms.wiring import open_services
 
 log = logging.getLogger("cms")

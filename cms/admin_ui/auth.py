@@ -1,5 +1,5 @@
 """Sign-in and sign-out of the admin UI, through the same identity services as
-`POST /api/v1/auth/login`, `/2fa/verify` and `/logout` (cms/api/user_auth.py): the admin table's
+`POST /api/v1/auth/login`, `/2fa/verify` and `/logout` (the API's user_auth handlers): the admin table's
 password login, its second step when the user has 2FA on, the same auth rate limit per client IP
 and address, and session revocation on sign-out."""
 
@@ -15,15 +15,14 @@ from cms.admin_ui.common import (
     flash,
     redirect,
     render,
-    services,
     signed_in_page,
 )
 from cms.admin_ui.session import COOKIE_CHANGE_KEY, CSRF_FIELD, current_principal, login_csrf_matches, login_csrf_token
-from cms.api.context import client_ip, load, user_agent
-from cms.api.ratelimit import enforce_auth_limit
-from cms.api.schemas import LoginSchema, TwoFactorVerifySchema
 from cms.errors import CmsError, RateLimited
 from cms.models import LoginResult, Principal
+from cms.web.context import client_ip, load, services, user_agent
+from cms.web.ratelimit import enforce_auth_limit
+from cms.web.schemas import LoginSchema, TwoFactorVerifySchema
 
 BAD_CREDENTIALS = "Wrong email or password."
 MAX_EMAIL = 254

@@ -36,10 +36,9 @@ from cms.admin_ui.session import (
     csrf_token_matches,
     current_principal,
 )
-from cms.api.context import SERVICES, is_https
 from cms.errors import CmsError
 from cms.models import Principal
-from cms.wiring import Services
+from cms.web.context import is_https, services
 
 PREFIX = "/_"
 LOGIN_PATH = PREFIX + "/login"
@@ -100,11 +99,6 @@ def page_number(raw: str) -> int:
         return min(MAX_PAGE, max(1, int(raw)))
     except ValueError:
         return 1
-
-
-def services(request: web.Request) -> Services:
-    """The process's wired services (the same objects the REST API uses)."""
-    return request.app[SERVICES]
 
 
 async def require_signed_in(request: web.Request) -> Principal:

@@ -25,10 +25,10 @@ from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from cms.api.context import SERVICES, is_https
 from cms.errors import Unauthorized
 from cms.models import Principal, TokenPair
 from cms.services.caching import keys
+from cms.web.context import is_https, services
 from cms.wiring import Services
 
 log = logging.getLogger("cms.admin_ui")
@@ -67,7 +67,7 @@ REFRESH_SHARE = web.AppKey("admin_ui_refresh_share", RefreshShare)
 
 
 def _hmac(request: web.Request, purpose: str, value: str) -> str:
-    secret = request.app[SERVICES].config.secret_key.encode()
+    secret = services(request).config.secret_key.encode()
     return hmac.new(secret, f"cms-admin-ui:{purpose}:{value}".encode(), hashlib.sha256).hexdigest()
 
 
@@ -130,7 +130,7 @@ def apply_cookie_change(request: web.Request, response: web.StreamResponse) -> N
 async def _refreshed(request: web.Request, refresh_token: str) -> TokenPair | None:
     """The new pair for a spent `refresh_token`, refreshed once for every request that presents it
     within REFRESH_SHARE_S, on any replica (see `_shared_refresh`); None when it is refused."""
-    services = request.app[SERVICES]
+    wired = services(request)
     share = request.app[REFRESH_SHARE]
     digest = hashlib.sha256(refresh_token.encode()).hexdigest()
     async with share.lock:
@@ -139,7 +139,7 @@ async def _refreshed(request: web.Request, refresh_token: str) -> TokenPair | No
             del share.results[stale]
         if digest in share.results:
             return share.results[digest][1]
-        pair = await _shared_refresh(services, refresh_token, digest)
+        pair = await _shared_refresh(wired, refresh_token, digest)
         if pair is not None:
             share.results[digest] = (now, pair)
         return pair
@@ -228,7 +228,7 @@ async def _authenticate(request: web.Request) -> Principal | None:
     tokens = read_tokens(request)
     if tokens is None:
         return None
-    authenticator = request.app[SERVICES].authenticator
+    authenticator = services(request).authenticator
     access, refresh = tokens
     try:
         principal = await authenticator.authenticate(access)

@@ -18,8 +18,8 @@ import time as _time
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from cms.api.context import client_ip
 from cms.logs import FIELDS_ATTRIBUTE
+from cms.web.context import client_ip
 
 
 def access_fields(request: web.BaseRequest, response: web.StreamResponse, duration_s: float) -> dict[str, object]:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cms.api.context import client_ip, parse_body, services, user_agent
-from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.responses import json_response
 from cms.api.schemas import (
     ForgotPasswordSchema,
@@ -19,6 +17,8 @@ from cms.api.schemas import (
 )
 from cms.api.user_auth import admin_user_json
 from cms.services.identity.password_reset import RESET_REQUESTED_MESSAGE
+from cms.web.context import client_ip, parse_body, services, user_agent
+from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
 
 
 async def register(request: web.Request) -> web.Response:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.guards import require_user
 from cms.api.responses import json_response
 from cms.api.schemas import ApiKeyCreateSchema, ApiKeySchema
+from cms.web.context import client_ip, parse_body, services, user_agent
 
 
 async def create_api_key(request: web.Request) -> web.Response:

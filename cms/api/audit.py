@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cms.api.context import parse_query, services
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
-from cms.api.schemas import (
-    AuditListQuerySchema,
-    AuditPageSchema,
-    AuditSecurityQuerySchema,
-    AuditStatisticsSchema,
-)
+from cms.api.schemas import AuditPageSchema, AuditStatisticsSchema
+from cms.web.context import parse_query, services
+from cms.web.schemas import AuditListQuerySchema, AuditSecurityQuerySchema
 
 
 async def list_audit(request: web.Request) -> web.Response:

@@ -3,14 +3,13 @@ its backup or restore is complete."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from aiohttp import web
 
-from cms.api.context import client_ip, services, user_agent
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
 from cms.api.schemas import BackupSchema, MessageSchema
+from cms.web.context import client_ip, services, user_agent
+from cms.web.files import backup_file_response
 
 
 async def create_backup(request: web.Request) -> web.Response:
@@ -43,12 +42,6 @@ async def download_backup(request: web.Request) -> web.StreamResponse:
     backup, path = await services(request).backups.download(principal, request.match_info["filename"],
                                                             ip=client_ip(request), user_agent=user_agent(request))
     return backup_file_response(backup.filename, path)
-
-
-def backup_file_response(filename: str, path: Path) -> web.FileResponse:
-    """The response sending a backup archive (REST and the admin UI)."""
-    return web.FileResponse(path, headers={"Content-Type": "application/gzip",
-                                           "Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 async def delete_backup(request: web.Request) -> web.Response:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cms.api.context import client_ip, parse_body, services, user_agent
-from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.responses import json_response
 from cms.api.schemas import (
     AUTH_REGISTER_KEYS,
@@ -26,6 +24,8 @@ from cms.api.schemas import (
 from cms.api.user_auth import caller, collection_user_json, limit_prefix, login_json, signed_in
 from cms.services.identity.otp import OTP_REQUESTED_MESSAGE
 from cms.services.identity.systems import CollectionUsers
+from cms.web.context import client_ip, parse_body, services, user_agent
+from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
 
 
 def _name(request: web.Request) -> str:

@@ -6,10 +6,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.api.context import parse_body, services
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
-from cms.api.schemas import RULE_NAMES, CollectionCreateSchema, CollectionSchema, CollectionUpdateSchema
+from cms.api.schemas import CollectionSchema
+from cms.web.context import parse_body, services
+from cms.web.schemas import RULE_NAMES, CollectionCreateSchema, CollectionUpdateSchema
 
 
 async def list_collections(request: web.Request) -> web.Response:

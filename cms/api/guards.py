@@ -7,10 +7,10 @@ import re
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from cms.api.context import services
 from cms.errors import Forbidden, Unauthorized
 from cms.models import Principal
 from cms.services import access
+from cms.web.context import services
 
 PRINCIPAL_KEY = "principal"
 AUTH_ERROR_KEY = "auth_error"

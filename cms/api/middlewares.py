@@ -14,7 +14,6 @@ from pymongo.errors import ConnectionFailure as PyMongoConnectionFailure
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cms.api.context import HTTP_STATS, REQUEST_ID
 from cms.api.responses import json_response
 from cms.errors import (
     BadRequest,
@@ -26,6 +25,7 @@ from cms.errors import (
     ServiceUnavailable,
 )
 from cms.services.caching.definition_cache import request_scope
+from cms.web.context import HTTP_STATS, REQUEST_ID
 
 log = logging.getLogger("cms.api")
 

@@ -6,8 +6,6 @@ import logging
 
 from aiohttp import web
 
-from cms.api.context import REQUEST_ID, parse_body, parse_query, services
-from cms.api.files import etag_matches
 from cms.api.guards import optional_principal, require_user
 from cms.api.responses import json_response
 from cms.api.schemas import (
@@ -17,9 +15,11 @@ from cms.api.schemas import (
     RecordListQuerySchema,
     RecordWriteSchema,
 )
-from cms.api.uploads import read_upload
 from cms.services.caching.read_cache import CachedBody
 from cms.services.content.records import record_json
+from cms.web.context import REQUEST_ID, parse_body, parse_query, services
+from cms.web.files import etag_matches
+from cms.web.uploads import read_upload
 
 log = logging.getLogger("cms.api")
 

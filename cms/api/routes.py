@@ -23,6 +23,7 @@ from cms.api import (
     webhooks,
 )
 from cms.api import schemas as s
+from cms.web import schemas as ws
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -63,7 +64,7 @@ def user_system_routes(prefix: str, tag: str, user: type[Schema], login: type[Sc
     are the system's shapes of a user and of the login response."""
     return (
         Route("POST", prefix + "/login", user_auth.login, "Log in with email and password", tag,
-              body=s.LoginSchema, response=login),
+              body=ws.LoginSchema, response=login),
         Route("POST", prefix + "/refresh", user_auth.refresh, "Spend a refresh token for a new token pair", tag,
               body=s.RefreshSchema, response=s.TokenSchema),
         Route("GET", prefix + "/me", user_auth.me, "The signed-in user", tag, auth="bearer", response=user),
@@ -90,7 +91,7 @@ def user_system_routes(prefix: str, tag: str, user: type[Schema], login: type[Sc
               body=s.TwoFactorDisableSchema, response=s.MessageSchema),
         Route("POST", prefix + "/2fa/verify", user_auth.two_factor_verify,
               "Complete a login that requires 2FA: mfa_token and a code", tag,
-              body=s.TwoFactorVerifySchema, response=login),
+              body=ws.TwoFactorVerifySchema, response=login),
         Route("GET", prefix + "/oauth2/providers", user_auth.oauth_providers,
               "OAuth2 / OIDC providers with authorization URLs (state, PKCE S256)", tag,
               query=s.OAuthProvidersQuerySchema, response=s.OAuthProviderSchema, many=True),
@@ -113,21 +114,21 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", V1 + "/collections", collections.list_collections, "List collections", "collections",
           response=s.CollectionSchema, many=True),
     Route("POST", V1 + "/collections", collections.create_collection, "Create a collection", "collections",
-          auth="admin", body=s.CollectionCreateSchema, response=s.CollectionSchema, status=201),
+          auth="admin", body=ws.CollectionCreateSchema, response=s.CollectionSchema, status=201),
     Route("GET", V1 + "/collections/{collection_id}", collections.get_collection, "Get a collection",
           "collections", response=s.CollectionSchema),
     Route("PATCH", V1 + "/collections/{collection_id}", collections.update_collection,
           "Change a collection's name, schema, otp_enabled, mfa_enabled or rules", "collections",
-          auth="admin", body=s.CollectionUpdateSchema, response=s.CollectionSchema),
+          auth="admin", body=ws.CollectionUpdateSchema, response=s.CollectionSchema),
     Route("DELETE", V1 + "/collections/{collection_id}", collections.delete_collection,
           "Delete a collection and its records", "collections", auth="admin", status=204),
     # --- audit, settings (issue 9)
     Route("GET", V1 + "/audit", audit.list_audit,
           "Audit log entries, newest first (limit, offset, event_type, severity, user_id, ip_address, "
-          "from_date, to_date)", "audit", auth="admin", query=s.AuditListQuerySchema, response=s.AuditPageSchema),
+          "from_date, to_date)", "audit", auth="admin", query=ws.AuditListQuerySchema, response=s.AuditPageSchema),
     Route("GET", V1 + "/audit/security", audit.security_audit,
           "Warning and critical audit entries (or one `severity`), newest first", "audit",
-          auth="admin", query=s.AuditSecurityQuerySchema, response=s.AuditPageSchema),
+          auth="admin", query=ws.AuditSecurityQuerySchema, response=s.AuditPageSchema),
     Route("GET", V1 + "/audit/statistics", audit.audit_statistics,
           "Audit entry counts: total, by event type, by severity, last 24 hours", "audit",
           auth="admin", response=s.AuditStatisticsSchema),

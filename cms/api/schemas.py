@@ -9,14 +9,12 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from cms.filters.grammar import MAX_FILTER_LENGTH
-from cms.filters.rules import ACTIONS
-from cms.services.content.fields import IsoDateTime, StrictBoolean, to_json_value
+from cms.services.content.fields import to_json_value
 from cms.services.content.records import DEFAULT_PER_PAGE
-from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
+from cms.services.operations.audit import SEVERITY_LEVELS
 from cms.services.operations.settings import SETTINGS_DEFAULTS
+from cms.web.schemas import MAX_CODE, MAX_PASSWORD, rule_field
 
-MAX_PASSWORD = 256
 NEW_PASSWORD_DOC = {
     "minLength": SETTINGS_DEFAULTS["password_min_length"][0],
     "description": "checked against the password policy: the settings `password_min_length` (default "
@@ -53,11 +51,6 @@ class RegisterSchema(Schema):
     password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD), metadata=NEW_PASSWORD_DOC)
     password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
     name = fields.String(load_default="", validate=validate.Length(max=200))
-
-
-class LoginSchema(Schema):
-    email = fields.String(required=True, validate=validate.Length(max=254))
-    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
 
 
 class RefreshSchema(Schema):
@@ -131,28 +124,6 @@ class CollectionSchemaSchema(Schema):
     fields_ = fields.List(fields.Nested(FieldSpecSchema), data_key="fields", attribute="fields")
 
 
-RULE_NAMES = tuple(f"{action}_rule" for action in ACTIONS)
-"""The five rule attributes of a collection, in order."""
-
-
-def _rule_field(action: str, *, dump: bool = False) -> fields.String:
-    description = (f"Who may {action} records: null = admins only, \"\" = everyone, or a rule expression "
-                   "(filter grammar with @request.auth.* and, for create/update, @request.data.*)")
-    if dump:
-        return fields.String(attribute=f"rules.{action}_rule", allow_none=True, metadata={"description": description})
-    return fields.String(allow_none=True, validate=validate.Length(max=MAX_FILTER_LENGTH),
-                         metadata={"description": description})
-
-
-_SCHEMA_DOC = {
-    "description": "List of fields, or {fields: [...]}",
-    "anyOf": [{"type": "array", "items": {"type": "object"}},
-              {"type": "object", "properties": {"fields": {"type": "array", "items": {"type": "object"}}},
-               "required": ["fields"]}],
-}
-"""The OpenAPI shape of a collection's `schema` in requests: a list of field objects or `{fields}`."""
-
-
 class CollectionSchema(Schema):
     id = fields.String()
     name = fields.String()
@@ -161,40 +132,13 @@ class CollectionSchema(Schema):
     otp_enabled = fields.Boolean()
     mfa_enabled = fields.Boolean()
     oauth_enabled = fields.Boolean()
-    list_rule = _rule_field("list", dump=True)
-    view_rule = _rule_field("view", dump=True)
-    create_rule = _rule_field("create", dump=True)
-    update_rule = _rule_field("update", dump=True)
-    delete_rule = _rule_field("delete", dump=True)
+    list_rule = rule_field("list", dump=True)
+    view_rule = rule_field("view", dump=True)
+    create_rule = rule_field("create", dump=True)
+    update_rule = rule_field("update", dump=True)
+    delete_rule = rule_field("delete", dump=True)
     created = Timestamp()
     updated = Timestamp()
-
-
-class CollectionCreateSchema(Schema):
-    name = fields.String(required=True)
-    type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
-    schema = fields.Raw(load_default=list, metadata=_SCHEMA_DOC)
-    otp_enabled = StrictBoolean(load_default=None)
-    mfa_enabled = StrictBoolean(load_default=None)
-    oauth_enabled = StrictBoolean(load_default=None)
-    list_rule = _rule_field("list")
-    view_rule = _rule_field("view")
-    create_rule = _rule_field("create")
-    update_rule = _rule_field("update")
-    delete_rule = _rule_field("delete")
-
-
-class CollectionUpdateSchema(Schema):
-    name = fields.String()
-    schema = fields.Raw(metadata=_SCHEMA_DOC)
-    otp_enabled = StrictBoolean()
-    mfa_enabled = StrictBoolean()
-    oauth_enabled = StrictBoolean()
-    list_rule = _rule_field("list")
-    view_rule = _rule_field("view")
-    create_rule = _rule_field("create")
-    update_rule = _rule_field("update")
-    delete_rule = _rule_field("delete")
 
 
 # --- records ---------------------------------------------------------------------------------
@@ -347,10 +291,6 @@ class CollectionLoginResponseSchema(_LoginAnswer):
 
 # --- two-factor login (decisions.md, Two-factor login) ----------------------------------------------
 
-MAX_CODE = 64
-"""Longest `code` accepted (a TOTP code is 6 digits, a recovery code 10 hex digits and a dash)."""
-
-
 class TwoFactorSetupSchema(Schema):
     secret = fields.String(metadata={"description": "Base32 TOTP secret (RFC 6238, 30 s, 6 digits, SHA-1)"})
     otpauth_url = fields.String()
@@ -400,12 +340,6 @@ class OAuthCallbackSchema(Schema):
     state = fields.String(required=True, validate=[validate.Length(min=1, max=2048), validate.Regexp(
         r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\Z", error="Must be a state from oauth2/providers.")])
     redirect_uri = fields.String(required=True, validate=_REDIRECT_URI)
-
-
-class TwoFactorVerifySchema(Schema):
-    mfa_token = fields.String(required=True, validate=validate.Length(min=1, max=4096))
-    code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE),
-                         metadata={"description": "A TOTP code or a recovery code"})
 
 
 class CollectionRegisterResponseSchema(Schema):
@@ -505,30 +439,6 @@ class DeliveryPageSchema(Schema):
 
 
 # --- audit and settings (issue 9) --------------------------------------------------------------
-
-MAX_AUDIT_OFFSET = 1_000_000_000
-_LIMIT_DESCRIPTION = f"1..{MAX_LIMIT}, default {DEFAULT_LIMIT}; larger values are clamped to {MAX_LIMIT}"
-
-
-class AuditPageQuerySchema(Schema):
-    limit = fields.Integer(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1),
-                           metadata={"description": _LIMIT_DESCRIPTION})
-    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=MAX_AUDIT_OFFSET))
-
-
-class AuditListQuerySchema(AuditPageQuerySchema):
-    event_type = fields.String(load_default=None, validate=validate.OneOf(sorted(SEVERITIES)))
-    severity = fields.String(load_default=None, validate=validate.OneOf(SEVERITY_LEVELS))
-    user_id = fields.String(load_default=None, validate=validate.Length(min=1, max=128))
-    ip_address = fields.String(load_default=None, validate=validate.Length(min=1, max=64))
-    from_date = IsoDateTime(load_default=None, metadata={"description": "ISO 8601, inclusive (naive = UTC)"})
-    to_date = IsoDateTime(load_default=None, metadata={"description": "ISO 8601, exclusive (naive = UTC)"})
-
-
-class AuditSecurityQuerySchema(AuditPageQuerySchema):
-    severity = fields.String(load_default=None, validate=validate.OneOf(SEVERITY_LEVELS),
-                             metadata={"description": "only this severity (default: warning and critical)"})
-
 
 class AuditEntrySchema(Schema):
     id = fields.String()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cms.api.context import client_ip, parse_body, services, user_agent
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
 from cms.api.schemas import SettingSchema, SettingUpdateSchema
+from cms.web.context import client_ip, parse_body, services, user_agent
 
 
 async def list_settings(request: web.Request) -> web.Response:

@@ -6,9 +6,9 @@ from importlib import resources
 
 from aiohttp import web
 
-from cms.api.context import HTTP_STATS, services
 from cms.api.guards import optional_principal
 from cms.api.responses import json_response
+from cms.web.context import HTTP_STATS, services
 
 
 async def health(request: web.Request) -> web.Response:

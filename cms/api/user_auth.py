@@ -16,14 +16,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.api.context import client_ip, parse_body, parse_query, services, user_agent
 from cms.api.guards import require_user
-from cms.api.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.api.responses import json_response
 from cms.api.schemas import (
     AdminUserSchema,
     ChangePasswordSchema,
-    LoginSchema,
     OAuthCallbackSchema,
     OAuthProviderSchema,
     OAuthProvidersQuerySchema,
@@ -34,12 +31,14 @@ from cms.api.schemas import (
     TwoFactorCodeSchema,
     TwoFactorDisableSchema,
     TwoFactorSetupSchema,
-    TwoFactorVerifySchema,
 )
 from cms.errors import Unauthorized
 from cms.models import CollectionUser, LoginResult, Principal
 from cms.services.content.records import record_json
 from cms.services.identity.systems import AdminUsers, CollectionUsers, UserSystem
+from cms.web.context import client_ip, parse_body, parse_query, services, user_agent
+from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
+from cms.web.schemas import LoginSchema, TwoFactorVerifySchema
 
 COLLECTION_PARAM = "collection_name"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from aiohttp import web
 from marshmallow import Schema, fields
 
-from cms.api.context import parse_body, parse_query, services
 from cms.api.guards import require_user
 from cms.api.responses import json_response
 from cms.api.schemas import (
@@ -18,6 +17,7 @@ from cms.api.schemas import (
     WebhookSchema,
     WebhookUpdateSchema,
 )
+from cms.web.context import parse_body, parse_query, services
 
 
 async def create_webhook(request: web.Request) -> web.Response:

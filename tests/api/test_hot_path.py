@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from cms.api.context import SERVICES, is_https
 from cms.app import create_app
 from cms.errors import ServiceUnavailable
 from cms.store import records as record_store
+from cms.web.context import SERVICES, is_https
 from cms.wiring import Services, open_services
 from tests.api.test_read_cache import POSTS, Spy
 from tests.conftest import bearer, create_collection, create_record, records_path

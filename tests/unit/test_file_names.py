@@ -2,9 +2,9 @@
 
 import pytest
 
-from cms.api.files import content_disposition, parse_range
 from cms.errors import BadRequest
 from cms.services.content.files import clean_content_type, safe_filename, served_inline
+from cms.web.files import content_disposition, parse_range
 
 
 @pytest.mark.parametrize("given, stored", [

@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render, services
-from cms.api.context import client_ip, user_agent
+from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
 from cms.errors import CmsError, NotFound, ValidationFailed
 from cms.models import ApiKey, Principal
+from cms.web.context import client_ip, services, user_agent
 
 BASE = PREFIX + "/api-keys"
 SCOPES = ("read", "write")

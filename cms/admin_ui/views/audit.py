@@ -13,12 +13,12 @@ from urllib.parse import urlencode
 from aiohttp import web
 from marshmallow import Schema
 
-from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message, render, services
-from cms.api.context import load
-from cms.api.schemas import AuditListQuerySchema, AuditSecurityQuerySchema
+from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message, render
 from cms.errors import ValidationFailed
 from cms.models import Principal
 from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS, AuditPage
+from cms.web.context import load, services
+from cms.web.schemas import AuditListQuerySchema, AuditSecurityQuerySchema
 
 FILTERS = ("event_type", "severity", "user_id", "ip_address", "from_date", "to_date")
 PAGE_SIZES = (20, 50, 100, MAX_LIMIT)

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render, services
-from cms.api.backups import backup_file_response
-from cms.api.context import client_ip, user_agent
+from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
 from cms.errors import CmsError, NotFound
 from cms.models import Principal
 from cms.services.operations.backups import Backup, backup_time
+from cms.web.context import client_ip, services, user_agent
+from cms.web.files import backup_file_response
 
 log = logging.getLogger("cms.admin_ui")
 

@@ -23,13 +23,13 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render, services
-from cms.api.context import load
-from cms.api.schemas import CollectionCreateSchema, CollectionUpdateSchema
+from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
 from cms.errors import CmsError, InvalidFilter, ValidationFailed
 from cms.filters.rules import AUTH_VARIABLES, DATA_ACTIONS
 from cms.models import Collection, FieldSpec, Principal, default_rules
 from cms.services.content.fields import FIELD_TYPES, MULTI_TYPES, SYSTEM_FIELDS, TEXT_TYPES
+from cms.web.context import load, services
+from cms.web.schemas import CollectionCreateSchema, CollectionUpdateSchema
 
 RULES = ("list_rule", "view_rule", "create_rule", "update_rule", "delete_rule")
 SWITCHES = ("otp_enabled", "mfa_enabled", "oauth_enabled")

@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, render, services
-from cms.api.context import HTTP_STATS
+from cms.admin_ui.common import PREFIX, admin_page, render
 from cms.models import Principal
+from cms.web.context import HTTP_STATS, services
 
 
 @admin_page
@@ -18,7 +18,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     """GET /_/: the dashboard."""
     system = services(request).system
     healthy, health = await system.health()
-    http: dict[str, int] = request.app[HTTP_STATS]
+    http: dict[str, int] = request.config_dict[HTTP_STATS]
     stats: dict[str, Any] = {"http": dict(http), **await system.stats()}
     redis = stats.get("redis", {})
     return await render(request, "dashboard/index.html", healthy=healthy, health=health, stats=stats,

@@ -5,7 +5,7 @@ The table reads the same cached list body as `GET /api/v1/collections/{name}/rec
 search, page and per_page are passed through unchanged, so the page shows exactly what the API
 answers (InvalidFilter messages inline). Column choice is kept in the query string (`cols`).
 
-The editor (create, edit) is one multipart form, read as a stream (like cms/api/uploads.py, so
+The editor (create, edit) is one multipart form, read as a stream (with cms/web/uploads.py, so
 `client_max_size` does not limit the files): the CSRF token first, then the field values, then the
 file inputs. Values go to `records.create` / `records.update` (the service validates and reports
 per field); files go to `files.upload` (the same service as `POST /api/v1/files`) once the record
@@ -36,17 +36,17 @@ from cms.admin_ui.common import (
     flash,
     redirect,
     render,
-    services,
     streamed_admin_page,
 )
 from cms.admin_ui.session import CSRF_FIELD, CSRF_HEADER, csrf_token_matches
-from cms.api.files import file_headers
-from cms.api.uploads import form_parts
 from cms.errors import CmsError, PayloadTooLarge
 from cms.models import Collection, FieldSpec, Principal
 from cms.services.content.fields import is_multi
 from cms.services.content.files import FormPart
 from cms.services.content.records import DEFAULT_PER_PAGE, MAX_PER_PAGE
+from cms.web.context import services
+from cms.web.files import file_headers
+from cms.web.uploads import form_parts
 
 SYSTEM_COLUMNS = ("created", "updated")
 MAX_SEARCH_CHARS = 500

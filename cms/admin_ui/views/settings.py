@@ -10,11 +10,11 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message, flash, redirect, render, services
-from cms.api.context import client_ip, user_agent
+from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message, flash, redirect, render
 from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, TEXT_SETTINGS, Setting
+from cms.web.context import client_ip, services, user_agent
 
 CATEGORY_TITLES = {
     "auth": "Authentication", "security": "Security", "files": "Files", "limits": "Limits",

@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, flash, page_number, redirect, render, services
-from cms.api.context import client_ip, user_agent
+from cms.admin_ui.common import PREFIX, admin_page, flash, page_number, redirect, render
 from cms.errors import NotFound
 from cms.models import CollectionUser, Page, Principal
 from cms.services.identity.systems import CollectionUsers
+from cms.web.context import client_ip, services, user_agent
 
 BASE = PREFIX + "/collections/{collection_name}/users"
 PER_PAGE = 50

@@ -10,10 +10,11 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, page_number, redirect, render, services
+from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, page_number, redirect, render
 from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.delivery.webhooks import DEFAULT_RETRY_COUNT, EVENT_KINDS, MAX_RETRY_COUNT
+from cms.web.context import services
 
 BASE = PREFIX + "/webhooks"
 LOG_PAGE = 50

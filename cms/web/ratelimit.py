@@ -9,9 +9,9 @@ import logging
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from cms.api.context import client_ip, services, user_agent
 from cms.errors import RateLimited
 from cms.services.operations.rate_limits import RateLimitDecision
+from cms.web.context import client_ip, services, user_agent
 
 log = logging.getLogger("cms.api")
 

@@ -1,4 +1,5 @@
-"""Request-level helpers shared by every handler module: app keys, body and query parsing."""
+"""Request-level helpers shared by the API and the admin UI: app keys, body and query parsing, and
+the request's context (client address, HTTPS, User-Agent)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ INLINE_JSON_BYTES = 64 * 1024
 
 
 def services(request: web.Request) -> Services:
-    """The process's wired services."""
-    return request.app[SERVICES]
+    """The process's wired services, set on the root app and seen from its sub-apps (the admin UI)."""
+    return request.config_dict[SERVICES]
 
 
 async def read_json(request: web.Request) -> Any:

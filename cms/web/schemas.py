@@ -1,0 +1,126 @@
+"""The request schemas both the API and the admin UI load (decisions.md, Limits: every
+client-controlled size has a bound): sign-in and its 2FA step, collection create and update, and
+the audit log queries. The API also documents them (/docs); the admin UI loads its forms with them,
+so a form accepts exactly what the REST endpoint accepts."""
+
+from __future__ import annotations
+
+from marshmallow import Schema, fields, validate
+
+from cms.filters.grammar import MAX_FILTER_LENGTH
+from cms.filters.rules import ACTIONS
+from cms.services.content.fields import IsoDateTime, StrictBoolean
+from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
+
+MAX_PASSWORD = 256
+"""Longest password accepted, in characters (argon2 hashes anything; this bounds the work)."""
+MAX_CODE = 64
+"""Longest `code` accepted (a TOTP code is 6 digits, a recovery code 10 hex digits and a dash)."""
+
+
+# --- sign-in ---------------------------------------------------------------------------------
+
+
+class LoginSchema(Schema):
+    """Body of a password sign-in: `{email, password}` (bounds only; the service checks them)."""
+
+    email = fields.String(required=True, validate=validate.Length(max=254))
+    password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
+
+
+class TwoFactorVerifySchema(Schema):
+    """Body of the second sign-in step: `{mfa_token, code}` (a TOTP or recovery code)."""
+
+    mfa_token = fields.String(required=True, validate=validate.Length(min=1, max=4096))
+    code = fields.String(required=True, validate=validate.Length(min=1, max=MAX_CODE),
+                         metadata={"description": "A TOTP code or a recovery code"})
+
+
+# --- collections -----------------------------------------------------------------------------
+
+RULE_NAMES = tuple(f"{action}_rule" for action in ACTIONS)
+"""The five rule attributes of a collection, in order."""
+
+
+def rule_field(action: str, *, dump: bool = False) -> fields.String:
+    """The schema field of the `action` rule (list, view, create, update, delete): loaded as a
+    string up to MAX_FILTER_LENGTH characters or null, or with `dump` read from `rules.<action>_rule`."""
+    description = (f"Who may {action} records: null = admins only, \"\" = everyone, or a rule expression "
+                   "(filter grammar with @request.auth.* and, for create/update, @request.data.*)")
+    if dump:
+        return fields.String(attribute=f"rules.{action}_rule", allow_none=True, metadata={"description": description})
+    return fields.String(allow_none=True, validate=validate.Length(max=MAX_FILTER_LENGTH),
+                         metadata={"description": description})
+
+
+SCHEMA_DOC = {
+    "description": "List of fields, or {fields: [...]}",
+    "anyOf": [{"type": "array", "items": {"type": "object"}},
+              {"type": "object", "properties": {"fields": {"type": "array", "items": {"type": "object"}}},
+               "required": ["fields"]}],
+}
+"""The OpenAPI shape of a collection's `schema` in requests: a list of field objects or `{fields}`."""
+
+
+class CollectionCreateSchema(Schema):
+    """Body of a collection create: name, type (`base`/`auth`), schema, auth options and the five rules."""
+
+    name = fields.String(required=True)
+    type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
+    schema = fields.Raw(load_default=list, metadata=SCHEMA_DOC)
+    otp_enabled = StrictBoolean(load_default=None)
+    mfa_enabled = StrictBoolean(load_default=None)
+    oauth_enabled = StrictBoolean(load_default=None)
+    list_rule = rule_field("list")
+    view_rule = rule_field("view")
+    create_rule = rule_field("create")
+    update_rule = rule_field("update")
+    delete_rule = rule_field("delete")
+
+
+class CollectionUpdateSchema(Schema):
+    """Body of a collection update: any subset of the create body but `type`."""
+
+    name = fields.String()
+    schema = fields.Raw(metadata=SCHEMA_DOC)
+    otp_enabled = StrictBoolean()
+    mfa_enabled = StrictBoolean()
+    oauth_enabled = StrictBoolean()
+    list_rule = rule_field("list")
+    view_rule = rule_field("view")
+    create_rule = rule_field("create")
+    update_rule = rule_field("update")
+    delete_rule = rule_field("delete")
+
+
+# --- audit -----------------------------------------------------------------------------------
+
+MAX_AUDIT_OFFSET = 1_000_000_000
+"""Highest audit `offset` accepted."""
+_LIMIT_DESCRIPTION = f"1..{MAX_LIMIT}, default {DEFAULT_LIMIT}; larger values are clamped to {MAX_LIMIT}"
+
+
+class AuditPageQuerySchema(Schema):
+    """The paging of an audit query: `limit` (1.., clamped by the service) and `offset` (0..MAX_AUDIT_OFFSET)."""
+
+    limit = fields.Integer(load_default=DEFAULT_LIMIT, validate=validate.Range(min=1),
+                           metadata={"description": _LIMIT_DESCRIPTION})
+    offset = fields.Integer(load_default=0, validate=validate.Range(min=0, max=MAX_AUDIT_OFFSET))
+
+
+class AuditListQuerySchema(AuditPageQuerySchema):
+    """Query of the audit log: paging plus event type, severity, user, IP and a date range `[from, to)`."""
+
+    event_type = fields.String(load_default=None, validate=validate.OneOf(sorted(SEVERITIES)))
+    severity = fields.String(load_default=None, validate=validate.OneOf(SEVERITY_LEVELS))
+    user_id = fields.String(load_default=None, validate=validate.Length(min=1, max=128))
+    ip_address = fields.String(load_default=None, validate=validate.Length(min=1, max=64))
+    from_date = IsoDateTime(load_default=None, metadata={"description": "ISO 8601, inclusive (naive = UTC)"})
+    to_date = IsoDateTime(load_default=None, metadata={"description": "ISO 8601, exclusive (naive = UTC)"})
+
+
+class AuditSecurityQuerySchema(AuditPageQuerySchema):
+    """Query of the security view of the audit log: paging plus one severity."""
+
+    severity = fields.String(load_default=None, validate=validate.OneOf(SEVERITY_LEVELS),
+                             metadata={"description": "only this severity (default: warning and critical)"})
