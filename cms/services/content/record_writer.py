@@ -12,7 +12,7 @@ UI's editor (`RecordDraft`, files included). A create takes these steps, in this
    active webhook (its outbox entries commit with the record);
 5. the deleted-collection guard: a collection deleted between the look-up and the insert (its
    records dropped before the insert recreated them) makes the write NotFound and its documents
-   are dropped again (`drop_if_deleted`);
+   are dropped again (`RecordWriter.guard`);
 6. emit one `create` event per stored record (`emit_changed`), only once the guard passed.
 
 Batches (decisions.md: Batch writes) run several writes in one MongoDB transaction by opening
