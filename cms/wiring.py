@@ -310,7 +310,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
         transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
         records = RecordService(content.collections, content.record_repository, content.schemas, platform.events,
                                 clock=clock, transactions=transactions, needs_transaction=webhooks.wants,
-                                settings=platform.settings, cache=read_cache, group_commit=True)
+                                settings=platform.settings, cache=read_cache, group_commit=True, files=files)
         yield Services(
             config=config,
             redis=infra.redis,

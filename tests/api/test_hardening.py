@@ -8,6 +8,7 @@ import asyncio
 import csv
 import io
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
@@ -16,9 +17,12 @@ from pymongo.errors import AutoReconnect
 
 from cms.errors import InvalidFilter
 from cms.filters.mongo import MAX_REGEX_LENGTH
-from cms.models import Collection, Record
+from cms.models import Record
 from cms.security.json_input import MAX_JSON_DEPTH
+from cms.services.content.fields import RecordSchemas
 from cms.services.content.record_csv import IMPORT_BATCH_SIZE, RecordCsv
+from cms.services.content.record_writer import RecordWriter
+from cms.services.delivery.events import RecordEvent
 from cms.store.client import open_client
 from cms.store.records import RecordRepository, records_mongo_name
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
@@ -177,13 +181,15 @@ async def test_a_database_failure_mid_import_says_exactly_which_rows_were_stored
     collection = await services.collections.get(created["id"])
     emitted: list[Record] = []
 
-    async def emit(_: Collection, records: Any) -> None:
-        emitted.extend(records)
+    async def emit(events: Sequence[RecordEvent]) -> None:
+        emitted.extend(e.record for e in events if e.event == "create" and e.record is not None)
 
+    services.events.subscribe(emit)
     repository = FailingRecords(services.records._records, fail_on=2, stored=stored)
+    writer = RecordWriter(services.collections, repository, RecordSchemas(), services.events)
     total = IMPORT_BATCH_SIZE * 2 + 500
     content = csv_bytes([["title", "views"], *([f"row {n}", n] for n in range(1, total + 1))])
-    result = await RecordCsv(repository, emit).import_csv(collection, content)
+    result = await RecordCsv(repository, writer).import_csv(collection, content)
 
     expected_stored = IMPORT_BATCH_SIZE * (2 if stored else 1)
     docs = await raw_documents(config, created["id"])

@@ -31,7 +31,7 @@ from cms.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
 from cms.services.content.collections import CollectionService
-from cms.services.content.records import checked_record, permitted_record
+from cms.services.content.record_reads import checked_record, permitted_record
 from cms.services.delivery.events import DELETE, CollectionEvent, RecordEvent
 from cms.services.operations.settings import SettingsService
 from cms.store.files import FileReader, FileRepository, FileUpload
@@ -215,6 +215,30 @@ class FileService:
         await self._check_record_still_there(file)
         log.info("file %s (%d bytes) attached to %s/%s", file.id, file.size, file.collection, file.record_id)
         return file
+
+    async def store(self, collection: Collection, record_id: str, part: FormPart) -> StoredFile:
+        """Store one file part for record `record_id` of `collection` without checking the record
+        (which may not exist yet): the caller, `RecordDraft`, has checked the rules and removes the
+        file (`discard`) if the record is not saved. Raises PayloadTooLarge (past `max_upload_mb`;
+        nothing stays stored)."""
+        received = await self._receive(part, await self.max_upload_bytes())
+        file = StoredFile(
+            id=received.file_id, filename=received.filename, content_type=received.content_type,
+            size=received.size, collection_id=collection.id, collection=collection.name,
+            record_id=record_id, sha256=received.sha256, created=self._clock(),
+        )
+        try:
+            await received.upload.finish(file)
+        except BaseException:
+            await received.upload.abort()
+            raise
+        return file
+
+    async def discard(self, file_ids: Sequence[str]) -> None:
+        """Delete the files `store` wrote for a record that was not saved (no rule check: they are
+        the caller's own)."""
+        for file_id in file_ids:
+            await self._files.delete(file_id)
 
     async def _receive(self, part: FormPart, max_bytes: int) -> _Received:
         """Stream the file part into GridFS, counting and hashing. Raises PayloadTooLarge as soon as

@@ -12,7 +12,7 @@ Each create still gets its own answer: a record refused by a unique index raises
 its own request only (the others of its group are stored); a failure of the whole insert (the
 database down) reaches every waiter. After each insert, `after` runs once for the group with the
 records it stored: it checks that the collection still exists (the check every insert makes,
-records.drop_if_deleted) and emits their `create` events as one batch (one read-cache version bump
+record_writer.RecordWriter.guard) and emits their `create` events as one batch (one read-cache version bump
 and one outbox pass for the group), before any waiter is answered.
 
 A waiter that is cancelled (its client went away) does not cancel the group: its record is stored

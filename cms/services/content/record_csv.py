@@ -1,14 +1,15 @@
 """CSV export and import of a collection's records (spec: Records, export/csv and import/csv;
 decisions.md: Limits). Cells are rendered and parsed by `csv_io`; RecordService resolves the
-collection and the query and hands in its event path, so every imported record emits `create`
-exactly as a single create does.
+collection and the query. Imported rows are written through the one writer (`RecordWriter`): its
+relation check, insert, deleted-collection guard and events, so every imported record emits
+`create` exactly as a single create does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from cms.services.content.csv_io import (
     csv_header,
     render_row,
 )
-from cms.services.content.fields import value_list
+from cms.services.content.record_writer import UNKNOWN_RELATION, RecordWriter
 from cms.store.records import DUPLICATE_KEY, InsertFailure, RecordRepository
 
 log = logging.getLogger("cms.records")
@@ -36,9 +37,7 @@ EXPORT_BATCH_SIZE = 1_000
 """Documents fetched per round trip while exporting."""
 IMPORT_BATCH_SIZE = 1_000
 """CSV rows validated, then stored with one unordered insert_many, at a time."""
-UNKNOWN_RELATION = "Unknown record id."
-
-EmitCreated = Callable[[Collection, Sequence[Record]], Awaitable[None]]
+__all__ = ["EXPORT_BATCH_SIZE", "IMPORT_BATCH_SIZE", "UNKNOWN_RELATION", "CsvExport", "RecordCsv"]
 
 
 @dataclass(frozen=True)
@@ -52,14 +51,13 @@ class CsvExport:
 
 
 class RecordCsv:
-    """Streams records out as CSV and stores CSV rows as records, in batches.
+    """Streams records out of `records` as CSV and stores CSV rows as records, in batches, through
+    `writer` (after each batch: its deleted-collection guard, then the events of the records that
+    went in)."""
 
-    `emit_created(collection, records)` is called after each batch is stored, with the records
-    that went in."""
-
-    def __init__(self, records: RecordRepository, emit_created: EmitCreated, *, clock: Clock = utcnow) -> None:
+    def __init__(self, records: RecordRepository, writer: RecordWriter, *, clock: Clock = utcnow) -> None:
         self._records = records
-        self._emit_created = emit_created
+        self._writer = writer
         self._clock = clock
 
     async def export(self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]]) -> CsvExport:
@@ -94,8 +92,8 @@ class RecordCsv:
             await records.aclose()
         yield writer.take()
 
-    async def import_csv(self, collection: Collection, content: bytes, *, max_bytes: int = MAX_IMPORT_BYTES,
-                         max_rows: int = MAX_IMPORT_ROWS,
+    async def import_csv(self, collection: Collection, content: bytes, *, epoch: str | None = None,
+                         max_bytes: int = MAX_IMPORT_BYTES, max_rows: int = MAX_IMPORT_ROWS,
                          permitted: Callable[[Record], bool] | None = None) -> ImportResult:
         """Store the rows of CSV `content` as new records of `collection`.
 
@@ -112,7 +110,10 @@ class RecordCsv:
         were stored are counted in `imported` (a batch in doubt is looked up by its record ids),
         every other valid row is in `failed` with a `_row` message saying it was not stored, so a
         client can retry exactly those. Only when even that look-up fails are the rows of the batch
-        in doubt reported as possibly stored. Records of one batch share their `created` time."""
+        in doubt reported as possibly stored. Records of one batch share their `created` time.
+
+        `epoch`: the catalog epoch `collection` was looked up under. Raises NotFound when the
+        collection was deleted during the import (what it stored is dropped)."""
         if len(content) > max_bytes:
             raise PayloadTooLarge(f"The CSV file is larger than {max_bytes // 2**20} MiB")
         rows, failed = await asyncio.to_thread(_parse_all, collection, content, max_rows)
@@ -126,11 +127,12 @@ class RecordCsv:
             now = self._clock()
             records = [Record(id=new_id(), created=now, updated=now, data=row.values) for row in batch]
             try:
-                refused = await self._records.insert_many(collection.id, records)
+                refused = await self._writer.insert_many(collection, records)
             except Exception as exc:  # the database failed: say exactly what is stored
                 log.exception("CSV import into %s failed after %d records", collection.name, result.imported)
                 await self._report_failure(collection, batch, records, rows[start + len(batch):], result, exc)
                 break
+            await self._writer.guard(collection, epoch)
             await self._count_stored(collection, batch, records, refused, result)
         result.failed.sort(key=lambda failure: failure.row)
         return result
@@ -150,7 +152,7 @@ class RecordCsv:
         stored = [record for index, record in enumerate(records) if index not in by_index]
         result.imported += len(stored)
         try:
-            await self._emit_created(collection, stored)
+            await self._writer.emit_created(collection, stored)
         except Exception:  # the rows are stored: the answer must say so (no 5xx after storing)
             log.exception("CSV import into %s: events of %d stored records could not be written to the outbox",
                           collection.name, len(stored))
@@ -176,7 +178,7 @@ class RecordCsv:
             result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [reason]})
                                  for row, record in zip(batch, records, strict=False) if record.id not in stored_ids)
             if stored:
-                await self._emit_created(collection, stored)
+                await self._writer.emit_created(collection, stored)
         result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [reason]}) for row in later)
 
     async def _drop_missing_relations(
@@ -184,17 +186,7 @@ class RecordCsv:
     ) -> list[ParsedRow]:
         """The rows whose relation ids all exist (one lookup per relation field); the others go to
         `failed`."""
-        errors: dict[int, dict[str, list[str]]] = {}
-        for spec in collection.fields:
-            if spec.type != "relation" or spec.collection_id is None:
-                continue
-            wanted = {i for row in rows for i in value_list(row.values.get(spec.name))}
-            if not wanted:
-                continue
-            missing = wanted - await self._records.existing_ids(spec.collection_id, sorted(wanted))
-            for index, row in enumerate(rows):
-                if missing.intersection(value_list(row.values.get(spec.name))):
-                    errors.setdefault(index, {})[spec.name] = [UNKNOWN_RELATION]
+        errors = await self._writer.relation_failures(collection, [row.values for row in rows])
         failed.extend(RowFailure(rows[index].row, row_errors) for index, row_errors in errors.items())
         return [row for index, row in enumerate(rows) if index not in errors]
 

@@ -38,7 +38,7 @@ from cms.security.passwords import is_unicode_text
 from cms.services.access import AUTH_TYPE
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import RecordSchemas
-from cms.services.content.records import check_relations, drop_if_deleted, emit_changed
+from cms.services.content.record_writer import RecordWriter, emit_changed
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus, RecordEvent
 from cms.services.identity.credentials import check_text, new_password_hash, normalize_email
 from cms.services.identity.session_tokens import SessionService
@@ -235,6 +235,7 @@ class CollectionUsers:
         self._collections = collections
         self._events = events
         self._clock = clock
+        self._writer = RecordWriter(collections, records, schemas, events, clock=clock)
 
     @property
     def audience(self) -> str:
@@ -269,25 +270,21 @@ class CollectionUsers:
 
     async def create(self, email: str, password: str, data: dict[str, Any], *, verified: bool) -> CollectionUser:
         """Store a new user: a record with `email`, `verified` and the schema fields of `data`, and its
-        credentials; emit the record's `create` event. Raises ValidationFailed (schema fields,
-        relations), AlreadyExists (address taken in this collection) or NotFound (the collection was
+        credentials, through the one record writer (`RecordWriter.create`: validate, relations,
+        insert, deleted-collection guard, the record's `create` event). Raises ValidationFailed
+        (schema fields, relations), AlreadyExists (address taken in this collection) or NotFound (the collection was
         deleted meanwhile; what was stored is dropped)."""
         collection = self.collection
-        loaded = self._schemas.load(collection, data, partial=False)
-        values = {k: v for k, v in loaded.items() if v is not None}
-        await check_relations(self._records, collection, values)
-        now = self._clock()
-        record = Record(id=new_id(), created=now, updated=now,
-                        data={"email": normalize_email(email), "verified": verified, **values})
-        user = CollectionUser(collection.id, record, await new_password_hash(password))
-        await self._users.insert(user)
-        try:
-            await drop_if_deleted(self._collections, self._records, collection)
-        except NotFound:
-            await self._users.delete_collection(collection.id)
-            raise
-        await self._emit(CREATE, record)
-        return user
+        hashes: list[str] = []
+
+        async def store(record: Record) -> None:  # hashed once the values passed (argon2 is slow)
+            hashes.append(await new_password_hash(password))
+            await self._users.insert(CollectionUser(collection.id, record, hashes[0]))
+
+        record = await self._writer.create(collection, data, store=store,
+                                           fixed={"email": normalize_email(email), "verified": verified},
+                                           undo=lambda: self._users.delete_collection(collection.id))
+        return CollectionUser(collection.id, record, hashes[0])
 
     async def set_password_hash(self, user_id: str, password_hash: str) -> None:
         """Store a new password hash."""

@@ -1,0 +1,320 @@
+"""The record editor (`/_/collections/{name}/records/new` and `.../{record_id}`): create and edit
+one record, with its files.
+
+The editor is one multipart form, read as a stream (like cms/web/uploads.py, so `client_max_size`
+does not limit the files): the CSRF token first, then the field values and file inputs in form
+order. The handler only parses the form; writing is one service operation (`RecordService.draft`,
+record_uploads.py): each file is stored as it arrives, the values are saved last through the one
+record writer, and a refused save leaves neither file nor record behind.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from cms.admin_ui.common import (
+    PREFIX,
+    ErrorMessage,
+    PageRefused,
+    admin_page,
+    error_message,
+    flash,
+    redirect,
+    render,
+    streamed_admin_page,
+)
+from cms.admin_ui.session import CSRF_FIELD, CSRF_HEADER, csrf_token_matches
+from cms.errors import CmsError, PayloadTooLarge, ValidationFailed
+from cms.models import Collection, FieldSpec, Principal
+from cms.services.content.fields import is_multi
+from cms.services.content.files import FormPart
+from cms.web.context import services
+from cms.web.uploads import form_parts
+
+MAX_FORM_TEXT_BYTES = 1024 * 1024
+"""The field values of one editor form (files aside) may total this many bytes."""
+FILE_INPUT_PREFIX = "upload__"
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp")
+_INT = re.compile(r"[+-]?\d+")
+
+
+@dataclass
+class EditorField:
+    """One field of the editor: its spec, the widget, the value as the form shows it, its errors."""
+
+    spec: FieldSpec
+    widget: str
+    value: Any
+    errors: list[str]
+    files: list[dict[str, Any]] = field(default_factory=list)
+    multi: bool = False
+
+
+def widget_of(spec: FieldSpec) -> str:
+    """The input used for a field type."""
+    if spec.type in ("editor", "json"):
+        return "textarea"
+    if spec.type == "bool":
+        return "checkbox"
+    if spec.type == "select":
+        return "select"
+    if spec.type == "number":
+        return "number"
+    if spec.type == "date":
+        return "datetime"
+    if spec.type in ("email", "url"):
+        return spec.type
+    if spec.type == "file":
+        return "file"
+    if spec.type == "relation":
+        return "ids"
+    return "text"
+
+
+def shown_value(spec: FieldSpec, value: Any) -> Any:
+    """A stored (API JSON) value as the editor's input shows it."""
+    if value is None:
+        return [] if spec.type == "select" else ("" if spec.type != "bool" else False)
+    if spec.type == "json":
+        return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    if spec.type == "date" and isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return value
+        if parsed.microsecond:
+            return parsed.replace(tzinfo=None).isoformat(timespec="milliseconds")
+        return parsed.strftime("%Y-%m-%dT%H:%M:%S")
+    if spec.type == "select":
+        return value if isinstance(value, list) else [value]
+    if spec.type in ("relation", "file"):
+        return ", ".join(value) if isinstance(value, list) else str(value)
+    if spec.type == "number":
+        return str(value)
+    return value
+
+
+def parse_field(spec: FieldSpec, raw: list[str], *, creating: bool) -> tuple[bool, Any]:
+    """(present, value) of one field from the form's strings. Empty means "leave out" when creating
+    and "clear" (None) when editing; what does not parse is passed on as given, for the service to
+    refuse with its own message (a number field's `abc`). Raises ValueError for invalid JSON."""
+    if spec.type == "bool":
+        return True, bool(raw) and raw[-1] in ("on", "true", "1")
+    if spec.type == "select":
+        chosen = [v for v in raw if v]
+        if not chosen:
+            return (False, None) if creating else (True, None)
+        return True, chosen if is_multi(spec) else chosen[-1]
+    text = raw[-1] if raw else ""
+    if not text.strip():
+        return (False, None) if creating else (True, None)
+    if spec.type == "number":
+        stripped = text.strip()
+        if _INT.fullmatch(stripped):
+            return True, int(stripped)
+        try:
+            number = float(stripped)
+        except ValueError:
+            return True, text
+        return True, number if math.isfinite(number) else text
+    if spec.type == "json":
+        try:
+            return True, orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"Not valid JSON: {exc}") from None
+    if spec.type in ("relation", "file"):
+        ids = [p for p in re.split(r"[\s,]+", text) if p]
+        return True, ids if is_multi(spec) else (ids[-1] if ids else None)
+    return True, text
+
+
+def form_data(collection: Collection, form: dict[str, list[str]], *, creating: bool
+              ) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The record `data` of a submitted form and the errors found before the service is asked."""
+    data: dict[str, Any] = {}
+    errors: dict[str, list[str]] = {}
+    for spec in collection.fields:
+        if spec.type not in ("bool", "select") and spec.name not in form:
+            continue  # not on the form (a field added since the page was loaded); an unchecked
+            # checkbox and a multiple select with nothing chosen send nothing, and mean false / none
+        try:
+            present, value = parse_field(spec, form.get(spec.name, []), creating=creating)
+        except ValueError as exc:
+            errors[spec.name] = [str(exc)]
+            continue
+        if present:
+            data[spec.name] = value
+    return data, errors
+
+
+async def _file_info(request: web.Request, principal: Principal, file_id: str) -> dict[str, Any]:
+    try:
+        content = await services(request).files.open(principal, file_id)
+    except CmsError:
+        return {"id": file_id, "missing": True}
+    f = content.file
+    return {"id": f.id, "filename": f.filename, "size": f.size, "content_type": f.content_type,
+            "image": f.content_type.partition(";")[0] in IMAGE_TYPES, "missing": False}
+
+
+async def editor_fields(request: web.Request, principal: Principal, collection: Collection,
+                        values: dict[str, Any], errors: dict[str, list[str]], *, shown: bool = False,
+                        record: dict[str, Any] | None = None) -> list[EditorField]:
+    """The editor's fields: `values` are API JSON values (or, with `shown`, the form's own strings);
+    the files listed are those of the stored `record`."""
+    out = []
+    for spec in collection.fields:
+        value: Any = values.get(spec.name)
+        if not shown:
+            shown_val = shown_value(spec, value)
+        elif spec.type == "select":
+            shown_val = list(value or [])
+        elif spec.type == "bool":
+            shown_val = bool(value) and list(value)[-1] in ("on", "true", "1")
+        else:
+            shown_val = list(value)[-1] if value else ""
+        files: list[dict[str, Any]] = []
+        stored = (record or {}).get(spec.name)
+        if spec.type == "file" and stored:
+            for file_id in (stored if isinstance(stored, list) else [stored])[:20]:
+                files.append(await _file_info(request, principal, str(file_id)))
+        out.append(EditorField(spec=spec, widget=widget_of(spec), value=shown_val,
+                               errors=errors.get(spec.name, []) + errors.get(f"data.{spec.name}", []),
+                               files=files, multi=is_multi(spec)))
+    return out
+
+
+def _other_errors(collection: Collection, error: ErrorMessage | None) -> ErrorMessage | None:
+    """The part of an error not shown beside a field (the detail always shows)."""
+    if error is None:
+        return None
+    names = {f.name for f in collection.fields} | {f"data.{f.name}" for f in collection.fields}
+    return ErrorMessage(detail=error.detail, code=error.code,
+                        fields={k: v for k, v in error.fields.items() if k not in names})
+
+
+async def _editor(request: web.Request, principal: Principal, collection: Collection, record: dict[str, Any] | None,
+                  values: dict[str, Any], *, error: ErrorMessage | None = None, status: int = 200,
+                  shown: bool = False) -> web.Response:
+    fields = await editor_fields(request, principal, collection, values,
+                                 error.fields if error else {}, shown=shown, record=record)
+    return await render(request, "records/editor.html", status=status, collection=collection, record=record,
+                        fields=fields, error=_other_errors(collection, error),
+                        file_prefix=FILE_INPUT_PREFIX)
+
+
+async def record_json_of(request: web.Request, principal: Principal, collection: Collection,
+                         record_id: str) -> dict[str, Any]:
+    """The record as `GET /api/v1/collections/{name}/records/{record_id}` answers it (view rule,
+    read cache). Raises NotFound, Unauthorized / Forbidden."""
+    cached = await services(request).records.get_body(collection.name, record_id, principal=principal)
+    body: dict[str, Any] = orjson.loads(cached.body)
+    return body
+
+
+@admin_page
+async def new(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """GET /_/collections/{name}/records/new: the empty editor."""
+    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    return await _editor(request, principal, collection, None, {})
+
+
+@admin_page
+async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """GET /_/collections/{name}/records/{record_id}: the editor of one record (view rule, as the API)."""
+    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    record = await record_json_of(request, principal, collection, request.match_info["record_id"])
+    return await _editor(request, principal, collection, record, record)
+
+
+# --- saving (streamed multipart) ---------------------------------------------------------------------
+
+
+async def _read_text(part: FormPart, budget: list[int]) -> str:
+    data = bytearray()
+    async for chunk in part.chunks:
+        data += chunk
+        budget[0] -= len(chunk)
+        if budget[0] < 0:
+            raise PayloadTooLarge("The form's field values are too large")
+    return bytes(data).decode("utf-8", errors="replace")
+
+
+async def _drain(parts: AsyncIterator[FormPart]) -> None:
+    """Read and drop the rest of the body, so the answer is not cut off by an unread upload."""
+    try:
+        async for part in parts:
+            async for _ in part.chunks:
+                pass
+    except CmsError:
+        pass
+
+
+CSRF_REFUSED = ("The form has expired or did not come from this site (CSRF check failed). "
+                "Reload the page and try again.")
+
+
+async def _save(request: web.Request, principal: Principal, record_id: str | None) -> web.StreamResponse:
+    """Parse the editor form and hand it to one service operation (`RecordService.draft`): file
+    parts are stored as they arrive, the values saved last; on any refusal the draft has removed
+    what it stored, and the editor is shown again with the error."""
+    svc = services(request)
+    collection = await svc.collections.get_by_name(request.match_info["collection_name"])
+    creating = record_id is None
+    existing = None if creating else await record_json_of(request, principal, collection, record_id or "")
+    if request.content_type != "multipart/form-data":
+        raise PageRefused(400, "The editor form is sent as multipart/form-data.")
+    parts = form_parts(request).__aiter__()
+    budget = [MAX_FORM_TEXT_BYTES]
+    if not csrf_token_matches(request, principal, request.headers.get(CSRF_HEADER)):
+        # the form's first part must be the token: nothing is read, nor stored, before it is checked
+        first = await anext(parts, None)
+        if first is None or first.name != CSRF_FIELD:
+            raise PageRefused(403, CSRF_REFUSED)
+        if not csrf_token_matches(request, principal, await _read_text(first, budget)):
+            raise PageRefused(403, CSRF_REFUSED)
+    form: dict[str, list[str]] = {}
+    try:
+        async with svc.records.draft(principal, collection.name, record_id) as draft:
+            async for part in parts:
+                if part.filename is None:
+                    form.setdefault(part.name, []).append(await _read_text(part, budget))
+                    continue
+                name = part.name.removeprefix(FILE_INPUT_PREFIX)
+                spec = collection.field(name)
+                if part.filename and spec is not None and spec.type == "file":
+                    await draft.add_file(name, part)
+                else:
+                    async for _ in part.chunks:
+                        pass
+            data, errors = form_data(collection, form, creating=creating)
+            if errors:
+                raise ValidationFailed("Record validation failed", errors=errors)
+            record = await draft.save(data)
+    except CmsError as exc:
+        await _drain(parts)
+        return await _editor(request, principal, collection, existing, form, error=error_message(exc),
+                             status=exc.status, shown=True)
+    response = redirect(f"{PREFIX}/collections/{collection.name}/records/{record.id}", request)
+    flash(response, request, "Record created" if creating else "Record saved", "success")
+    return response
+
+
+@streamed_admin_page
+async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """POST /_/collections/{name}/records/new: create a record (and upload its files)."""
+    return await _save(request, principal, None)
+
+
+@streamed_admin_page
+async def update(request: web.Request, principal: Principal) -> web.StreamResponse:
+    """POST /_/collections/{name}/records/{record_id}: save the record's fields (and upload files)."""
+    return await _save(request, principal, request.match_info["record_id"])

@@ -1,0 +1,275 @@
+"""Records, the read side: list (page, filter, sort, search) and view, through the read cache
+(spec: Records; decisions.md: Records; issue "Fast reads"). `RecordService` (records.py) adds the
+writes; `record_json` is how a record becomes JSON, until the representation step moves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from cms.errors import CmsError
+from cms.filters.grammar import parse_filter
+from cms.filters.mongo import (
+    search_query,
+    text_search_query,
+    to_mongo_query,
+    to_mongo_sort,
+)
+from cms.filters.sort import parse_sort
+from cms.models import Collection, Page, Principal, Record
+from cms.services import access as actions
+from cms.services.access import Access, check
+from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
+from cms.services.caching.single_flight import SingleFlight
+from cms.services.content.collections import CollectionService
+from cms.services.content.fields import CollectionFields, text_field_names, to_json_value
+from cms.store.records import RecordRepository
+
+MAX_PER_PAGE = 100
+DEFAULT_PER_PAGE = 30
+DEFAULT_SORT: list[tuple[str, int]] = [("created", 1)]
+MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
+"""The query of a list the caller may see nothing of (answered without a database round trip)."""
+
+# Aliases for annotations inside RecordReads, whose `list` method shadows the builtin there.
+SortOrder = list[tuple[str, int]]
+Prepared = tuple[str, Callable[[], Awaitable[bytes]], bool]
+"""A read prepared on a collection definition: its cache key, how to compute its body, whether
+every caller gets that body (shared)."""
+
+
+def record_json(record: Record) -> dict[str, Any]:
+    """The API shape of a record: `{id, created, updated, ...fields}` with JSON-safe values."""
+    body: dict[str, Any] = {"id": record.id, "created": to_json_value(record.created),
+                            "updated": to_json_value(record.updated)}
+    for key, value in record.data.items():
+        body[key] = [to_json_value(v) for v in value] if isinstance(value, list) else to_json_value(value)
+    return body
+
+class RecordReads:
+    """Reads of the records of user collections, under the collection's list and view rules
+    (`access.check`); the base of `RecordService`."""
+
+    def __init__(self, collections: CollectionService, records: RecordRepository, *,
+                 cache: ReadCache | None = None) -> None:
+        self._collections = collections
+        self._records = records
+        self._cache = cache
+        self._flights = SingleFlight()
+
+    async def list_body(
+        self,
+        collection_name: str,
+        *,
+        page: int = 1,
+        per_page: int = DEFAULT_PER_PAGE,
+        sort: str | None = None,
+        filter_expr: str | None = None,
+        search: str | None = None,
+        skip_total: bool = False,
+        principal: Principal | None = None,
+    ) -> CachedBody:
+        """`list` as the API sends it: the JSON body `{items, total, page, per_page}` (`total` -1 with
+        `skip_total`), served from the read cache when an entry computed under the same stamp, query
+        and access decision exists, else computed once for all identical concurrent reads
+        (`SingleFlight`) and stored. Raises what `list` raises."""
+        per_page = min(per_page, MAX_PER_PAGE)
+
+        def prepare(collection: Collection) -> Prepared:
+            query = self.query(collection, filter_expr=filter_expr, search=search,
+                               access=check(principal, collection, actions.LIST))
+            order = self._order(collection, sort)
+            key = entry_key(collection.name, "list", collection.id, query, order, page, per_page, skip_total)
+
+            async def compute() -> bytes:
+                items, total = await self._page(collection, query, order, page, per_page, skip_total)
+                return orjson.dumps({"items": [record_json(r) for r in items], "total": total,
+                                     "page": page, "per_page": per_page})
+
+            return key, compute, collection.rules.list_rule == ""
+
+        return await self._read_through(collection_name, prepare)
+
+    async def get_body(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> CachedBody:
+        """`get` as the API sends it: the record's JSON, through the read cache like `list_body`
+        (a hidden or missing record is never cached). Raises what `get` raises."""
+
+        def prepare(collection: Collection) -> Prepared:
+            view = check(principal, collection, actions.VIEW)
+            view.require()
+            key = entry_key(collection.name, "get", collection.id, record_id, view.decision)
+
+            async def compute() -> bytes:
+                return orjson.dumps(record_json(await self._visible(view, record_id)))
+
+            return key, compute, collection.rules.view_rule == ""
+
+        return await self._read_through(collection_name, prepare)
+
+    async def _read_through(self, collection_name: str, prepare: Callable[[Collection], Prepared]) -> CachedBody:
+        """The body of a read of `collection_name`: `prepare(collection)` gives its cache key, how
+        to compute it and whether it is shared. From the cache if current, else computed (shared by
+        identical concurrent reads of the same stamp) and stored.
+
+        The collection's definition comes from the definition cache unchecked; the read cache's
+        one `MGET` returns the catalog epoch, and only when that differs from the definition's is
+        the definition loaded again (and the lookup repeated): a warm read is one Redis round trip."""
+        if self._cache is None:
+            key, compute, shared = prepare(await self._collections.get_by_name(collection_name))
+            body = await compute()
+            return CachedBody(body, etag_of(key, None, body), shared)
+        collection, assumed_epoch = await self._collections.cached_by_name(collection_name)
+        try:
+            key, compute, shared = prepare(collection)
+        except CmsError:  # refuse only on a current definition (a rule or field may have just changed)
+            collection, assumed_epoch = await self._collections.current_by_name(collection_name)
+            key, compute, shared = prepare(collection)
+        stamp, cached = await self._cache.lookup(collection.name, key)
+        if stamp is None or stamp_epoch(stamp) != assumed_epoch:
+            # the definition may be older than the epoch (or Redis cannot tell): load it again
+            if stamp is None:
+                collection = await self._collections.get_by_name(collection_name)
+            else:
+                epoch = stamp_epoch(stamp)
+                collection = await self._collections.reload_by_name(collection_name, epoch)
+            key, compute, shared = prepare(collection)
+            if stamp is not None:
+                stamp, cached = await self._cache.lookup(collection.name, key)
+                if stamp is not None and stamp_epoch(stamp) != epoch:  # changed again: serve, keep nothing
+                    stamp, cached = None, None
+        if cached is not None and stamp is not None:
+            return CachedBody(cached, etag_of(key, stamp, cached), shared)
+        if stamp is None:  # no stamp, no sharing: a read must not join one that began before a write
+            body = await compute()
+            return CachedBody(body, etag_of(key, None, body), shared)
+        cache, current = self._cache, stamp
+
+        async def compute_and_store() -> bytes:
+            computed = await compute()
+            await cache.store(key, current, computed)
+            return computed
+
+        body = await self._flights.run(f"{key}@{current}", compute_and_store)
+        return CachedBody(body, etag_of(key, current, body), shared)
+
+    async def _page(self, collection: Collection, query: dict[str, Any], order: SortOrder, page: int,
+                    per_page: int, skip_total: bool) -> tuple[list[Record], int]:
+        """One page of `query` and its total (-1 with `skip_total`; no query when MATCH_NOTHING)."""
+        if query == MATCH_NOTHING:
+            return [], 0
+        if skip_total:
+            return await self._records.find(collection.id, query, order, (page - 1) * per_page, per_page), -1
+        items, total = await asyncio.gather(
+            self._records.find(collection.id, query, order, (page - 1) * per_page, per_page),
+            self._records.count(collection.id, query),
+        )
+        return items, total
+
+    async def list(
+        self,
+        collection_name: str,
+        *,
+        page: int = 1,
+        per_page: int = DEFAULT_PER_PAGE,
+        sort: str | None = None,
+        filter_expr: str | None = None,
+        search: str | None = None,
+        principal: Principal | None = None,
+    ) -> Page[Record]:
+        """One page of the records of the collection that the list rule lets `principal` (None: no
+        credentials) see, and the total for the same query.
+
+        `page` >= 1, `per_page` 1..100 (larger values are clamped). `sort` is `a,-b`; `filter_expr`
+        follows decisions.md's grammar; `search` requires every word in some text, editor, email or
+        url field. Raises NotFound (collection), InvalidFilter (syntax, unknown field, bad value),
+        Unauthorized / Forbidden (the list rule refuses outright)."""
+        collection, query, order = await self._list_query(collection_name, sort, filter_expr, search, principal)
+        per_page = min(per_page, MAX_PER_PAGE)
+        items, total = await self._page(collection, query, order, page, per_page, False)
+        return Page(items=items, total=total, page=page, per_page=per_page)
+
+    async def _list_query(self, collection_name: str, sort: str | None, filter_expr: str | None,
+                          search: str | None, principal: Principal | None
+                          ) -> tuple[Collection, dict[str, Any], SortOrder]:
+        """The collection, the query (filter, search and list rule) and the order of a list."""
+        collection = await self._collections.get_by_name(collection_name)
+        query = self.query(collection, filter_expr=filter_expr, search=search,
+                           access=check(principal, collection, actions.LIST))
+        return collection, query, self._order(collection, sort)
+
+    def query(self, collection: Collection, *, filter_expr: str | None, search: str | None,
+              access: Access) -> dict[str, Any]:
+        """The MongoDB query for a filter and a search over `collection` (both optional), limited to
+        the records the list rule (`access`) permits. Raises InvalidFilter, or `access.refusal()`
+        when the list rule refuses outright."""
+        access.require()
+        parts: list[dict[str, Any]] = []
+        if access.query is not None:
+            parts.append(access.query)
+        if filter_expr and filter_expr.strip():
+            parts.append(to_mongo_query(parse_filter(filter_expr), CollectionFields(collection)))
+        if search and search.strip():
+            fields = text_field_names(collection)
+            if self._records.capabilities.text_index and fields:
+                parts.append(text_search_query(search))
+            else:
+                parts.append(search_query(search, fields))
+        if MATCH_NOTHING in parts:  # the filter and search above are still checked for errors
+            return MATCH_NOTHING
+        parts = [p for p in parts if p]
+        if not parts:
+            return {}
+        return parts[0] if len(parts) == 1 else {"$and": parts}
+
+    def _order(self, collection: Collection, sort: str | None) -> SortOrder:
+        """The sort of a list or export: `sort` (default `created`), then `id` in the direction of
+        the first key, so the order is total and `created` / `-created` are the `created_id` index
+        walked forward or backward (no in-memory sort, on MongoDB as on the embedded server).
+        Raises InvalidFilter (unknown field)."""
+        order = to_mongo_sort(parse_sort(sort), CollectionFields(collection)) if sort else list(DEFAULT_SORT)
+        if not any(path == "_id" for path, _ in order):
+            order.append(("_id", order[0][1]))
+        return order
+
+    async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> Record:
+        """One record that the view rule lets `principal` (None: no credentials) see. Raises
+        NotFound (collection; record, or a record the rule hides), Unauthorized (no credentials,
+        and the rule refuses or depends on the record) or Forbidden (refused outright)."""
+        collection = await self._collections.get_by_name(collection_name)
+        return await self._visible(check(principal, collection, actions.VIEW), record_id)
+
+    async def _visible(self, view: Access, record_id: str) -> Record:
+        """The record, if the view rule `view` lets its principal see it (one `_id` look-up).
+        Raises `view.refusal()` (refused outright) or `view.hidden()` (missing or hidden)."""
+        return await permitted_record(self._records, view, None, record_id)
+
+
+async def checked_record(records: RecordRepository, view: Access, change: Access | None,
+                         record_id: str) -> Record | None:
+    """`permitted_record`, skipped when neither rule depends on the record (both permit every
+    record): returns None then, without a look-up. Raises what `permitted_record` raises."""
+    if view.everything and (change is None or change.everything):
+        return None
+    return await permitted_record(records, view, change, record_id)
+
+
+async def permitted_record(records: RecordRepository, view: Access, change: Access | None,
+                           record_id: str) -> Record:
+    """The one check of a single record's rules, for records and files: the record (one `_id`
+    look-up), once the view rule `view` shows it and `change` (the update or delete rule, if any)
+    permits it. Raises `refusal()` of a rule that refuses outright, `view.hidden()` (missing or
+    hidden) or `change.refusal()` (shown, but not to be changed)."""
+    view.require()
+    if change is not None:
+        change.require()
+    record = await records.get(view.collection.id, record_id)
+    if record is None or not view.allows(record):
+        raise view.hidden()
+    if change is not None and not change.allows(record):
+        raise change.refusal()
+    return record
+

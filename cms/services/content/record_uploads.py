@@ -1,0 +1,122 @@
+"""A record written together with its files: one service operation (issue "Seams", item 3; spec:
+Records, Files).
+
+The admin UI's editor sends one multipart form: field values and file inputs, interleaved in form
+order. Its handler only parses the form: each file part goes to `RecordDraft.add_file`, which
+streams it into GridFS for the record (the one being changed, or the id the new record will get);
+the values go to `RecordDraft.save`, which writes the record with the new file ids on its file
+fields through the one writer (`RecordService.create_in` / `update`: validation, rules, relations,
+deleted-collection guard, events). The draft cleans up after itself: when anything fails, or the
+draft is left without `save`, every file it stored is deleted, so a refused save leaves neither
+file nor record behind.
+
+The rules are checked before the first byte is stored: a create needs the create rule not to
+refuse outright (and a collection that is not of type auth), a change needs the view and update
+rules to permit the caller on the stored record (as `POST /api/v1/files` does).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from cms.clock import new_id
+from cms.errors import ValidationFailed
+from cms.models import Collection, Principal, Record
+from cms.services import access as actions
+from cms.services.access import check
+from cms.services.content.fields import is_multi, value_list
+from cms.services.content.files import FileService, FormPart
+from cms.services.content.record_reads import permitted_record
+
+if TYPE_CHECKING:
+    from cms.services.content.collections import CollectionService
+    from cms.services.content.records import RecordService
+    from cms.store.records import RecordRepository
+
+
+class RecordDraft:
+    """One create (`record_id` None) or change of record `record_id` in the collection
+    `collection_name` that carries files; use it as `async with records.draft(...) as draft:`.
+    Entering it looks up the collection and checks the rules (raises NotFound, BadRequest for an
+    auth collection, Unauthorized / Forbidden); leaving it without a successful `save` deletes the
+    files it stored."""
+
+    def __init__(self, records: RecordService, files: FileService, collections: CollectionService,
+                 repository: RecordRepository, principal: Principal | None, collection_name: str,
+                 record_id: str | None) -> None:
+        self._records = records
+        self._files = files
+        self._collections = collections
+        self._repository = repository
+        self._principal = principal
+        self._collection_name = collection_name
+        self._creating = record_id is None
+        self.record_id = record_id or new_id()
+        """The record's id: the one changed, or the one the new record will get."""
+        self._collection: Collection | None = None
+        self._epoch: str | None = None
+        self._stored: dict[str, list[str]] = {}
+        self._saved = False
+
+    async def __aenter__(self) -> RecordDraft:
+        principal, name = self._principal, self._collection_name
+        if self._creating:
+            self._collection, self._epoch = await self._records.writable_for_new_records(name)
+            check(principal, self._collection, actions.CREATE).require()
+        else:
+            self._collection = await self._collections.get_by_name(name)
+            await permitted_record(self._repository, check(principal, self._collection, actions.VIEW),
+                                   check(principal, self._collection, actions.UPDATE), self.record_id)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        if not self._saved:
+            await self._discard()
+
+    @property
+    def collection(self) -> Collection:
+        """The collection written to (once entered)."""
+        if self._collection is None:
+            raise RuntimeError("RecordDraft used outside `async with`")
+        return self._collection
+
+    async def add_file(self, field_name: str, part: FormPart) -> None:
+        """Stream the file `part` into GridFS for the file field `field_name` of this record. Raises
+        ValidationFailed (not a file field of the collection) or PayloadTooLarge (past
+        `max_upload_mb`; nothing of it stays)."""
+        spec = self.collection.field(field_name)
+        if spec is None or spec.type != "file":
+            raise ValidationFailed("Not a file field", errors={field_name: ["Not a file field of this collection."]})
+        stored = await self._files.store(self.collection, self.record_id, part)
+        self._stored.setdefault(field_name, []).append(stored.id)
+
+    async def save(self, data: dict[str, Any]) -> Record:
+        """Write the record: `data` (field values, as `RecordService.create` / `update` take them)
+        with the files added: a multi-file field gets them after its ids in `data`, a single one
+        the last file. Raises what `create` / `update` raise; the files are deleted then."""
+        values = dict(data)
+        for name, file_ids in self._stored.items():
+            spec = self.collection.field(name)
+            if spec is not None and is_multi(spec):
+                values[name] = [*value_list(data.get(name)), *file_ids]  # past max_select: refused
+            else:
+                values[name] = file_ids[-1]
+        try:
+            if self._creating:
+                record = await self._records.create_in(self._principal, self.collection, self._epoch, values,
+                                                       record_id=self.record_id)
+            else:
+                record = await self._records.update(self._principal, self.collection.name, self.record_id, values)
+        except BaseException:
+            await self._discard()
+            raise
+        self._saved = True
+        return record
+
+    async def _discard(self) -> None:
+        file_ids = [file_id for ids in self._stored.values() for file_id in ids]
+        self._stored.clear()
+        if file_ids:
+            await self._files.discard(file_ids)

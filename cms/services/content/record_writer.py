@@ -1,0 +1,258 @@
+"""The one write path of records (issue "Seams", item 3; spec: Records; decisions.md: Records, Batch writes).
+
+Every record that is created or changed goes through `RecordWriter`, whoever asks: REST create and
+update (`RecordService`), register (`CollectionUsers.create`), CSV import (`RecordCsv`) and the admin
+UI's editor (`RecordDraft`, files included). A create takes these steps, in this order:
+
+1. validate `data` against the schema (`new_record`; a failure stores nothing);
+2. the caller's create rule, given the record as it would be stored (`create=`);
+3. check relations: every relation id names an existing record (`check_relations`);
+4. insert: grouped with concurrent creates (`group_commit.InsertGroups`) where that applies, else
+   one insert in an event unit (`EventBus.unit`), in a transaction when the collection has an
+   active webhook (its outbox entries commit with the record);
+5. the deleted-collection guard: a collection deleted between the look-up and the insert (its
+   records dropped before the insert recreated them) makes the write NotFound and its documents
+   are dropped again (`RecordWriter.guard`);
+6. emit one `create` event per stored record (`emit_changed`), only once the guard passed.
+
+Batches (decisions.md: Batch writes) run several writes in one MongoDB transaction by opening
+`EventBus.unit(transactions)` around them: the writer's own unit then nests into the caller's
+(events are held until the commit), its driver calls join the caller's session
+(`store.transactions.current_session`), creates are never grouped (a group's insert would run
+outside the transaction) and a failed guard raises NotFound without dropping anything (the
+caller's abort undoes the insert).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Any
+
+from cms.clock import Clock, new_id, utcnow
+from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.models import Collection, Record
+from cms.services.access import Access
+from cms.services.content.collections import CollectionService
+from cms.services.content.fields import RecordSchemas, value_list
+from cms.services.content.group_commit import InsertGroups
+from cms.services.content.record_reads import record_json
+from cms.services.delivery.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
+from cms.store.records import InsertFailure, RecordRepository
+from cms.store.transactions import Transactions, current_session
+
+log = logging.getLogger("cms.records")
+
+UNKNOWN_RELATION = "Unknown record id."
+MAX_RULE_ATTEMPTS = 3
+"""Tries of a single update or delete whose rule depends on the record: each checks the record
+it read, then writes only if the record is unchanged since (its `updated`)."""
+
+Store = Callable[[Record], Awaitable[None]]
+"""Stores one new record (default: `RecordRepository.insert`; users: record and credentials)."""
+Undo = Callable[[], Awaitable[object]]
+"""Removes what a `Store` left besides the collection's records (users: their credentials)."""
+CheckRecord = Callable[[], Awaitable[datetime | None]]
+"""The rule check of a single update: the record's `updated` the write must still find, or None
+when no rule depends on the record."""
+
+
+class _CollectionGone(Exception):
+    """Raised inside a write's unit when the guard fails, so the unit drops its events (and its
+    transaction aborts) before the write is undone."""
+
+
+class RecordWriter:
+    """Creates and changes records of one database, in the order of the module docstring.
+
+    `group_commit`: REST creates into one collection share inserts (`InsertGroups`). `transactions`
+    and `needs_transaction(collection_id)`: writes to a collection with an active webhook run in a
+    transaction with their outbox entries."""
+
+    def __init__(
+        self,
+        collections: CollectionService,
+        records: RecordRepository,
+        schemas: RecordSchemas,
+        events: EventBus,
+        *,
+        clock: Clock = utcnow,
+        transactions: Transactions | None = None,
+        needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
+        group_commit: bool = False,
+    ) -> None:
+        self._collections = collections
+        self._records = records
+        self._schemas = schemas
+        self._events = events
+        self._clock = clock
+        self._transactions = transactions
+        self._needs_transaction = needs_transaction
+        self.groups = InsertGroups(records, after=self._after_group) if group_commit else None
+        """The insert groups of REST creates, or None (shutdown drains them, tests watch them)."""
+
+    # --- the steps --------------------------------------------------------------------------------
+
+    def new_record(self, collection: Collection, data: Any, *, fixed: Mapping[str, Any] | None = None,
+                   record_id: str | None = None) -> Record:
+        """Step 1: the record `data` (an object of schema field values) would store, stamped now,
+        with `fixed` values (an auth collection's `email`, `verified`) first; empty optional fields
+        are left out. `record_id`: the id to give it (default: a new one). Raises ValidationFailed
+        (422, `errors: {field: [message]}`)."""
+        values = {k: v for k, v in self._schemas.load(collection, data, partial=False).items() if v is not None}
+        now = self._clock()
+        return Record(id=record_id or new_id(), created=now, updated=now, data={**(fixed or {}), **values})
+
+    def changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], list[str]]:
+        """Step 1 of an update: partial `data` validated, as (values to set, names to clear).
+        Raises ValidationFailed."""
+        values = self._schemas.load(collection, data, partial=True)
+        return {k: v for k, v in values.items() if v is not None}, [k for k, v in values.items() if v is None]
+
+    async def check_relations(self, collection: Collection, values: Mapping[str, Any]) -> None:
+        """Step 3: every relation id in `values` names an existing record of its target collection.
+        Raises ValidationFailed naming the field (one `_id` look-up per relation field)."""
+        failures = await self.relation_failures(collection, [values])
+        if failures:
+            raise ValidationFailed("Relation points to a missing record", errors=failures[0])
+
+    async def relation_failures(self, collection: Collection, rows: Sequence[Mapping[str, Any]]
+                                ) -> dict[int, dict[str, list[str]]]:
+        """Step 3 for many records at once (CSV import): row index -> `{field: [UNKNOWN_RELATION]}`
+        for the rows naming a missing record; one look-up per relation field for all rows."""
+        errors: dict[int, dict[str, list[str]]] = {}
+        for spec in collection.fields:
+            if spec.type != "relation" or spec.collection_id is None:
+                continue
+            wanted = {i for row in rows for i in value_list(row.get(spec.name))}
+            if not wanted:
+                continue
+            missing = wanted - await self._records.existing_ids(spec.collection_id, sorted(wanted))
+            for index, row in enumerate(rows):
+                if missing.intersection(value_list(row.get(spec.name))):
+                    errors.setdefault(index, {})[spec.name] = [UNKNOWN_RELATION]
+        return errors
+
+    async def guard(self, collection: Collection, epoch: str | None) -> None:
+        """Step 5 after an insert into `collection`, looked up under the catalog epoch `epoch` (None:
+        unknown): raise NotFound, after dropping the collection's records, when it was deleted
+        meanwhile. Inside a caller's transaction nothing is dropped (its abort undoes the insert)."""
+        if await self._collections.exists_since(collection.id, epoch):
+            return
+        await self._undo(collection, None)
+
+    async def emit_created(self, collection: Collection, records: Sequence[Record]) -> None:
+        """Step 6: one `create` event per record."""
+        await emit_changed(self._events, CREATE, collection, records, self._clock())
+
+    # --- whole writes -----------------------------------------------------------------------------
+
+    async def create(self, collection: Collection, data: Any, *, epoch: str | None = None,
+                     create: Access | None = None, fixed: Mapping[str, Any] | None = None,
+                     record_id: str | None = None, store: Store | None = None, undo: Undo | None = None) -> Record:
+        """Create one record of `collection` (looked up under the catalog epoch `epoch`) from `data`,
+        taking every step of the module docstring; returns it once its event is emitted.
+
+        `create`: the create rule to check on the record as it would be stored. `fixed`,
+        `record_id`: as `new_record`. `store` / `undo`: how to store it and what to remove besides
+        its records if the guard fails (default: a plain insert, grouped when group commit is on).
+        Raises ValidationFailed (schema, relations), the rule's refusal (Unauthorized /
+        Forbidden), AlreadyExists (a unique field) or NotFound (the collection was deleted
+        meanwhile; nothing of the write stays)."""
+        record = self.new_record(collection, data, fixed=fixed, record_id=record_id)
+        if create is not None and not create.allows(record):
+            raise create.refusal()
+        await self.check_relations(collection, record.data)
+        transactional = await self._transactional(collection)
+        if store is None and self.groups is not None and not transactional and current_session() is None:
+            # grouped with concurrent creates; `_after_group` guards and emits before this returns
+            await self.groups.insert(collection, record, epoch)
+            return record
+        try:
+            async with self._unit(transactional):
+                await (store(record) if store is not None else self._records.insert(collection.id, record))
+                if not await self._collections.exists_since(collection.id, epoch):
+                    raise _CollectionGone
+                await self.emit_created(collection, [record])
+        except _CollectionGone:
+            await self._undo(collection, undo)
+        return record
+
+    async def insert_many(self, collection: Collection, records: Sequence[Record]) -> list[InsertFailure]:
+        """Step 4 for a batch of validated records (CSV import): one unordered `insert_many`;
+        returns the records the database refused (unique clashes), by index. The caller then runs
+        `guard` and `emit_created` for the stored ones. Driver errors propagate."""
+        return await self._records.insert_many(collection.id, records)
+
+    async def update(self, collection: Collection, record_id: str, data: Any, *, checked: CheckRecord) -> Record:
+        """Change the fields of `data` (null clears one) on record `record_id`: validate, run the
+        rule check `checked`, check relations, then write if the record is unchanged since the
+        check (up to MAX_RULE_ATTEMPTS tries) and emit `update`. Raises ValidationFailed,
+        what `checked` raises, NotFound, AlreadyExists or BadRequest (it kept changing)."""
+        set_values, unset = self.changes(collection, data)
+        expected = await checked()
+        await self.check_relations(collection, set_values)
+        for attempt in range(MAX_RULE_ATTEMPTS):
+            if attempt:
+                expected = await checked()
+            set_values["updated"] = self._clock()
+            async with await self.unit(collection):
+                record = await self._records.update(collection.id, record_id, set_values, unset,
+                                                    expected_updated=expected)
+                if record is not None:
+                    await emit_changed(self._events, UPDATE, collection, [record], self._clock())
+                    return record
+            if expected is None:
+                raise NotFound("Record not found")
+        raise BadRequest("The record kept changing while your change was checked; retry")
+
+    async def unit(self, collection: Collection) -> AbstractAsyncContextManager[None]:
+        """The event unit of one write to `collection` (`EventBus.unit`): in a transaction with its
+        webhook outbox entries when the collection needs one, else the outbox entries are written
+        right after the change; either way before the write is acknowledged."""
+        return self._unit(await self._transactional(collection))
+
+    def _unit(self, transactional: bool) -> AbstractAsyncContextManager[None]:
+        return self._events.unit(self._transactions if transactional else None)
+
+    async def _transactional(self, collection: Collection) -> bool:
+        """Whether writes to `collection` run in a transaction: the server supports them and the
+        collection has an active webhook."""
+        return (self._transactions is not None and self._transactions.enabled
+                and self._needs_transaction is not None and await self._needs_transaction(collection.id))
+
+    async def _undo(self, collection: Collection, undo: Undo | None) -> None:
+        """Raise NotFound for a write into a deleted collection, after removing what it left
+        (outside a caller's transaction, whose abort removes it instead)."""
+        if current_session() is None:
+            await self._records.drop(collection.id)
+            if undo is not None:
+                await undo()
+            log.info("write to collection %s (%s) undone: the collection was deleted", collection.name, collection.id)
+        raise NotFound(f"Collection '{collection.name}' not found")
+
+    async def _after_group(self, collection: Collection, stored: Sequence[Record], epoch: str | None) -> None:
+        """After a group of creates is inserted (`InsertGroups`; `epoch`: the catalog epoch every
+        create of the group looked the collection up under, if one): the guard, then the `create`
+        events of the records it stored."""
+        await self.guard(collection, epoch)
+        await self.emit_created(collection, stored)
+
+
+async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
+                       now: datetime) -> None:
+    """The one way record events are made: one `create` or `update` event per record, carrying the
+    full record as the API shows it (`record_json`), stamped `now`. Used by every service that
+    writes records (records, bulk, CSV import, auth-collection users)."""
+    await events.emit([RecordEvent(kind, collection.name, r.id, record_json(r), now, record=r) for r in records])
+
+
+async def emit_deleted(events: EventBus, collection: Collection, record_ids: Sequence[str],
+                       now: datetime, records: Sequence[Record] = ()) -> None:
+    """One `delete` event per record id, carrying `{id}`, stamped `now`; `records` are the deleted
+    records the writer read (they ride along as `RecordEvent.record`, for access rules)."""
+    known = {r.id: r for r in records}
+    await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now, record=known.get(rid))
+                       for rid in record_ids])
