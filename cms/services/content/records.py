@@ -634,6 +634,26 @@ class RecordService:
         collection succeeds and none of its documents survive."""
         await drop_if_deleted(self._collections, self._records, collection, epoch)
 
+    # --- what is in flight (monitoring and tests) ------------------------------------------------
+
+    @property
+    def repository(self) -> RecordRepository:
+        """The record store this service writes to and reads from (shared with the collection
+        service and the user systems): for maintenance code, and for tests that check what was
+        stored."""
+        return self._records
+
+    def creates_waiting(self) -> int:
+        """How many creates wait in a group for their collection's insert in flight to return
+        (`InsertGroups.waiting`; 0 without group commit). Issue "Fast reads", item 5: a test holds
+        one group's insert and watches the next one fill."""
+        return self._groups.waiting() if self._groups is not None else 0
+
+    def reads_waiting(self) -> int:
+        """How many record reads are inside a shared computation now (`SingleFlight.waiting`: the
+        caller running each one plus those that joined it). Issue "Fast reads", item 3."""
+        return self._flights.waiting()
+
 
 async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
                        now: datetime) -> None:
