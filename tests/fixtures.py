@@ -24,11 +24,14 @@ from cms.store.records import records_mongo_name
 @dataclass(frozen=True)
 class Command:
     """One command a client of this process sent: its name (`find`, `insert`, `count`, ...), the
-    Mongo collection it names, and for an `insert` how many documents it carried."""
+    Mongo collection it names, for an `insert` how many documents it carried, and for a `find` its
+    filter and sort."""
 
     name: str
     collection: str
     documents: int = 0
+    filter: dict[str, Any] = field(default_factory=dict)
+    sort: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -46,7 +49,8 @@ class CommandLog(monitoring.CommandListener):
         target = event.command.get(event.command_name)
         documents = event.command.get("documents")
         self.commands.append(Command(event.command_name, target if isinstance(target, str) else "",
-                                     len(documents) if isinstance(documents, list) else 0))
+                                     len(documents) if isinstance(documents, list) else 0,
+                                     dict(event.command.get("filter") or {}), dict(event.command.get("sort") or {})))
 
     def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
         """Nothing to keep."""
