@@ -485,7 +485,8 @@ def test_two_replicas_started_together_both_come_up(
             _wait_healthy(url, process, processes.log(name))
         signed_in = [asyncio.run(_sign_in(url)) for url, _ in started]
         assert signed_in[0]["id"] == signed_in[1]["id"] and signed_in[0]["role"] == "admin", signed_in
-        assert asyncio.run(_count_admins(env, tmp_path / "counting")) == 1
+        admins = asyncio.run(_count_admins(env, tmp_path / "counting"))
+        assert admins == 1
     finally:
         processes.stop_all()
 

@@ -15,13 +15,14 @@ import pytest
 from pymongo.errors import AutoReconnect
 
 from cms.errors import InvalidFilter
-from cms.filters.mongo import MAX_REGEX_LENGTH
 from cms.models import Collection, Record
-from cms.security.json_input import MAX_JSON_DEPTH
 from cms.services.content.record_csv import IMPORT_BATCH_SIZE, RecordCsv
 from cms.store.client import open_client
 from cms.store.records import RecordRepository, records_mongo_name
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+
+MAX_REGEX_LENGTH = 512  # README, Filter: "at most 512 characters once escaped for a regex"
+MAX_JSON_DEPTH = 64  # README, Hostile input: "nesting arrays and objects deeper than 64 levels" is a 400
 
 POSTS = [{"name": "title", "type": "text"}, {"name": "views", "type": "number"}, {"name": "meta", "type": "json"}]
 
