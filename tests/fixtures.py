@@ -117,7 +117,8 @@ async def user(client: Any) -> dict[str, Any]:
 @pytest.fixture
 async def tokens(client: Any, user: dict[str, Any]) -> dict[str, Any]:
     """The token object (`access_token`, `refresh_token`, ...) of one login of `user`."""
-    response = await client.post("/api/v1/auth/login", json={"email": REGISTERED_EMAIL, "password": REGISTERED_PASSWORD})
+    credentials = {"email": REGISTERED_EMAIL, "password": REGISTERED_PASSWORD}
+    response = await client.post("/api/v1/auth/login", json=credentials)
     assert response.status == 200, await response.text()
     body: dict[str, Any] = (await response.json())["token"]
     return body

@@ -14,7 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 from cms.clock import new_id
-from cms.models import Collection, Record
+from cms.models import Collection
 from cms.runtime.embedded import free_port
 from cms.services.delivery.events import CREATE, RecordEvent
 from cms.store.collections import CollectionRepository

@@ -14,8 +14,8 @@ from aiohttp import web
 
 from cms.api.context import SERVICES, is_https
 from cms.app import create_app
-from cms.errors import ServiceUnavailable
 from cms.config import Config
+from cms.errors import ServiceUnavailable
 from cms.store import records as record_store
 from cms.store.client import open_client
 from cms.wiring import Services, open_services

@@ -13,7 +13,7 @@ import pytest
 from cms.models import ADMIN_AUDIENCE, collection_audience
 from cms.store.client import open_client
 from cms.store.sessions import SessionRepository
-from tests.conftest import bearer, create_collection, login
+from tests.conftest import bearer, create_collection
 from tests.fixtures import REGISTERED_EMAIL, REGISTERED_PASSWORD
 
 REGISTER = "/api/v1/auth/register"
