@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from pymongo import monitoring
 
+from cms.config import Config
+from cms.store.client import Database, open_client
 from cms.store.records import records_mongo_name
 
 # --- the MongoDB commands the driver sends -----------------------------------------------------
@@ -81,6 +83,15 @@ def mongo_commands() -> Iterator[CommandLog]:
     yield COMMANDS
     COMMANDS.recording = False
     COMMANDS.commands.clear()
+
+
+@pytest.fixture
+async def mongo_db(config: Config) -> AsyncIterator[Database]:
+    """The test's database through a client of its own (to check or plant what is stored)."""
+    assert config.mongodb_url
+    client = open_client(config.mongodb_url)
+    yield client[config.mongodb_db]
+    await client.close()
 
 
 # --- waiting -----------------------------------------------------------------------------------

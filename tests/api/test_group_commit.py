@@ -17,6 +17,7 @@ from cms.clock import new_id
 from cms.models import Collection
 from cms.runtime.embedded import free_port
 from cms.services.delivery.events import CREATE, RecordEvent
+from cms.store.client import Database
 from cms.store.collections import CollectionRepository
 from cms.store.records import RecordRepository, records_mongo_name
 from cms.wiring import Services
@@ -241,13 +242,13 @@ async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
 
 
 async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made(
-        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
-    records = services.collections._records  # noqa: SLF001
+        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database) -> None:
+    records = services.records.repository
     made: list[str] = []
 
     async def half_made(collection_id: str, *args: Any) -> None:
         made.append(collection_id)
-        await records._db[records_mongo_name(collection_id)].insert_one({"_id": "left"})  # noqa: SLF001
+        await mongo_db[records_mongo_name(collection_id)].insert_one({"_id": "left"})
         raise RuntimeError("index build failed")
 
     seen: list[tuple[str | None, bool]] = []
@@ -265,13 +266,13 @@ async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made
 
 
 async def test_the_sweep_drops_records_collections_without_a_collection(
-        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database) -> None:
     """The backstop for records a delete left behind (see the next test)."""
     live = await create_collection(client, admin_token, "live", [{"name": "title", "type": "text"}])
     record = await create_record(client, admin_token, "live", {"title": "stays"})
     collections = services.collections
-    records = collections._records  # noqa: SLF001
-    db = records._db  # noqa: SLF001
+    records = services.records.repository
+    db = mongo_db
     orphan = records_mongo_name(new_id())
     await db[orphan].insert_one({"_id": "left behind"})
     await db["recordsless"].insert_one({"_id": "not a records collection"})
@@ -321,6 +322,6 @@ async def test_a_delete_whose_epoch_bump_fails_leaves_the_records_to_the_sweep(
         await cache._redis.aclose()  # noqa: SLF001
         cache._redis = live  # noqa: SLF001
     name = records_mongo_name(collection["id"])
-    assert name in await services.collections._records.database_names()  # noqa: SLF001
+    assert name in await services.records.repository.database_names()
     assert (await client.get(records_path("unbumped"))).status == 404
     assert await services.collections.sweep_orphans(confirm_after_s=0) == (name,)
