@@ -36,6 +36,7 @@ from cms.security import passwords
 from cms.services.delivery.events import RecordEvent
 from cms.store.client import open_client
 from cms.wiring import Services, open_services
+from tests.fixtures import mongo_commands, mongo_db, tokens, user  # noqa: F401 - fixtures any module may request
 from workers.settings import build_worker
 
 ADMIN_EMAIL = "admin@example.com"

@@ -25,7 +25,9 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from cms.config import Config
 from cms.runtime.embedded import free_port
+from cms.wiring import open_services
 
 ADMIN_EMAIL = "replicas-admin@example.com"
 ADMIN_PASSWORD = "replicas-password-1"
@@ -473,11 +475,36 @@ async def test_the_rate_limit_counts_requests_to_both_replicas(http: Client) -> 
 
 def test_two_replicas_started_together_both_come_up(
         mongodb_url: str, redis_url: str, tmp_path: Path) -> None:
-    """Both replicas bootstrap ADMIN_EMAIL on a fresh database at the same moment."""
-    processes = Processes(tmp_path, _env(mongodb_url, redis_url))
+    """Both replicas bootstrap ADMIN_EMAIL on a fresh database at the same moment: both come up,
+    the admin signs in on each, and the database holds exactly one admin account."""
+    env = _env(mongodb_url, redis_url)
+    processes = Processes(tmp_path, env)
     try:
         started = [processes.serve("a"), processes.serve("b")]
         for (url, process), name in zip(started, ("a", "b"), strict=True):
             _wait_healthy(url, process, processes.log(name))
+        signed_in = [asyncio.run(_sign_in(url)) for url, _ in started]
+        assert signed_in[0]["id"] == signed_in[1]["id"] and signed_in[0]["role"] == "admin", signed_in
+        admins = asyncio.run(_count_admins(env, tmp_path / "counting"))
+        assert admins == 1
     finally:
         processes.stop_all()
+
+
+async def _sign_in(url: str) -> Any:
+    """Log in as the bootstrapped admin on the replica at `url`; return its user (`/auth/me`)."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session:
+        async with session.post(url + V1 + "/auth/login",
+                                json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}) as response:
+            assert response.status == 200, await response.text()
+            token = (await response.json())["token"]["access_token"]
+        async with session.get(url + V1 + "/auth/me", headers={"Authorization": f"Bearer {token}"}) as response:
+            assert response.status == 200, await response.text()
+            return await response.json()
+
+
+async def _count_admins(env: dict[str, str], data_dir: Path) -> int:
+    """How many admin accounts the replicas' database holds (through the admin user system)."""
+    config = Config.from_env({**env, "CMS_DATA_DIR": str(data_dir)})
+    async with open_services(config) as services:
+        return await services.identity.systems.admin.count_admins()

@@ -409,6 +409,22 @@ class RecordRepository:
             raise _bulk_write_error(exc) from None
         return result.matched_count
 
+    @asynccontextmanager
+    async def hold_scans(self) -> AsyncIterator[None]:
+        """Take every free list-query slot for the block, so the `find` and `count` calls that
+        start meanwhile wait in line (at most SCAN_QUEUE_TIMEOUT_S, then ServiceUnavailable) until it ends:
+        for maintenance that needs the database to itself for a moment, and for tests that hold
+        queries (issue "Fast reads", items 3 and 6)."""
+        held = 0
+        try:
+            while not self._scans.locked():
+                await self._scans.acquire()
+                held += 1
+            yield
+        finally:
+            for _ in range(held):
+                self._scans.release()
+
 
 def _one(record_id: str, expected_updated: datetime | None) -> dict[str, Any]:
     """The filter of a single-record write: by `_id`, and by `updated` when the writer checked the

@@ -117,9 +117,9 @@ async def test_who_manages_keys(client, admin_token, user_token, services):
         mine["id"], theirs["id"]}
     await error_of(await client.delete(f"{KEYS}/{theirs['id']}", headers=bearer(user_token)), 404, "not_found")
     await error_of(await client.get(KEYS), 401, "unauthorized")
-    assert await services.audit._repository.count(event_type="api_key_created") == 2
+    assert await services.audit.count(event_type="api_key_created") == 2
     assert (await client.delete(f"{KEYS}/{mine['id']}", headers=bearer(admin_token))).status == 204
-    assert await services.audit._repository.count(event_type="api_key_revoked") == 1
+    assert await services.audit.count(event_type="api_key_revoked") == 1
 
 
 async def test_collection_users_cannot_manage_keys(client, admin_token):

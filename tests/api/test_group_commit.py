@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 from unittest.mock import AsyncMock
 
@@ -13,51 +14,73 @@ import pytest
 from redis.asyncio import Redis
 
 from cms.clock import new_id
-from cms.models import Collection, Record
+from cms.models import Collection
 from cms.runtime.embedded import free_port
 from cms.services.delivery.events import CREATE, RecordEvent
+from cms.store.client import Database
 from cms.store.collections import CollectionRepository
-from cms.store.records import InsertFailure, RecordRepository, records_mongo_name
+from cms.store.records import RecordRepository, records_mongo_name
 from cms.wiring import Services
-from tests.conftest import bearer, create_collection, create_record, records_path
+from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from tests.fixtures import CommandLog, wait_until
 from workers.maintenance import sweep_orphaned_records
 
 
-class CountingRepository(RecordRepository):
-    """The real repository, counting `insert_many` calls and their sizes."""
+class HeldGroup:
+    """A real subscriber of the event bus that holds the first group of `create` events of one
+    collection until `release()`. A group's events are emitted after its insert and before its
+    waiters are answered, so while it is held that insert stays in flight: creates arriving
+    meanwhile have looked their collection up and wait, unsent, in the next group
+    (`RecordService.creates_waiting`)."""
 
-    sizes: list[int]
+    def __init__(self, collection: str) -> None:
+        self.collection = collection
+        self.held = asyncio.Event()
+        self.gate = asyncio.Event()
 
-    async def insert_many(self, collection_id: str, records: Sequence[Record]) -> list[InsertFailure]:
-        self.sizes.append(len(records))
-        return await super().insert_many(collection_id, records)
+    async def __call__(self, batch: Sequence[RecordEvent]) -> None:
+        if self.held.is_set() or not any(e.event == CREATE and e.collection == self.collection for e in batch):
+            return
+        self.held.set()
+        await self.gate.wait()
+
+    def release(self) -> None:
+        """Let the held group finish (its waiters are answered, the next group is sent)."""
+        self.gate.set()
 
 
-def count_inserts(services: Services) -> list[int]:
-    """Swap the class of the service's repository for CountingRepository; return its sizes list."""
-    groups = services.records._groups  # noqa: SLF001 - the seam under test
-    assert groups is not None
-    repository = groups._records  # noqa: SLF001
-    repository.__class__ = CountingRepository
-    sizes: list[int] = []
-    repository.sizes = sizes  # type: ignore[attr-defined]
-    return sizes
+@asynccontextmanager
+async def held_group(services: Services, collection: str) -> AsyncIterator[HeldGroup]:
+    """Subscribe a HeldGroup for `collection`; released and unsubscribed on exit."""
+    hold = HeldGroup(collection)
+    services.events.subscribe(hold)
+    try:
+        yield hold
+    finally:
+        hold.release()
+        services.events.unsubscribe(hold)
 
 
 async def test_concurrent_creates_share_inserts_and_each_gets_its_answer(
-        client: Any, admin_token: str, services: Services) -> None:
-    await create_collection(client, admin_token, "grouped", [
+        client: Any, admin_token: str, services: Services, mongo_commands: CommandLog) -> None:
+    collection = await create_collection(client, admin_token, "grouped", [
         {"name": "slug", "type": "text", "validation": {"unique": True}}, {"name": "n", "type": "number"}])
-    sizes = count_inserts(services)
 
     async def create(slug: str, n: int) -> tuple[int, Any]:
         response = await client.post(records_path("grouped"), headers=bearer(admin_token),
                                      json={"data": {"slug": slug, "n": n}})
         return response.status, await response.json()
 
-    # 60 creates at once; slugs 0..39 once each, and 20 of them a second time
+    # 60 creates; slugs 0..39 once each, and 20 of them a second time. The first one's insert is
+    # held in flight until the 59 others wait in the next group: exactly two inserts.
     wanted = [(f"s{i}", i) for i in range(40)] + [(f"s{i}", 100 + i) for i in range(0, 40, 2)]
-    answers = await asyncio.gather(*(create(slug, n) for slug, n in wanted))
+    async with held_group(services, "grouped") as hold:
+        first = asyncio.create_task(create(*wanted[0]))
+        await wait_until(hold.held.is_set, "the first create's insert is in flight")
+        rest = [asyncio.create_task(create(slug, n)) for slug, n in wanted[1:]]
+        await wait_until(lambda: services.records.creates_waiting() == 59, "59 creates wait in the next group")
+        hold.release()
+        answers = [await first, *await asyncio.gather(*rest)]
 
     created = [body for status, body in answers if status == 201]
     refused = [body for status, body in answers if status != 201]
@@ -65,8 +88,7 @@ async def test_concurrent_creates_share_inserts_and_each_gets_its_answer(
     assert sorted(b["slug"] for b in created) == sorted(f"s{i}" for i in range(40))
     assert len(refused) == 20
     assert all(b["code"] == "already_exists" and "slug" in b["errors"] for b in refused), refused
-    assert sum(sizes) == 60
-    assert len(sizes) < 60, sizes  # grouped: fewer inserts than creates
+    assert mongo_commands.insert_sizes(collection["id"]) == [1, 59]  # grouped: two inserts for 60 creates
 
     response = await client.get(records_path("grouped") + "?per_page=100", headers=bearer(admin_token))
     page = await response.json()
@@ -74,41 +96,51 @@ async def test_concurrent_creates_share_inserts_and_each_gets_its_answer(
     assert {r["id"] for r in page["items"]} == {b["id"] for b in created}
 
 
-async def test_a_lone_create_is_sent_at_once_and_read_back(client: Any, admin_token: str, services: Services) -> None:
-    await create_collection(client, admin_token, "lone", [{"name": "title", "type": "text"}])
-    sizes = count_inserts(services)
+async def test_a_lone_create_is_sent_at_once_and_read_back(client: Any, admin_token: str,
+                                                           mongo_commands: CommandLog) -> None:
+    collection = await create_collection(client, admin_token, "lone", [{"name": "title", "type": "text"}])
     response = await client.post(records_path("lone"), headers=bearer(admin_token), json={"data": {"title": "one"}})
     assert response.status == 201
     record = await response.json()
-    assert sizes == [1]
+    assert mongo_commands.insert_sizes(collection["id"]) == [1]
     response = await client.get(records_path("lone", record["id"]), headers=bearer(admin_token))
     assert (await response.json())["title"] == "one"
 
 
 async def test_creates_racing_a_collection_delete_leave_nothing(
         client: Any, admin_token: str, services: Services) -> None:
+    """Creates that looked the collection up before its delete and insert after it (held between
+    the two) are refused with 404 and their records dropped; a create answered before the delete
+    is gone with the collection; one after it is 404 at once. No record of it stays stored."""
     collection = await create_collection(client, admin_token, "doomed", [{"name": "title", "type": "text"}])
 
-    async def create(i: int) -> int:
-        response = await client.post(records_path("doomed"), headers=bearer(admin_token),
-                                     json={"data": {"title": f"t{i}"}})
-        return int(response.status)
+    async def create(i: int) -> Any:
+        return await client.post(records_path("doomed"), headers=bearer(admin_token), json={"data": {"title": f"t{i}"}})
 
-    creates = asyncio.gather(*(create(i) for i in range(30)))
-    response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
-    assert response.status == 204
-    statuses = await creates
-    assert set(statuses) <= {201, 404}, statuses
+    async with held_group(services, "doomed") as hold:
+        first = asyncio.create_task(create(0))
+        await wait_until(hold.held.is_set, "the first create's insert is in flight")
+        racing = [asyncio.create_task(create(i)) for i in range(1, 30)]
+        await wait_until(lambda: services.records.creates_waiting() == 29, "29 creates looked up, not inserted")
+        response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
+        assert response.status == 204
+        hold.release()
+        answered = await first
+        refused = await asyncio.gather(*racing)
+    assert answered.status == 201, await answered.text()
+    for response in refused:
+        await error_of(response, 404, "not_found")
+    await error_of(await create(30), 404, "not_found")
     await services.records.drain()
-    db = services.records._records._db  # noqa: SLF001 - check the store itself
-    assert await db[records_mongo_name(collection["id"])].count_documents({}) == 0
+    record_id = (await answered.json())["id"]
+    await error_of(await client.get(records_path("doomed", record_id), headers=bearer(admin_token)), 404, "not_found")
+    assert records_mongo_name(collection["id"]) not in await services.records.repository.database_names()
 
 
 async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answering(
-        client: Any, admin_token: str, services: Services) -> None:
-    await create_collection(client, admin_token, "batched", [
+        client: Any, admin_token: str, services: Services, mongo_commands: CommandLog) -> None:
+    collection = await create_collection(client, admin_token, "batched", [
         {"name": "slug", "type": "text", "validation": {"unique": True}}])
-    sizes = count_inserts(services)
     batches: list[list[str]] = []
 
     async def handler(batch: Sequence[RecordEvent]) -> None:
@@ -130,6 +162,7 @@ async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answe
     assert len(created) == 30
     emitted = [record_id for batch in batches for record_id in batch]
     assert sorted(emitted) == sorted(created)  # one event per stored record, none for a refused one
+    sizes = mongo_commands.insert_sizes(collection["id"])
     assert len(batches) <= len(sizes) < 40, (batches, sizes)  # a batch per insert (none if all clashed)
     assert max(len(batch) for batch in batches) > 1
     order = {record_id: i for i, record_id in enumerate(emitted)}
@@ -209,13 +242,13 @@ async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
 
 
 async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made(
-        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
-    records = services.collections._records  # noqa: SLF001
+        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database) -> None:
+    records = services.records.repository
     made: list[str] = []
 
     async def half_made(collection_id: str, *args: Any) -> None:
         made.append(collection_id)
-        await records._db[records_mongo_name(collection_id)].insert_one({"_id": "left"})  # noqa: SLF001
+        await mongo_db[records_mongo_name(collection_id)].insert_one({"_id": "left"})
         raise RuntimeError("index build failed")
 
     seen: list[tuple[str | None, bool]] = []
@@ -233,13 +266,13 @@ async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made
 
 
 async def test_the_sweep_drops_records_collections_without_a_collection(
-        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
+        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database) -> None:
     """The backstop for records a delete left behind (see the next test)."""
     live = await create_collection(client, admin_token, "live", [{"name": "title", "type": "text"}])
     record = await create_record(client, admin_token, "live", {"title": "stays"})
     collections = services.collections
-    records = collections._records  # noqa: SLF001
-    db = records._db  # noqa: SLF001
+    records = services.records.repository
+    db = mongo_db
     orphan = records_mongo_name(new_id())
     await db[orphan].insert_one({"_id": "left behind"})
     await db["recordsless"].insert_one({"_id": "not a records collection"})
@@ -289,6 +322,6 @@ async def test_a_delete_whose_epoch_bump_fails_leaves_the_records_to_the_sweep(
         await cache._redis.aclose()  # noqa: SLF001
         cache._redis = live  # noqa: SLF001
     name = records_mongo_name(collection["id"])
-    assert name in await services.collections._records.database_names()  # noqa: SLF001
+    assert name in await services.records.repository.database_names()
     assert (await client.get(records_path("unbumped"))).status == 404
     assert await services.collections.sweep_orphans(confirm_after_s=0) == (name,)

@@ -16,16 +16,17 @@ import pytest
 from pymongo.errors import AutoReconnect
 
 from cms.errors import InvalidFilter
-from cms.filters.mongo import MAX_REGEX_LENGTH
 from cms.models import Record
-from cms.security.json_input import MAX_JSON_DEPTH
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.record_csv import IMPORT_BATCH_SIZE, RecordCsv
 from cms.services.content.record_writer import RecordWriter
 from cms.services.delivery.events import RecordEvent
-from cms.store.client import open_client
+from cms.store.client import Capabilities, open_client
 from cms.store.records import RecordRepository, records_mongo_name
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+
+MAX_REGEX_LENGTH = 512  # README, Filter: "at most 512 characters once escaped for a regex"
+MAX_JSON_DEPTH = 64  # README, Hostile input: "nesting arrays and objects deeper than 64 levels" is a 400
 
 POSTS = [{"name": "title", "type": "text"}, {"name": "views", "type": "number"}, {"name": "meta", "type": "json"}]
 
@@ -86,7 +87,7 @@ async def test_a_query_the_server_refuses_becomes_invalid_filter(services, clien
     """Whatever still reaches the server and is refused there (an invalid regex) is a 400, not a 500."""
     collection = await create_collection(client, admin_token, "posts", POSTS)
     await create_record(client, admin_token, "posts", {"title": "a"})
-    repository = RecordRepository(services.records._records._db, services.records._records.capabilities)
+    repository = services.records.repository
     query = {"title": {"$regex": "("}}
     with pytest.raises(InvalidFilter):
         await repository.find(collection["id"], query, [("_id", 1)], 0, 10)
@@ -159,8 +160,8 @@ class FailingRecords(RecordRepository):
     """The real repository on the real server, made to fail its `fail_on`-th insert_many: before
     the insert (`stored=False`) or after it landed (`stored=True`), as a dropped connection would."""
 
-    def __init__(self, base: RecordRepository, *, fail_on: int, stored: bool) -> None:
-        super().__init__(base._db, base.capabilities)
+    def __init__(self, db: Any, capabilities: Capabilities, *, fail_on: int, stored: bool) -> None:
+        super().__init__(db, capabilities)
         self.calls = 0
         self.fail_on = fail_on
         self.stored = stored
@@ -185,11 +186,17 @@ async def test_a_database_failure_mid_import_says_exactly_which_rows_were_stored
         emitted.extend(e.record for e in events if e.event == "create" and e.record is not None)
 
     services.events.subscribe(emit)
-    repository = FailingRecords(services.records._records, fail_on=2, stored=stored)
+    mongo = open_client(config.mongodb_url)
+    repository = FailingRecords(mongo[config.mongodb_db], services.records.repository.capabilities,
+                                fail_on=2, stored=stored)
     writer = RecordWriter(services.collections, repository, RecordSchemas(), services.events)
     total = IMPORT_BATCH_SIZE * 2 + 500
     content = csv_bytes([["title", "views"], *([f"row {n}", n] for n in range(1, total + 1))])
-    result = await RecordCsv(repository, writer).import_csv(collection, content)
+    try:
+        result = await RecordCsv(repository, writer).import_csv(collection, content)
+    finally:
+        services.events.unsubscribe(emit)
+        await mongo.close()
 
     expected_stored = IMPORT_BATCH_SIZE * (2 if stored else 1)
     docs = await raw_documents(config, created["id"])
@@ -328,7 +335,7 @@ async def test_no_write_outlives_a_deleted_collection(services, client, admin_to
     people = await create_collection(client, admin_token, "people", [{"name": "name", "type": "text"}])
     now = clock()
     seeded = [Record(id=f"p{n}", created=now, updated=now, data={"name": str(n)}) for n in range(3000)]
-    assert await services.records._records.insert_many(people["id"], seeded) == []
+    assert await services.records.repository.insert_many(people["id"], seeded) == []
     for round_number in range(ROUNDS):
         collection = await create_collection(client, admin_token, f"posts{round_number}", [
             {"name": "title", "type": "text"},

@@ -13,59 +13,68 @@ import pytest
 from aiohttp import web
 
 from cms.app import create_app
+from cms.config import Config
 from cms.errors import ServiceUnavailable
 from cms.store import records as record_store
+from cms.store.client import open_client
 from cms.web.context import SERVICES, is_https
 from cms.wiring import Services, open_services
-from tests.api.test_read_cache import POSTS, Spy
+from tests.api.test_read_cache import POSTS
 from tests.conftest import bearer, create_collection, create_record, records_path
+from tests.fixtures import CommandLog, wait_until
 
 
 async def test_with_the_cache_off_identical_concurrent_reads_share_one_query(
-        client: Any, services: Services, admin_token: str) -> None:
-    await create_collection(client, admin_token, "posts", POSTS, list_rule="")
+        client: Any, services: Services, admin_token: str, mongo_commands: CommandLog) -> None:
+    collection = await create_collection(client, admin_token, "posts", POSTS, list_rule="")
     for n in range(3):
         await create_record(client, admin_token, "posts", {"title": f"t{n}", "views": n})
     response = await client.post("/api/v1/settings", headers=bearer(admin_token),
                                  json={"key": "read_cache_enabled", "value": False})
     assert response.status == 200
-    finds = Spy(services.records._records, "find")  # noqa: SLF001 - the store under the service
 
     async def read() -> Any:
         response = await client.get(records_path("posts"), params={"sort": "-views"})
         assert response.status == 200
         return await response.json()
 
-    pages = await asyncio.gather(*(read() for _ in range(8)))
+    def finds() -> int:
+        return len(mongo_commands.named("find", collection["id"]))
+
+    # the list queries wait in line until all 8 reads wait for one computation
+    async with services.records.repository.hold_scans():
+        reads = [asyncio.create_task(read()) for _ in range(8)]
+        await wait_until(lambda: services.records.reads_waiting() == 8, "8 reads share one computation")
+        assert finds() == 0
+    pages = await asyncio.gather(*reads)
     assert all(p == pages[0] for p in pages) and pages[0]["total"] == 3
-    assert 1 <= finds.calls < 8
-    before = finds.calls
+    assert finds() == 1
     await read()  # nothing was kept: the next read queries again
-    assert finds.calls == before + 1
+    assert finds() == 2
 
 
 async def test_a_list_query_waits_in_line_at_most_the_bound(
         services: Services, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(record_store, "SCAN_QUEUE_TIMEOUT_S", 0.2)
-    repository = record_store.RecordRepository(services.records._records._db,  # noqa: SLF001
-                                               services.records._records.capabilities, max_scans=1)  # noqa: SLF001
-    async with repository._scan_slot():  # noqa: SLF001 - the one slot is taken
+    repository = services.records.repository
+    async with repository.hold_scans():  # every slot is taken
         with pytest.raises(ServiceUnavailable):
             await repository.find("no-such-collection", {}, [], 0, 10)
-    assert await repository.find("no-such-collection", {}, [], 0, 10) == []  # the slot came back
+    assert await repository.find("no-such-collection", {}, [], 0, 10) == []  # the slots came back
     assert await repository.count("no-such-collection", {}) == 0
 
 
 async def test_the_whole_collection_total_follows_creates_and_deletes(
-        client: Any, services: Services, admin_token: str) -> None:
-    await create_collection(client, admin_token, "posts", POSTS, list_rule="")
+        client: Any, admin_token: str, mongo_commands: CommandLog) -> None:
+    posts = await create_collection(client, admin_token, "posts", POSTS, list_rule="")
     made = [await create_record(client, admin_token, "posts", {"title": f"t{n}"}) for n in range(5)]
-    counts = Spy(services.records._records, "count")  # noqa: SLF001
     for record in made[:2]:
         response = await client.delete(records_path("posts", record["id"]), headers=bearer(admin_token))
         assert response.status == 204
+    mongo_commands.commands.clear()
     page = await (await client.get(records_path("posts"))).json()
-    assert page["total"] == 3 and counts.calls == 1
+    counts = [c.name for c in mongo_commands.commands if c.collection == record_store.records_mongo_name(posts["id"])]
+    assert page["total"] == 3 and sorted(counts) == ["count", "find"], counts  # one metadata count, no scan
     filtered = await (await client.get(records_path("posts"), params={"filter": "title = 't4'"})).json()
     assert filtered["total"] == 1
 
@@ -127,7 +136,7 @@ async def test_a_user_changed_through_one_instance_is_seen_by_the_others_rules_a
 
 
 async def test_the_created_sorts_walk_the_created_index_and_ties_reverse_exactly(
-        client: Any, services: Services, admin_token: str) -> None:
+        client: Any, config: Config, admin_token: str, mongo_commands: CommandLog) -> None:
     """`created` and `-created` (and the default) end with `_id` in the same direction, so they are
     the `created_id` index walked forward or backward: no in-memory sort of the whole collection
     (on MongoDB a blocking SORT stage; on the embedded server a Python sort of every record)."""
@@ -135,14 +144,23 @@ async def test_the_created_sorts_walk_the_created_index_and_ties_reverse_exactly
                                       list_rule="")
     for n in range(6):  # the suite's clock stands still: equal `created`, the id decides
         await create_record(client, admin_token, "walked", {"title": f"t{n}"})
-    collection = await services.collections.get_by_name("walked")
-    store = services.records._records._db[record_store.records_mongo_name(created["id"])]  # noqa: SLF001
+    response = await client.post("/api/v1/settings", headers=bearer(admin_token),  # every read queries
+                                 json={"key": "read_cache_enabled", "value": False})
+    assert response.status == 200
+    assert config.mongodb_url
+    mongo = open_client(config.mongodb_url)
+    store = mongo[config.mongodb_db][record_store.records_mongo_name(created["id"])]
     pages = {}
-    for sort in (None, "created", "-created"):
-        order = services.records._order(collection, sort)  # noqa: SLF001 - the sort the list sends
-        plan = json.dumps((await store.find({}).sort(order).limit(30).explain())["queryPlanner"]["winningPlan"])
-        assert '"SORT"' not in plan and '"created_id"' in plan, (sort, plan)
-        response = await client.get(records_path("walked"), params={"sort": sort} if sort else {})
-        pages[sort] = [item["id"] for item in (await response.json())["items"]]
+    try:
+        for sort in (None, "created", "-created"):
+            mongo_commands.commands.clear()
+            response = await client.get(records_path("walked"), params={"sort": sort} if sort else {})
+            pages[sort] = [item["id"] for item in (await response.json())["items"]]
+            [find] = mongo_commands.named("find", created["id"])  # the sort the list sent
+            order = list(find.sort.items())
+            plan = json.dumps((await store.find({}).sort(order).limit(30).explain())["queryPlanner"]["winningPlan"])
+            assert '"SORT"' not in plan and '"created_id"' in plan, (sort, plan)
+    finally:
+        await mongo.close()
     assert pages[None] == pages["created"] == sorted(pages["created"])
     assert pages["-created"] == pages["created"][::-1]

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from cms.app import create_app
-from cms.services.operations.rate_limits import MAIL_PER_HOUR, RateLimitService
+from cms.services.operations.rate_limits import RateLimitService
 from tests.api import test_collection_auth
 from tests.api.test_collection_auth import AUTH, create_members, member_login, registered_member
 from tests.conftest import bearer, error_of, login
@@ -28,6 +28,7 @@ MEMBER_PASSWORD = test_collection_auth.PASSWORD
 PASSWORD = "password-1"
 VERIFY_SUBJECT = "Verify your email address"
 RESET_SUBJECT = "Reset your password"
+MAIL_PER_HOUR = 5  # README, Rate limits: "at most 1 email a minute and 5 an hour per address"
 
 
 def subjects(mailbox, address):

@@ -13,31 +13,17 @@ import pytest
 from cms.models import ADMIN_AUDIENCE, collection_audience
 from cms.store.client import open_client
 from cms.store.sessions import SessionRepository
-from tests.conftest import bearer, create_collection, login
+from tests.conftest import bearer, create_collection
+from tests.fixtures import REGISTERED_EMAIL, REGISTERED_PASSWORD
 
 REGISTER = "/api/v1/auth/register"
 REFRESH_PATH = "/api/v1/auth/refresh"
 ME = "/api/v1/auth/me"
-EMAIL = "tabs@example.com"
-PASSWORD = "password-1"
+EMAIL, PASSWORD = REGISTERED_EMAIL, REGISTERED_PASSWORD  # the `user` fixture (tests/fixtures.py)
 INTERVAL_S = 10
 
 MEMBERS = "members"
 MEMBERS_AUTH = f"/api/v1/collections/{MEMBERS}/auth"
-
-
-@pytest.fixture
-async def user(client):
-    """A registered admin-table user: {id, email}."""
-    response = await client.post(REGISTER, json={"email": EMAIL, "password": PASSWORD})
-    assert response.status == 201, await response.text()
-    return (await response.json())["user"]
-
-
-@pytest.fixture
-async def tokens(client, user):
-    """The token object of one login of `user`."""
-    return (await login(client, EMAIL, PASSWORD))["token"]
 
 
 @pytest.fixture

@@ -13,27 +13,13 @@ from cms.models import ADMIN_AUDIENCE
 from cms.security.tokens import ACCESS, REFRESH, TokenCodec
 from cms.wiring import open_services
 from tests.conftest import bearer, login
+from tests.fixtures import REGISTERED_EMAIL, REGISTERED_PASSWORD
 
 REGISTER = "/api/v1/auth/register"
 REFRESH_PATH = "/api/v1/auth/refresh"
 ME = "/api/v1/auth/me"
 LOGOUT = "/api/v1/auth/logout"
-EMAIL = "sessions@example.com"
-PASSWORD = "password-1"
-
-
-@pytest.fixture
-async def user(client):
-    """A registered user: {id, email}."""
-    response = await client.post(REGISTER, json={"email": EMAIL, "password": PASSWORD})
-    assert response.status == 201, await response.text()
-    return (await response.json())["user"]
-
-
-@pytest.fixture
-async def tokens(client, user):
-    """The token object of one login of `user`."""
-    return (await login(client, EMAIL, PASSWORD))["token"]
+EMAIL, PASSWORD = REGISTERED_EMAIL, REGISTERED_PASSWORD  # the `user` fixture (tests/fixtures.py)
 
 
 async def refresh(client, refresh_token):

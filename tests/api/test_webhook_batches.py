@@ -89,7 +89,7 @@ async def seed(services: Services, titles: list[str]) -> list[str]:
     collection = await services.collections.get_by_name("posts")
     now = utcnow()
     records = [Record(id=new_id(), created=now, updated=now, data={"title": t, "views": 0}) for t in titles]
-    assert await services.records._records.insert_many(collection.id, records) == []
+    assert await services.records.repository.insert_many(collection.id, records) == []
     return [r.id for r in records]
 
 

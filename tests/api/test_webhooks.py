@@ -359,7 +359,7 @@ async def test_the_change_and_its_outbox_entries_commit_together(services, confi
                                                                  receiver):
     """On a server with transactions, a record write whose outbox entry cannot be written is not
     stored either (here the outbox refuses the entry through a unique index made for the test)."""
-    if not services.records._records.capabilities.transactions:
+    if not services.records.repository.capabilities.transactions:
         pytest.skip("the server has no multi-document transactions")
     from cms.store.client import open_client
 

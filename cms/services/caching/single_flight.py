@@ -21,10 +21,23 @@ class SingleFlight:
 
     def __init__(self) -> None:
         self._running: dict[Hashable, asyncio.Future[Any]] = {}
+        self._callers = 0
 
     async def run(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
         """The result of `work()` for `key`, shared with concurrent callers of the same key. Raises
         what `work()` raises, and CancelledError only when this caller is cancelled."""
+        self._callers += 1
+        try:
+            return await self._shared(key, work)
+        finally:
+            self._callers -= 1
+
+    def waiting(self) -> int:
+        """How many callers are inside `run` now, of every key: the one running each `work()` and
+        those that joined it (monitoring, tests)."""
+        return self._callers
+
+    async def _shared(self, key: Hashable, work: Callable[[], Awaitable[T]]) -> T:
         while (running := self._running.get(key)) is not None:
             try:
                 result: T = await asyncio.shield(running)

@@ -131,6 +131,13 @@ class InsertGroups:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
+    def waiting(self, collection_id: str | None = None) -> int:
+        """How many creates (of `collection_id`, or of every collection) wait for an insert of
+        their collection in flight to return; they are sent as the next group (monitoring, tests)."""
+        groups = self._waiting.values() if collection_id is None else [g for g in self._waiting.values()
+                                                                      if g.collection.id == collection_id]
+        return sum(len(group.records) for group in groups)
+
 
 def _refusal(failure: InsertFailure) -> Exception:
     """The error one record of a group gets: AlreadyExists for a duplicate key, else the server's

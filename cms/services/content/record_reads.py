@@ -247,6 +247,19 @@ class RecordReads:
         Raises `view.refusal()` (refused outright) or `view.hidden()` (missing or hidden)."""
         return await permitted_record(self._records, view, None, record_id)
 
+    @property
+    def repository(self) -> RecordRepository:
+        """The record store this service writes to and reads from (shared with the collection
+        service and the user systems): for maintenance code, and for tests that check what was
+        stored."""
+        return self._records
+
+    def reads_waiting(self) -> int:
+        """How many record reads are inside a shared computation now (`SingleFlight.waiting`: the
+        caller running each one plus those that joined it). Issue "Fast reads", item 3."""
+        return self._flights.waiting()
+
+
 
 async def checked_record(records: RecordRepository, view: Access, change: Access | None,
                          record_id: str) -> Record | None:

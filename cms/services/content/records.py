@@ -375,6 +375,15 @@ class RecordService(RecordReads):
         if self._groups is not None:
             await self._groups.drain()
 
+    # --- what is in flight (monitoring and tests) ------------------------------------------------
+
+    def creates_waiting(self) -> int:
+        """How many creates wait in a group for their collection's insert in flight to return
+        (`InsertGroups.waiting`; 0 without group commit). Issue "Fast reads", item 5: a test holds
+        one group's insert and watches the next one fill."""
+        return self._groups.waiting() if self._groups is not None else 0
+
+
 
 def _changed_record(record: Record, set_values: dict[str, Any], unset: Sequence[str], updated: Any) -> Record:
     """`record` as it is after setting `set_values` and clearing `unset`, at time `updated`."""

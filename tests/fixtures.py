@@ -1,0 +1,135 @@
+"""What several test modules share beyond the servers of conftest.py: the MongoDB commands the
+driver sent (`mongo_commands`), polling with a time-out (`wait_until`), one registered admin-table
+user with its tokens (`user`, `tokens`), and schemas used by more than one module.
+
+conftest.py imports the fixtures defined here, so every test module can request them by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from pymongo import monitoring
+
+from cms.config import Config
+from cms.store.client import Database, open_client
+from cms.store.records import records_mongo_name
+
+# --- the MongoDB commands the driver sends -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command a client of this process sent: its name (`find`, `insert`, `count`, ...), the
+    Mongo collection it names, for an `insert` how many documents it carried, and for a `find` its
+    filter and sort."""
+
+    name: str
+    collection: str
+    documents: int = 0
+    filter: dict[str, Any] = field(default_factory=dict)
+    sort: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class CommandLog(monitoring.CommandListener):
+    """The driver's own command monitoring (a public pymongo seam), registered once for every
+    client this process opens; it keeps commands only while a test's `mongo_commands` is active."""
+
+    commands: list[Command] = field(default_factory=list)
+    recording: bool = False
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        """Keep the command (only while recording)."""
+        if not self.recording:
+            return
+        target = event.command.get(event.command_name)
+        documents = event.command.get("documents")
+        self.commands.append(Command(event.command_name, target if isinstance(target, str) else "",
+                                     len(documents) if isinstance(documents, list) else 0,
+                                     dict(event.command.get("filter") or {}), dict(event.command.get("sort") or {})))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        """Nothing to keep."""
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        """Nothing to keep."""
+
+    def named(self, name: str, collection_id: str) -> list[Command]:
+        """The `name` commands (e.g. `find`) sent to the records of the CMS collection `collection_id`."""
+        mongo_name = records_mongo_name(collection_id)
+        return [c for c in self.commands if c.name == name and c.collection == mongo_name]
+
+    def insert_sizes(self, collection_id: str) -> list[int]:
+        """The number of documents of each `insert` into the collection's records, in order
+        (an `insert_one` is 1, one `insert_many` of a group is the group's size)."""
+        return [c.documents for c in self.named("insert", collection_id)]
+
+
+COMMANDS = CommandLog()
+monitoring.register(COMMANDS)  # every client opened from here on reports to it
+
+
+@pytest.fixture
+def mongo_commands() -> Iterator[CommandLog]:
+    """The MongoDB commands every client of this process sends during the test."""
+    COMMANDS.commands.clear()
+    COMMANDS.recording = True
+    yield COMMANDS
+    COMMANDS.recording = False
+    COMMANDS.commands.clear()
+
+
+@pytest.fixture
+async def mongo_db(config: Config) -> AsyncIterator[Database]:
+    """The test's database through a client of its own (to check or plant what is stored)."""
+    assert config.mongodb_url
+    client = open_client(config.mongodb_url)
+    yield client[config.mongodb_db]
+    await client.close()
+
+
+# --- waiting -----------------------------------------------------------------------------------
+
+
+async def wait_until(check: Callable[[], bool | Awaitable[bool]], what: str, timeout_s: float = 10.0) -> None:
+    """Poll `check` (plain or async) every 5 ms until it is true; fail the test after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        outcome = check()
+        if outcome if isinstance(outcome, bool) else await outcome:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout_s} s")
+        await asyncio.sleep(0.005)
+
+
+# --- one admin-table user ----------------------------------------------------------------------
+
+REGISTER = "/api/v1/auth/register"
+REGISTERED_EMAIL = "registered@example.com"
+REGISTERED_PASSWORD = "password-1"
+
+
+@pytest.fixture
+async def user(client: Any) -> dict[str, Any]:
+    """A registered admin-table user (REGISTERED_EMAIL, REGISTERED_PASSWORD; role user): `{id, email, ...}`."""
+    response = await client.post(REGISTER, json={"email": REGISTERED_EMAIL, "password": REGISTERED_PASSWORD})
+    assert response.status == 201, await response.text()
+    body: dict[str, Any] = (await response.json())["user"]
+    return body
+
+
+@pytest.fixture
+async def tokens(client: Any, user: dict[str, Any]) -> dict[str, Any]:
+    """The token object (`access_token`, `refresh_token`, ...) of one login of `user`."""
+    credentials = {"email": REGISTERED_EMAIL, "password": REGISTERED_PASSWORD}
+    response = await client.post("/api/v1/auth/login", json=credentials)
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = (await response.json())["token"]
+    return body

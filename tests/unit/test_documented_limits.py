@@ -1,0 +1,76 @@
+"""Every limit the README or decisions.md states as a number, pinned as that number.
+
+The behaviour tests exercise each limit through the code's own constant (so they follow it); this
+table holds the documented figure as a literal, so changing a constant without the documentation
+(or the other way round) fails here. Each row: the code's value, the documented number, and where
+it is documented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cms.config import Config
+from cms.filters import mongo
+from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
+from cms.security import codes, json_input
+from cms.security.tokens import VERIFIED_TOKENS_KEPT
+from cms.services.caching import counters, definition_cache, read_cache
+from cms.services.content import collections, csv_io, group_commit, records, relations
+from cms.services.delivery import webhook_sender, webhooks
+from cms.services.identity import otp
+from cms.services.operations import audit, rate_limits
+from cms.services.operations.settings import SETTINGS_DEFAULTS, VERSION_CHECK_INTERVAL_S
+from cms.store import records as record_store
+
+MIB = 1024 * 1024
+
+LIMITS: dict[str, tuple[Any, Any]] = {
+    # decisions.md, Limits
+    "json-body-1-mib": (Config.__dataclass_fields__["max_json_bytes"].default, 1 * MIB),
+    "file-upload-25-mib": (SETTINGS_DEFAULTS["max_upload_mb"][0], 25),
+    "csv-import-10-mib": (csv_io.MAX_IMPORT_BYTES, 10 * MIB),
+    "csv-import-50000-rows": (csv_io.MAX_IMPORT_ROWS, 50_000),
+    "bulk-1000-ids": (records.MAX_BULK_IDS, 1_000),
+    "bulk-setting-1000-ids": (SETTINGS_DEFAULTS["bulk_max_ids"][0], 1_000),
+    "auth-rate-10-per-minute": ((rate_limits.AUTH_LIMIT, rate_limits.DEFAULT_WINDOW_S), (10, 60)),
+    "general-rate-600-per-minute": (SETTINGS_DEFAULTS["rate_limit_per_minute"][0], 600),
+    "otp-6-digits": (codes.OTP_DIGITS, 6),
+    "otp-10-minutes": (otp.OTP_LIFETIME_S, 10 * 60),
+    "otp-5-wrong-tries": (otp.OTP_MAX_ATTEMPTS, 5),
+    "webhook-timeout-10-s": (webhook_sender.REQUEST_TIMEOUT_S, 10),
+    "webhook-response-kept-2-kib": (webhook_sender.MAX_RESPONSE_BYTES, 2 * 1024),
+    "deliveries-max-200": (webhooks.MAX_LOG_PAGE, 200),
+    "audit-limit-50-max-200": ((audit.DEFAULT_LIMIT, audit.MAX_LIMIT), (50, 200)),
+    # README
+    "mail-1-a-minute": ((rate_limits.MAIL_PER_MINUTE, rate_limits.MAIL_MINUTE_WINDOW_S), (1, 60)),
+    "mail-5-an-hour": ((rate_limits.MAIL_PER_HOUR, rate_limits.MAIL_HOUR_WINDOW_S), (5, 3600)),
+    "json-depth-64": (json_input.MAX_JSON_DEPTH, 64),
+    "json-integer-100-digits": (json_input.MAX_JSON_INT_DIGITS, 100),
+    "regex-512-chars": (mongo.MAX_REGEX_LENGTH, 512),
+    "per-page-max-100": (records.MAX_PER_PAGE, 100),  # STYLE rule 4 too
+    "cascade-10000-records": (relations.MAX_CASCADE_RECORDS, 10_000),
+    "read-cache-entries-300-s": (read_cache.DEFAULT_TTL_S, 300),
+    "read-cache-bodies-1-mib": (read_cache.MAX_ENTRY_BYTES, 1 * MIB),
+    "read-cache-redis-0.5-s": (counters.REDIS_TIMEOUT_S, 0.5),
+    "definitions-5-s": (definition_cache.MAX_AGE_S, 5),
+    "signatures-kept-4096": (VERIFIED_TOKENS_KEPT, 4096),
+    "rate-limiter-gives-up-2-s": (rate_limits.LIMITER_TIMEOUT_S, 2),
+    "group-of-100": (group_commit.MAX_GROUP, 100),
+    "4-list-queries": (record_store.MAX_CONCURRENT_SCANS, 4),
+    "list-query-waits-10-s": (record_store.SCAN_QUEUE_TIMEOUT_S, 10),
+    "orphan-sweep-waits-5-minutes": (collections.ORPHAN_CONFIRM_S, 5 * 60),
+    "restore-staging-an-hour": (collections.RESTORE_STAGING_MAX_S, 3600),
+    "webhook-50-at-a-time-per-batch": (webhook_sender.SEND_CONCURRENCY, 50),
+    "webhook-100-per-worker": (webhook_sender.CONNECTION_LIMIT, 100),
+    "webhook-batch-starts-within-60-s": (webhooks.BATCH_START_WITHIN_S, 60),
+    "redis-200-connections": (REDIS_MAX_CONNECTIONS, 200),
+    "mongodb-found-within-10-s": (MONGODB_CONNECT_TIMEOUT_S, 10),
+    "settings-version-every-0.5-s": (VERSION_CHECK_INTERVAL_S, 0.5),
+}
+
+
+@pytest.mark.parametrize("value, documented", list(LIMITS.values()), ids=list(LIMITS))
+def test_the_code_keeps_the_documented_limit(value: Any, documented: Any) -> None:
+    assert value == documented
