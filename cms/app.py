@@ -15,7 +15,7 @@ from cms.api.access_log import CmsAccessLogger
 from cms.api.context import HTTP_STATS, SERVICES
 from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
-from cms.api.middlewares import request_middleware
+from cms.api.middlewares import origin_middleware, request_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
@@ -29,7 +29,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
 
     JSON bodies are limited to `config.max_json_bytes` (413 above)."""
     app = web.Application(
-        middlewares=[request_middleware, rate_limit_middleware, principal_middleware],
+        middlewares=[request_middleware, rate_limit_middleware, principal_middleware, origin_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}

@@ -36,9 +36,10 @@ from cms.admin_ui.session import (
     csrf_token_matches,
     current_principal,
 )
-from cms.api.context import SERVICES, is_https
+from cms.api.context import SERVICES, is_https, request_origin
 from cms.errors import CmsError
 from cms.models import Principal
+from cms.services.origin import origin_scope
 from cms.wiring import Services
 
 PREFIX = "/_"
@@ -215,7 +216,8 @@ def _page(check: Callable[[web.Request], Awaitable[Principal]], *,
                 principal = await check(request)
                 if form_csrf and request.method not in SAFE_METHODS:
                     await csrf_check(request, principal)
-                return await handler(request, principal)
+                with origin_scope(request_origin(request, principal)):  # the signed-in admin's, for the audit log
+                    return await handler(request, principal)
             except LoginRequired:
                 return login_redirect(request)
             except PageRefused as exc:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from cms.api.context import client_ip, services, user_agent
+from cms.api.context import services
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
 from cms.api.schemas import BackupSchema, MessageSchema
@@ -16,8 +16,7 @@ from cms.api.schemas import BackupSchema, MessageSchema
 async def create_backup(request: web.Request) -> web.Response:
     """POST /backups: 201 `{filename, size, created}` once the archive is written. 401/403 unless admin."""
     principal = await require_admin(request)
-    backup = await services(request).backups.create(principal, ip=client_ip(request),
-                                                    user_agent=user_agent(request))
+    backup = await services(request).backups.create(principal)
     return json_response(BackupSchema().dump(backup), status=201)
 
 
@@ -31,8 +30,7 @@ async def list_backups(request: web.Request) -> web.Response:
 async def restore_backup(request: web.Request) -> web.Response:
     """POST /backups/{filename}/restore: `{message}` once restored. 400 (bad archive or name), 404, 401/403."""
     principal = await require_admin(request)
-    result = await services(request).backups.restore(principal, request.match_info["filename"],
-                                                     ip=client_ip(request), user_agent=user_agent(request))
+    result = await services(request).backups.restore(principal, request.match_info["filename"])
     return json_response(MessageSchema().dump({"message": result.message}))
 
 
@@ -40,8 +38,7 @@ async def download_backup(request: web.Request) -> web.StreamResponse:
     """GET /backups/{filename}: the archive (`application/gzip`, as an attachment). 400 (malformed
     name), 404, 401/403 unless admin. Audited."""
     principal = await require_admin(request)
-    backup, path = await services(request).backups.download(principal, request.match_info["filename"],
-                                                            ip=client_ip(request), user_agent=user_agent(request))
+    backup, path = await services(request).backups.download(principal, request.match_info["filename"])
     return backup_file_response(backup.filename, path)
 
 
@@ -54,6 +51,5 @@ def backup_file_response(filename: str, path: Path) -> web.FileResponse:
 async def delete_backup(request: web.Request) -> web.Response:
     """DELETE /backups/{filename}: 204. 400 (malformed name), 404 (no such backup), 401/403 unless admin."""
     principal = await require_admin(request)
-    await services(request).backups.delete(principal, request.match_info["filename"], ip=client_ip(request),
-                                           user_agent=user_agent(request))
+    await services(request).backups.delete(principal, request.match_info["filename"])
     return web.Response(status=204)
