@@ -266,9 +266,7 @@ async def _create_admin(config: Config, email: str, password: str, name: str) ->
     print(f"admin {user.email} created (id {user.id})")
 
 
-CLI_USER_AGENT = "cms-cli"
-CLI_ORIGIN = RequestOrigin(user_agent=CLI_USER_AGENT)
-"""What the audit log shows for a backup command: no user, no address, the CLI as its agent."""
+CLI_ORIGIN = RequestOrigin(user_agent="cms-cli")  # the audit log's entries of backup commands: no user, no address
 PROGRESS_UNITS = {"verify": "bytes", "dump": "documents", "load": "documents"}
 
 

@@ -29,6 +29,7 @@ from tests.api.test_two_factor import code_at, first_step, turn_on
 from tests.api.test_two_factor import post as post_2fa
 from tests.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, COLLECTIONS, USER_PASSWORD, bearer, link_token, login
 from tests.user_systems import ADMIN_TABLE, EMAIL, PASSWORD, prepare
+from workers.auth import job_origin
 
 CLIENT_IP = "127.0.0.1"
 USER_EMAIL = "audited@example.com"
@@ -356,3 +357,10 @@ async def test_an_event_held_until_after_its_unit_keeps_the_origin_it_was_create
         assert await entries(client, admin_token, "setting_changed") == []  # held
     (entry,) = await entries(client, admin_token, "setting_changed")
     assert (entry["user_id"], entry["ip_address"], entry["user_agent"]) == ("u-1", "192.0.2.1", "held/1")
+
+
+def test_a_job_argument_gives_back_the_origin_and_an_earlier_versions_job_its_address_and_agent():
+    origin = RequestOrigin(user_id="u-1", ip_address="198.51.100.4", user_agent="agent/1", request_id="r-1")
+    assert job_origin(origin.to_json()) == origin
+    assert job_origin("198.51.100.4", "old/1") == RequestOrigin(ip_address="198.51.100.4", user_agent="old/1")
+    assert job_origin(None) == RequestOrigin()
