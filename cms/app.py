@@ -17,7 +17,7 @@ from cms.admin_ui import create_admin_ui
 from cms.api.access_log import CmsAccessLogger
 from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
-from cms.api.middlewares import request_middleware
+from cms.api.middlewares import origin_middleware, request_middleware
 from cms.api.openapi import openapi_json
 from cms.api.routes import add_routes
 from cms.config import Config
@@ -34,7 +34,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     `/_/`: this app's middlewares (request id, rate limit, principal) run first on its requests,
     then its own, which answer its failures with HTML pages."""
     app = web.Application(
-        middlewares=[request_middleware, rate_limit_middleware, principal_middleware],
+        middlewares=[request_middleware, rate_limit_middleware, principal_middleware, origin_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}

@@ -34,6 +34,7 @@ from cms.config import Config, ConfigError
 from cms.errors import CmsError
 from cms.logs import setup_logging
 from cms.runtime.embedded import EmbeddedServerError, embedded_servers, stop_when_parent_dies
+from cms.services.origin import RequestOrigin, origin_scope
 from cms.web.context import SERVICES
 from cms.wiring import open_services
 
@@ -265,7 +266,7 @@ async def _create_admin(config: Config, email: str, password: str, name: str) ->
     print(f"admin {user.email} created (id {user.id})")
 
 
-CLI_USER_AGENT = "cms-cli"
+CLI_ORIGIN = RequestOrigin(user_agent="cms-cli")  # the audit log's entries of backup commands: no user, no address
 PROGRESS_UNITS = {"verify": "bytes", "dump": "documents", "load": "documents"}
 
 
@@ -296,18 +297,21 @@ async def _backup(config: Config, args: argparse.Namespace) -> int:
     async with open_services(config) as services:
         backups = services.backups
         if args.backup_command == "create":
-            made = await backups.create(None, user_agent=CLI_USER_AGENT, progress=progress)
+            with origin_scope(CLI_ORIGIN):
+                made = await backups.create(None, progress=progress)
             progress.finish()
             print(f"{made.filename} written to {backups.backup_dir} ({made.size:,} bytes)")
         elif args.backup_command == "list":
             for item in await backups.list(None):
                 print(f"{item.filename}  {item.size:>15,} bytes  {item.created:%Y-%m-%d %H:%M:%S} UTC")
         elif args.backup_command == "restore":
-            result = await backups.restore(None, args.filename, user_agent=CLI_USER_AGENT, progress=progress)
+            with origin_scope(CLI_ORIGIN):
+                result = await backups.restore(None, args.filename, progress=progress)
             progress.finish()
             print(result.message)
         else:
-            await backups.delete(None, args.filename, user_agent=CLI_USER_AGENT)
+            with origin_scope(CLI_ORIGIN):
+                await backups.delete(None, args.filename)
             print(f"{args.filename} deleted")
     return 0
 

@@ -4,6 +4,7 @@ requests, webhook deliveries)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from arq.connections import ArqRedis
 
@@ -36,16 +37,16 @@ class JobQueue:
         """Queue `message` for the `send_email` job."""
         await self._pool.enqueue_job(SEND_EMAIL, asdict(message), _queue_name=self._queue_name)
 
-    async def enqueue_password_reset(self, audience: str, email: str, ip: str, user_agent: str) -> None:
+    async def enqueue_password_reset(self, audience: str, email: str, origin: dict[str, Any]) -> None:
         """Queue the `send_password_reset` job: look the address up in the user system `audience`
-        and, if it exists, email a reset link. The web request never learns which it was."""
-        await self._pool.enqueue_job(SEND_PASSWORD_RESET, audience, email, ip, user_agent,
-                                     _queue_name=self._queue_name)
+        and, if it exists, email a reset link. The web request never learns which it was. `origin`
+        is the request's `RequestOrigin.to_json()`: the job audits under it."""
+        await self._pool.enqueue_job(SEND_PASSWORD_RESET, audience, email, origin, _queue_name=self._queue_name)
 
-    async def enqueue_otp(self, collection_id: str, email: str, ip: str, user_agent: str) -> None:
-        """Queue the `send_otp` job: if the address is a user of the auth collection, email a login code."""
-        await self._pool.enqueue_job(SEND_OTP, collection_id, email, ip, user_agent,
-                                     _queue_name=self._queue_name)
+    async def enqueue_otp(self, collection_id: str, email: str, origin: dict[str, Any]) -> None:
+        """Queue the `send_otp` job: if the address is a user of the auth collection, email a login
+        code. `origin` as for `enqueue_password_reset`."""
+        await self._pool.enqueue_job(SEND_OTP, collection_id, email, origin, _queue_name=self._queue_name)
 
     async def enqueue_webhook_batch(self, batch_id: str, *, defer_s: float = 0) -> None:
         """Queue the `deliver_webhooks` job for an outbox batch of webhook deliveries, `defer_s`

@@ -10,7 +10,7 @@ Event subscribers are registered in that order and run in it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +29,7 @@ from cms.services.content.collections import CollectionService
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
 from cms.services.content.records import RecordService
-from cms.services.delivery.events import CollectionEvent, EventBus, SessionEvent
+from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
 from cms.services.delivery.webhook_sender import WebhookSender, address_check
 from cms.services.delivery.webhooks import WebhookService
@@ -142,29 +142,24 @@ class Platform:
 
 
 async def build_platform(infra: Infra) -> Platform:
-    """The platform services; applies the audit retention setting and audits session events.
+    """The platform services; applies the audit retention setting and subscribes the audit log to
+    the bus (audit and session events).
     Sessions and definitions are cached in-process under two Redis epochs read in one `MGET`."""
     config, db, clock = infra.config, infra.db, infra.clock
     jobs = JobQueue(infra.redis, config.queue_name)
     events = EventBus()
     audit = AuditService(AuditRepository(db), clock=clock)
-    settings = SettingsService(SettingsRepository(db), infra.redis, audit,
+    settings = SettingsService(SettingsRepository(db), infra.redis, events,
                                version_key=keys.settings_version(config.mongodb_db))
     settings.on_change("audit_retention_days", audit.apply_retention)
     await audit.apply_retention(int((await settings.values())["audit_retention_days"]))
-
-    async def on_session_events(batch: Sequence[SessionEvent]) -> None:
-        for event in batch:
-            await audit.record(event.event, user_id=event.session.user_id,
-                               details={"session_id": event.session.id, "audience": event.session.audience})
-
-    events.subscribe(on_session_events, SessionEvent)
+    audit.subscribe_to(events)  # the one writer of the audit log: audit and session events
     codec = TokenCodec(config.secret_key, clock=clock)
     catalog_epoch, session_epoch = keys.catalog_epoch(config.mongodb_db), keys.session_epoch(config.mongodb_db)
     validity = DefinitionCache(infra.cache_redis, session_epoch, companions=(catalog_epoch,))
     rate_limits = RateLimitService(infra.redis, settings, key_prefix=keys.rate_limit_prefix(config.mongodb_db),
                                    window_s=config.rate_limit_window_s,
-                                   timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s))
+                                   timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s), events=events)
     return Platform(jobs=jobs, events=events, audit=audit, settings=settings, codec=codec,
                     sessions=SessionService(SessionRepository(db), codec, clock=clock, events=events,
                                             validity=validity),
@@ -189,7 +184,7 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     record_repository = RecordRepository(infra.db, infra.capabilities)
     definitions = platform.definitions
     collections = CollectionService(CollectionRepository(infra.db), record_repository, platform.settings,
-                                    platform.audit, platform.events, clock=infra.clock, cache=definitions)
+                                    platform.events, clock=infra.clock, cache=definitions)
     await collections.fill_default_rules()
     return Content(record_repository=record_repository, schemas=RecordSchemas(), collections=collections,
                    definitions=definitions)
@@ -233,29 +228,29 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
                           content.collections, p.sessions, p.settings, p.events, clock=clock)
     p.events.subscribe(systems.on_record_events)
     p.events.subscribe(systems.on_collection_events, CollectionEvent)
-    credentials = Credentials(p.settings, p.sessions, p.audit)
-    verification = Verification(systems, p.one_time, p.mailer, p.audit)
-    two_factor = TwoFactor(factors, p.codec, credentials, p.audit, clock=clock)
+    credentials = Credentials(p.settings, p.sessions, p.events)
+    verification = Verification(systems, p.one_time, p.mailer, p.events)
+    two_factor = TwoFactor(factors, p.codec, credentials, p.events, clock=clock)
     systems.on_forgotten(two_factor.forget_audience)
-    login = Login(p.sessions, p.settings, p.audit, two_factor)
+    login = Login(p.sessions, p.settings, p.events, two_factor)
     oauth = OAuthLogin(login, two_factor, p.sessions, p.settings, identities, infra.http, infra.config.secret_key,
                        clock=clock)
     systems.on_forgotten(oauth.forget_audience)
-    sessions = UserSessions(systems, p.sessions, p.audit)
+    sessions = UserSessions(systems, p.sessions, p.events)
     identity = Identity(
         systems=systems,
         credentials=credentials,
-        registration=Registration(systems, credentials, verification, p.audit),
+        registration=Registration(systems, credentials, verification, p.events),
         login=login,
         two_factor=two_factor,
         oauth=oauth,
-        otp=OtpService(systems, login, otp_codes, p.jobs, p.mailer, p.audit, clock=clock),
+        otp=OtpService(systems, login, otp_codes, p.jobs, p.mailer, p.events, clock=clock),
         verification=verification,
-        password_reset=PasswordReset(systems, credentials, p.one_time, p.sessions, p.jobs, p.mailer, p.audit),
+        password_reset=PasswordReset(systems, credentials, p.one_time, p.sessions, p.jobs, p.mailer, p.events),
         email_change=EmailChange(credentials, p.one_time, p.mailer, p.sessions),
         sessions=sessions,
     )
-    api_keys = ApiKeyService(api_key_repository, admin_users, p.audit, clock=clock)
+    api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock)
     return identity, api_keys, Authenticator(p.codec, sessions, api_keys)
 
 
@@ -325,7 +320,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
             system=build_system(infra, webhooks),
             identity=identity,
             webhooks=webhooks,
-            backups=BackupService(DumpRepository(infra.db), platform.audit, config.backups_path, clock=clock,
+            backups=BackupService(DumpRepository(infra.db), platform.events, config.backups_path, clock=clock,
                                   on_restored=[read_cache.bump_all, platform.settings.invalidate,
                                                platform.sessions.invalidate]),
             api_keys=api_keys,

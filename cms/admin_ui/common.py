@@ -38,7 +38,8 @@ from cms.admin_ui.session import (
 )
 from cms.errors import CmsError
 from cms.models import Principal
-from cms.web.context import is_https, services
+from cms.services.origin import origin_scope
+from cms.web.context import is_https, request_origin, services
 
 PREFIX = "/_"
 LOGIN_PATH = PREFIX + "/login"
@@ -209,7 +210,8 @@ def _page(check: Callable[[web.Request], Awaitable[Principal]], *,
                 principal = await check(request)
                 if form_csrf and request.method not in SAFE_METHODS:
                     await csrf_check(request, principal)
-                return await handler(request, principal)
+                with origin_scope(request_origin(request, principal)):  # the signed-in admin's, for the audit log
+                    return await handler(request, principal)
             except LoginRequired:
                 return login_redirect(request)
             except PageRefused as exc:

@@ -17,7 +17,7 @@ from cms.api.schemas import (
 )
 from cms.api.user_auth import admin_user_json
 from cms.services.identity.password_reset import RESET_REQUESTED_MESSAGE
-from cms.web.context import client_ip, parse_body, services, user_agent
+from cms.web.context import parse_body, services
 from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
 
 
@@ -30,7 +30,6 @@ async def register(request: web.Request) -> web.Response:
     identity = services(request).identity
     user = await identity.registration.register(
         identity.systems.admin, body["email"], body["password"], body["password_confirm"], {"name": body["name"]},
-        ip=client_ip(request), user_agent=user_agent(request),
     )
     message = "Registered. A verification link has been sent to your email address."
     return json_response({"user": admin_user_json(user), "message": message}, status=201)
@@ -57,7 +56,7 @@ async def request_password_reset(request: web.Request) -> web.Response:
     endpoint = f"{body['collection']}:request_password_reset" if body["collection"] else "request_password_reset"
     await enforce_mail_limit(request, endpoint, body["email"])
     await services(request).identity.password_reset.request(
-        body["email"], body["collection"], ip=client_ip(request), user_agent=user_agent(request)
+        body["email"], body["collection"]
     )
     return json_response({"message": RESET_REQUESTED_MESSAGE})
 
@@ -69,7 +68,7 @@ async def forgot_password(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "reset", body["email"])
     await enforce_mail_limit(request, "forgot_password", body["email"])
     await services(request).identity.password_reset.request(
-        body["email"], None, ip=client_ip(request), user_agent=user_agent(request)
+        body["email"], None
     )
     return json_response({"message": RESET_REQUESTED_MESSAGE})
 
@@ -83,6 +82,5 @@ async def reset_password(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "reset", body["token"])
     await services(request).identity.password_reset.reset(
         body["token"], body["new_password"], body["password_confirm"],
-        ip=client_ip(request), user_agent=user_agent(request),
     )
     return json_response({"message": "Password changed. Please log in with the new password."})

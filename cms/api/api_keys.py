@@ -8,7 +8,7 @@ from aiohttp import web
 from cms.api.guards import require_user
 from cms.api.responses import json_response
 from cms.api.schemas import ApiKeyCreateSchema, ApiKeySchema
-from cms.web.context import client_ip, parse_body, services, user_agent
+from cms.web.context import parse_body, services
 
 
 async def create_api_key(request: web.Request) -> web.Response:
@@ -16,8 +16,7 @@ async def create_api_key(request: web.Request) -> web.Response:
     principal = await require_user(request)
     body = await parse_body(request, ApiKeyCreateSchema())
     key, secret = await services(request).api_keys.create(
-        principal, body["name"], body["scopes"], body["expires_at"], ip=client_ip(request),
-        user_agent=user_agent(request))
+        principal, body["name"], body["scopes"], body["expires_at"])
     return json_response({**ApiKeySchema().dump(key), "key": secret}, status=201)
 
 
@@ -30,6 +29,5 @@ async def list_api_keys(request: web.Request) -> web.Response:
 async def delete_api_key(request: web.Request) -> web.Response:
     """DELETE /api-keys/{key_id}: 204; the key is refused from then on. 404 (not the caller's, or unknown)."""
     principal = await require_user(request)
-    await services(request).api_keys.revoke(principal, request.match_info["key_id"], ip=client_ip(request),
-                                            user_agent=user_agent(request))
+    await services(request).api_keys.revoke(principal, request.match_info["key_id"])
     return web.Response(status=204)

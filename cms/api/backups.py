@@ -8,15 +8,14 @@ from aiohttp import web
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
 from cms.api.schemas import BackupSchema, MessageSchema
-from cms.web.context import client_ip, services, user_agent
+from cms.web.context import services
 from cms.web.files import backup_file_response
 
 
 async def create_backup(request: web.Request) -> web.Response:
     """POST /backups: 201 `{filename, size, created}` once the archive is written. 401/403 unless admin."""
     principal = await require_admin(request)
-    backup = await services(request).backups.create(principal, ip=client_ip(request),
-                                                    user_agent=user_agent(request))
+    backup = await services(request).backups.create(principal)
     return json_response(BackupSchema().dump(backup), status=201)
 
 
@@ -30,8 +29,7 @@ async def list_backups(request: web.Request) -> web.Response:
 async def restore_backup(request: web.Request) -> web.Response:
     """POST /backups/{filename}/restore: `{message}` once restored. 400 (bad archive or name), 404, 401/403."""
     principal = await require_admin(request)
-    result = await services(request).backups.restore(principal, request.match_info["filename"],
-                                                     ip=client_ip(request), user_agent=user_agent(request))
+    result = await services(request).backups.restore(principal, request.match_info["filename"])
     return json_response(MessageSchema().dump({"message": result.message}))
 
 
@@ -39,14 +37,12 @@ async def download_backup(request: web.Request) -> web.StreamResponse:
     """GET /backups/{filename}: the archive (`application/gzip`, as an attachment). 400 (malformed
     name), 404, 401/403 unless admin. Audited."""
     principal = await require_admin(request)
-    backup, path = await services(request).backups.download(principal, request.match_info["filename"],
-                                                            ip=client_ip(request), user_agent=user_agent(request))
+    backup, path = await services(request).backups.download(principal, request.match_info["filename"])
     return backup_file_response(backup.filename, path)
 
 
 async def delete_backup(request: web.Request) -> web.Response:
     """DELETE /backups/{filename}: 204. 400 (malformed name), 404 (no such backup), 401/403 unless admin."""
     principal = await require_admin(request)
-    await services(request).backups.delete(principal, request.match_info["filename"], ip=client_ip(request),
-                                           user_agent=user_agent(request))
+    await services(request).backups.delete(principal, request.match_info["filename"])
     return web.Response(status=204)

@@ -46,7 +46,6 @@ async def register(request: web.Request) -> web.Response:
     data = {k: v for k, v in body.items() if k not in AUTH_REGISTER_KEYS}
     user = await services(request).identity.registration.register(
         await _system(request), body["email"], body["password"], body["password_confirm"], data,
-        ip=client_ip(request), user_agent=user_agent(request),
     )
     message = "Registered. A verification link has been sent to your email address."
     return json_response({"user": collection_user_json(user), "message": message}, status=201)
@@ -62,7 +61,7 @@ async def request_email_change(request: web.Request) -> web.Response:
     await enforce_mail_limit(request, f"{limit_prefix(request)}email_change", body["new_email"])
     entry, _, user = await signed_in(request, principal)
     await services(request).identity.email_change.request(
-        entry.system, user, body["new_email"], body["password"], ip=client_ip(request), user_agent=user_agent(request),
+        entry.system, user, body["new_email"], body["password"],
     )
     return json_response({"message": "A confirmation link has been sent to the new address."})
 
@@ -91,8 +90,7 @@ async def otp_request(request: web.Request) -> web.Response:
     body = await parse_body(request, OtpRequestSchema())
     await enforce_auth_limit(request, "otp_request", limit_prefix(request) + body["email"])
     await enforce_mail_limit(request, f"{limit_prefix(request)}otp_request", body["email"])
-    await services(request).identity.otp.request(await _system(request), body["email"], ip=client_ip(request),
-                                                 user_agent=user_agent(request))
+    await services(request).identity.otp.request(await _system(request), body["email"])
     return json_response({"message": OTP_REQUESTED_MESSAGE})
 
 

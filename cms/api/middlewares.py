@@ -1,5 +1,5 @@
-"""The request frame: request ids, the `/api/v1/stats` counters, the catalog scope and the one error
-model (`{"detail", "code"}`) for every failure."""
+"""The request frame: request ids, the `/api/v1/stats` counters, the catalog scope, the one error
+model (`{"detail", "code"}`) for every failure, and the request's origin for the audit log."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pymongo.errors import ConnectionFailure as PyMongoConnectionFailure
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cms.api.guards import PRINCIPAL_KEY
 from cms.api.responses import json_response
 from cms.errors import (
     BadRequest,
@@ -25,7 +26,8 @@ from cms.errors import (
     ServiceUnavailable,
 )
 from cms.services.caching.definition_cache import request_scope
-from cms.web.context import HTTP_STATS, REQUEST_ID
+from cms.services.origin import origin_scope
+from cms.web.context import HTTP_STATS, REQUEST_ID, request_origin
 
 log = logging.getLogger("cms.api")
 
@@ -112,6 +114,15 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
         return response
     finally:
         counters["active_connections"] -= 1
+
+
+@web.middleware
+async def origin_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Run the handler under the request's origin (`cms.services.origin`), once the principal is
+    known (after `principal_middleware`): every audit event the request causes, directly, after a
+    commit or in a task it starts, carries its user, address and user agent."""
+    with origin_scope(request_origin(request, request.get(PRINCIPAL_KEY))):
+        return await handler(request)
 
 
 def _client_gone(request: web.Request) -> bool:

@@ -7,7 +7,7 @@ from aiohttp import web
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
 from cms.api.schemas import SettingSchema, SettingUpdateSchema
-from cms.web.context import client_ip, parse_body, services, user_agent
+from cms.web.context import parse_body, services
 
 
 async def list_settings(request: web.Request) -> web.Response:
@@ -19,11 +19,10 @@ async def list_settings(request: web.Request) -> web.Response:
 
 async def update_setting(request: web.Request) -> web.Response:
     """POST /api/v1/settings `{key, value, category?}`: upsert one setting; 200 with it, 422 for an
-    unknown key or a bad value. The change is audited with the caller's address and user agent."""
+    unknown key or a bad value. The change is audited with the request's origin."""
     principal = await require_admin(request)
     body = await parse_body(request, SettingUpdateSchema())
     setting = await services(request).settings.change(
         principal, body["key"], body["value"], category=body["category"],
-        ip=client_ip(request), user_agent=user_agent(request),
     )
     return json_response(SettingSchema().dump(setting))

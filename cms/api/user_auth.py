@@ -150,8 +150,7 @@ async def change_password(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "change_password", principal.user_id)
     entry, _, user = await signed_in(request, principal)
     await services(request).identity.credentials.change_password(
-        entry.system, principal, user, body["old_password"], body["new_password"], body["password_confirm"],
-        ip=client_ip(request), user_agent=user_agent(request))
+        entry.system, principal, user, body["old_password"], body["new_password"], body["password_confirm"])
     return json_response({"message": "Password changed. Your other sessions have been signed out."})
 
 
@@ -189,7 +188,7 @@ async def revoke_session(request: web.Request) -> web.Response:
     401, 404 (collection, or not an active session of the caller)."""
     entry, _, user = await signed_in(request)
     await services(request).identity.sessions.revoke(
-        entry.system, user, request.match_info["session_id"], ip=client_ip(request), user_agent=user_agent(request))
+        entry.system, user, request.match_info["session_id"])
     return web.Response(status=204)
 
 
@@ -197,8 +196,7 @@ async def revoke_all_sessions(request: web.Request) -> web.Response:
     """DELETE .../auth/sessions/all: 204; every session of the caller, this one included, is revoked.
     401, 404 (collection)."""
     entry, _, user = await signed_in(request)
-    await services(request).identity.sessions.revoke_all(entry.system, user, ip=client_ip(request),
-                                                         user_agent=user_agent(request))
+    await services(request).identity.sessions.revoke_all(entry.system, user)
     return web.Response(status=204)
 
 
@@ -220,8 +218,7 @@ async def two_factor_enable(request: web.Request) -> web.Response:
     body = await parse_body(request, TwoFactorCodeSchema())
     await enforce_auth_limit(request, "2fa", principal.user_id)
     entry, _, user = await signed_in(request, principal)
-    codes = await services(request).identity.two_factor.enable(entry.system, user, body["code"],
-                                                               ip=client_ip(request), user_agent=user_agent(request))
+    codes = await services(request).identity.two_factor.enable(entry.system, user, body["code"])
     return json_response(RecoveryCodesSchema().dump({"recovery_codes": codes}))
 
 
@@ -232,8 +229,7 @@ async def two_factor_disable(request: web.Request) -> web.Response:
     body = await parse_body(request, TwoFactorDisableSchema())
     await enforce_auth_limit(request, "2fa", principal.user_id)
     entry, _, user = await signed_in(request, principal)
-    await services(request).identity.two_factor.disable(entry.system, user, body["password"], body["code"],
-                                                        ip=client_ip(request), user_agent=user_agent(request))
+    await services(request).identity.two_factor.disable(entry.system, user, body["password"], body["code"])
     return json_response({"message": "Two-factor authentication is off."})
 
 

@@ -11,7 +11,9 @@ from aiohttp import web
 from marshmallow import EXCLUDE, Schema, ValidationError
 
 from cms.errors import BadRequest, ValidationFailed, flatten_errors
+from cms.models import Principal
 from cms.security.json_input import JsonInputError, decode_json
+from cms.services.origin import RequestOrigin
 from cms.wiring import Services
 
 SERVICES = web.AppKey("services", Services)
@@ -112,3 +114,11 @@ def _is_trusted(address: str, trusted: tuple[ipaddress.IPv4Network | ipaddress.I
 def user_agent(request: web.Request) -> str:
     """The User-Agent header, or empty."""
     return request.headers.get("User-Agent", "")
+
+
+def request_origin(request: web.Request, principal: Principal | None) -> RequestOrigin:
+    """The origin of `request` sent by `principal` (None: anonymous): the client address after
+    TRUSTED_PROXIES (`client_ip`), the User-Agent and the request id (decisions.md, Audit context)."""
+    return RequestOrigin(user_id=principal.user_id if principal is not None else None,
+                         ip_address=client_ip(request), user_agent=user_agent(request),
+                         request_id=str(request.get(REQUEST_ID, "")))

@@ -1,6 +1,7 @@
 """Rate-limit middleware and the auth-endpoint and mail checks: 429 `rate_limited` with
 `Retry-After` and `X-RateLimit-Limit` / `-Remaining` / `-Reset` headers (decisions.md, Limits).
-A refusal is audited (`rate_limited`) once per limit key and window, not once per request."""
+A refusal is audited (`rate_limited`, by `RateLimitService.refused`) once per limit key and window, not
+once per request, with the request's origin (decisions.md, Audit context)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from aiohttp.typedefs import Handler
 
 from cms.errors import RateLimited
 from cms.services.operations.rate_limits import RateLimitDecision
-from cms.web.context import client_ip, services, user_agent
+from cms.services.origin import NO_ORIGIN, current_origin, origin_scope
+from cms.web.context import client_ip, request_origin, services
 
 log = logging.getLogger("cms.api")
 
@@ -29,16 +31,10 @@ def _headers(decision: RateLimitDecision) -> dict[str, str]:
 
 async def _refuse(request: web.Request, decision: RateLimitDecision, what: str, identifier: str = "") -> RateLimited:
     ip = client_ip(request)
-    try:
-        first = await services(request).rate_limits.first_refusal(what, ip, identifier, decision.window_s)
-    except Exception:  # without Redis we cannot tell; an extra entry beats a missing one
-        log.warning("rate limiter unavailable; refusal audited without de-duplication", exc_info=True)
-        first = True
-    if first:
-        await services(request).audit.record(
-            "rate_limited", ip_address=ip, user_agent=user_agent(request),
-            details={"limit": what, "path": request.path},
-        )
+    # the general limit refuses before the principal is known (and its origin set): anonymous then
+    origin = current_origin() if current_origin() != NO_ORIGIN else request_origin(request, None)
+    with origin_scope(origin):
+        await services(request).rate_limits.refused(what, ip, identifier, decision.window_s, path=request.path)
     error = RateLimited(f"Too many requests; retry in {decision.reset_after_s} s", retry_after_s=decision.reset_after_s)
     error.headers = _headers(decision)
     return error

@@ -12,7 +12,7 @@ from aiohttp import web
 from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
 from cms.errors import CmsError, NotFound, ValidationFailed
 from cms.models import ApiKey, Principal
-from cms.web.context import client_ip, services, user_agent
+from cms.web.context import services
 
 BASE = PREFIX + "/api-keys"
 SCOPES = ("read", "write")
@@ -58,8 +58,7 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
     htmx = request.headers.get("HX-Request") == "true"
     try:
         key, secret = await services(request).api_keys.create(
-            principal, name, scopes, _expiry(expires_at), ip=client_ip(request),
-            user_agent=user_agent(request))
+            principal, name, scopes, _expiry(expires_at))
     except CmsError as exc:  # htmx swaps only 2xx answers: the inline error comes with 200 there
         return await _page(request, principal, status=200 if htmx else exc.status, error=error_message(exc),
                            form=form)
@@ -83,8 +82,7 @@ async def confirm_revoke(request: web.Request, principal: Principal) -> web.Stre
 @admin_page
 async def revoke(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/api-keys/{key_id}/revoke: the key stops working at once."""
-    await services(request).api_keys.revoke(principal, request.match_info["key_id"], ip=client_ip(request),
-                                            user_agent=user_agent(request))
+    await services(request).api_keys.revoke(principal, request.match_info["key_id"])
     response = redirect(BASE, request)
     flash(response, request, "API key revoked", "success")
     return response

@@ -21,7 +21,7 @@ from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redire
 from cms.errors import CmsError, NotFound
 from cms.models import Principal
 from cms.services.operations.backups import Backup, backup_time
-from cms.web.context import client_ip, services, user_agent
+from cms.web.context import services
 from cms.web.files import backup_file_response
 
 log = logging.getLogger("cms.admin_ui")
@@ -125,10 +125,9 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
     if running is not None:
         return redirect(f"{PREFIX}/backups/jobs/{running.id}", request)
     job = Job(id=f"{next(_SEQUENCE):04d}-{secrets.token_hex(4)}", kind="create")
-    ip, agent = client_ip(request), user_agent(request)
 
-    async def work() -> str:
-        backup = await services(request).backups.create(principal, ip=ip, user_agent=agent, progress=job.progress)
+    async def work() -> str:  # a task: it keeps the request's origin (cms.services.origin)
+        backup = await services(request).backups.create(principal, progress=job.progress)
         job.filename = backup.filename
         return f"Backup {backup.filename} written ({_size(backup.size)})."
 
@@ -153,11 +152,9 @@ async def restore(request: web.Request, principal: Principal) -> web.StreamRespo
     if running is not None:
         return redirect(f"{PREFIX}/backups/jobs/{running.id}", request)
     job = Job(id=f"{next(_SEQUENCE):04d}-{secrets.token_hex(4)}", kind="restore", filename=backup.filename)
-    ip, agent = client_ip(request), user_agent(request)
 
-    async def work() -> str:
-        result = await services(request).backups.restore(principal, backup.filename, ip=ip, user_agent=agent,
-                                                         progress=job.progress)
+    async def work() -> str:  # a task: it keeps the request's origin (cms.services.origin)
+        result = await services(request).backups.restore(principal, backup.filename, progress=job.progress)
         return result.message + "."
 
     _start(request, job, asyncio.ensure_future(work()))
@@ -169,8 +166,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST /_/backups/{filename}/delete: delete the backup (as `DELETE /api/v1/backups/{filename}`)."""
     backup = await _backup(request, principal)
     try:
-        await services(request).backups.delete(principal, backup.filename, ip=client_ip(request),
-                                               user_agent=user_agent(request))
+        await services(request).backups.delete(principal, backup.filename)
     except CmsError as exc:
         return await render(request, "backups/confirm.html", status=exc.status, backup=backup, action="delete",
                             size=_size, error=error_message(exc))
@@ -182,8 +178,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
 @admin_page
 async def download(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/backups/{filename}/download: the archive, as `GET /api/v1/backups/{filename}` sends it."""
-    backup, path = await services(request).backups.download(principal, request.match_info["filename"],
-                                                            ip=client_ip(request), user_agent=user_agent(request))
+    backup, path = await services(request).backups.download(principal, request.match_info["filename"])
     return backup_file_response(backup.filename, path)
 
 

@@ -14,7 +14,7 @@ from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message,
 from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, TEXT_SETTINGS, Setting
-from cms.web.context import client_ip, services, user_agent
+from cms.web.context import services
 
 CATEGORY_TITLES = {
     "auth": "Authentication", "security": "Security", "files": "Files", "limits": "Limits",
@@ -107,8 +107,7 @@ async def change(request: web.Request, principal: Principal) -> web.StreamRespon
     values = [str(v) for v in form.getall("value", [])]
     raw = values[-1] if values else ""
     try:
-        setting = await services(request).settings.change(principal, key, raw, ip=client_ip(request),
-                                                          user_agent=user_agent(request))
+        setting = await services(request).settings.change(principal, key, raw)
     except CmsError as exc:
         if key not in SETTINGS_DEFAULTS:
             raise

@@ -14,7 +14,7 @@ from cms.admin_ui.common import PREFIX, admin_page, flash, page_number, redirect
 from cms.errors import NotFound
 from cms.models import CollectionUser, Page, Principal
 from cms.services.identity.systems import CollectionUsers
-from cms.web.context import client_ip, services, user_agent
+from cms.web.context import services
 
 BASE = PREFIX + "/collections/{collection_name}/users"
 PER_PAGE = 50
@@ -72,8 +72,7 @@ async def verify(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST .../users/{user_id}/verify: mark the address verified (as a followed verification link
     does: an `update` record event), audited as `email_verified` by the admin."""
     system, user = await _user(request)
-    await services(request).identity.verification.mark_verified(system, user, principal, ip=client_ip(request),
-                                                                user_agent=user_agent(request))
+    await services(request).identity.verification.mark_verified(system, user, principal)
     response = redirect(f"{_base(system)}/{user.id}", request)
     flash(response, request, f"{user.email} is verified", "success")
     return response
@@ -93,8 +92,7 @@ async def revoke_all(request: web.Request, principal: Principal) -> web.StreamRe
     """POST .../users/{user_id}/sessions/revoke-all: every session of the user is revoked; its
     access and refresh tokens stop working at once (audited as `session_revoked`)."""
     system, user = await _user(request)
-    count = await services(request).identity.sessions.revoke_all(system, user, ip=client_ip(request),
-                                                                 user_agent=user_agent(request), by=principal)
+    count = await services(request).identity.sessions.revoke_all(system, user, by=principal)
     response = redirect(f"{_base(system)}/{user.id}", request)
     flash(response, request, f"Revoked {count} session{'' if count == 1 else 's'} of {user.email}", "success")
     return response

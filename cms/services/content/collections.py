@@ -15,8 +15,7 @@ from cms.services.access import check_rules, require_admin
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
-from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus
-from cms.services.operations.audit import AuditService
+from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
 from cms.store.backups import STAGING_PREFIX, staging_started
 from cms.store.collections import CollectionRepository
@@ -67,13 +66,11 @@ class CollectionService:
         collections: CollectionRepository,
         records: RecordRepository,
         settings: SettingsService,
-        audit: AuditService,
         events: EventBus,
         *,
         clock: Clock = utcnow,
         cache: DefinitionCache | None = None,
     ) -> None:
-        self._audit = audit
         self._cache = cache
         self._events = events
         self._collections = collections
@@ -215,8 +212,8 @@ class CollectionService:
         self._forget()
         log.info("collection %s (%s) created", name, collection.id)
         await self._events.emit([CollectionEvent(CREATE, collection)])
-        await self._audit.record("collection_created", user_id=principal.user_id,
-                                 details={"collection_id": collection.id, "name": name})
+        await self._events.emit([AuditEvent("collection_created", user_id=principal.user_id,
+                                            details={"collection_id": collection.id, "name": name})])
         return collection
 
     async def update(
@@ -270,8 +267,9 @@ class CollectionService:
         self._forget()
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
         await self._events.emit([CollectionEvent(UPDATE, stored)])
-        await self._audit.record("collection_updated", user_id=principal.user_id,
-                                 details={"collection_id": stored.id, "name": stored.name, "version": stored.version})
+        await self._events.emit([AuditEvent(
+            "collection_updated", user_id=principal.user_id,
+            details={"collection_id": stored.id, "name": stored.name, "version": stored.version})])
         return stored
 
     async def _sync_indexes(self, collection: Collection) -> None:
@@ -307,8 +305,8 @@ class CollectionService:
         await self._drop_records(collection)
         await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
-        await self._audit.record("collection_deleted", user_id=principal.user_id,
-                                 details={"collection_id": collection.id, "name": collection.name})
+        await self._events.emit([AuditEvent("collection_deleted", user_id=principal.user_id,
+                                            details={"collection_id": collection.id, "name": collection.name})])
 
     async def _drop_records(self, collection: Collection) -> None:
         """Once `collection`'s definition is gone: move the catalog epoch, then drop its records.

@@ -3,12 +3,14 @@
 Services emit events after the change is stored; subscribers register for one event type on the
 `EventBus`: record events feed webhooks (through the outbox, written before the change is
 acknowledged), auth-collection clean-up and tests; collection events feed auth clean-up and
-webhook clean-up; session events feed the audit log. Realtime and the response cache subscribe here
-later. Three event types:
+webhook clean-up; session and audit events feed the audit log. Realtime and the response cache
+subscribe here later. Four event types:
 
 - `RecordEvent`: a record was created, updated or deleted (single, bulk, CSV import, users).
 - `CollectionEvent`: a collection was created, updated or deleted.
 - `SessionEvent`: something happened to a login session (today: refresh-token reuse).
+- `AuditEvent`: a security-relevant action to audit (login, key, setting, backup, ...), with the
+  request that caused it (decisions.md, Audit context).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from cms.models import Collection, Record, Session
+from cms.services.origin import RequestOrigin, current_origin
 
 log = logging.getLogger("cms.events")
 
@@ -60,10 +63,25 @@ class SessionEvent:
 
     event: str
     session: Session
+    origin: RequestOrigin = field(default_factory=current_origin)
+    """The request that caused it, captured when the event is created."""
 
 
-Event = RecordEvent | CollectionEvent | SessionEvent
-E = TypeVar("E", RecordEvent, CollectionEvent, SessionEvent)
+@dataclass(frozen=True)
+class AuditEvent:
+    """An action the audit log records (decisions.md, Audit events): `event_type` is a key of
+    `cms.services.operations.audit.SEVERITIES`; `user_id` is whom it concerns (the caller, or for a
+    login the user who logged in; None when unknown); `details` is a JSON-safe dict; `origin` is the
+    request that caused it, captured when the event is created (decisions.md, Audit context)."""
+
+    event_type: str
+    user_id: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    origin: RequestOrigin = field(default_factory=current_origin)
+
+
+Event = RecordEvent | CollectionEvent | SessionEvent | AuditEvent
+E = TypeVar("E", RecordEvent, CollectionEvent, SessionEvent, AuditEvent)
 Handler = Callable[[Sequence[Any]], Awaitable[None]]
 EventHandler = Callable[[Sequence[RecordEvent]], Awaitable[None]]
 

@@ -15,7 +15,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import Forbidden, NotFound, Unauthorized, ValidationFailed
 from cms.models import ROLE_ADMIN, ApiKey, Principal
 from cms.security.codes import API_KEY_PREFIX, hash_token, new_api_key
-from cms.services.operations.audit import AuditService
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.store.admin_users import AdminUserRepository
 from cms.store.api_keys import ApiKeyRepository
 
@@ -34,15 +34,15 @@ def is_api_key(credential: str) -> bool:
 class ApiKeyService:
     """Create, list and revoke keys; resolve a presented key to its Principal."""
 
-    def __init__(self, keys: ApiKeyRepository, users: AdminUserRepository, audit: AuditService, *,
+    def __init__(self, keys: ApiKeyRepository, users: AdminUserRepository, events: EventBus, *,
                  clock: Clock = utcnow) -> None:
         self._keys = keys
         self._users = users
-        self._audit = audit
+        self._events = events
         self._clock = clock
 
-    async def create(self, principal: Principal, name: str, scopes: Sequence[str], expires_at: datetime | None, *,
-                     ip: str = "", user_agent: str = "") -> tuple[ApiKey, str]:
+    async def create(self, principal: Principal, name: str, scopes: Sequence[str],
+                     expires_at: datetime | None) -> tuple[ApiKey, str]:
         """A new key of the calling admin-table user and its secret (shown only now). Raises
         Forbidden (not an admin-table user) or ValidationFailed (empty or long name, scopes not a
         non-empty subset of read/write, `expires_at` not in the future; naive means UTC)."""
@@ -61,8 +61,9 @@ class ApiKeyService:
         key = ApiKey(id=new_id(), name=name, scopes=tuple(s for s in SCOPES if s in scopes), user_id=principal.user_id,
                      created=now, key_hash=hash_token(secret), expires_at=expires_at)
         await self._keys.insert(key)
-        await self._audit.record("api_key_created", user_id=principal.user_id, ip_address=ip, user_agent=user_agent,
-                                 details={"api_key_id": key.id, "name": key.name, "scopes": list(key.scopes)})
+        await self._events.emit([AuditEvent(
+            "api_key_created", user_id=principal.user_id,
+            details={"api_key_id": key.id, "name": key.name, "scopes": list(key.scopes)})])
         return key, secret
 
     async def list_keys(self, principal: Principal) -> list[ApiKey]:
@@ -70,7 +71,7 @@ class ApiKeyService:
         _require_admin_table(principal)
         return await self._keys.find(user_id=None if principal.role == ROLE_ADMIN else principal.user_id)
 
-    async def revoke(self, principal: Principal, key_id: str, *, ip: str = "", user_agent: str = "") -> None:
+    async def revoke(self, principal: Principal, key_id: str) -> None:
         """Delete a key of the caller (an admin: any key); it stops working at once. Raises
         Forbidden or NotFound."""
         _require_admin_table(principal)
@@ -78,8 +79,9 @@ class ApiKeyService:
         if key is None or (principal.role != ROLE_ADMIN and key.user_id != principal.user_id):
             raise NotFound("API key not found")
         await self._keys.delete(key.id)
-        await self._audit.record("api_key_revoked", user_id=principal.user_id, ip_address=ip, user_agent=user_agent,
-                                 details={"api_key_id": key.id, "name": key.name, "owner": key.user_id})
+        await self._events.emit([AuditEvent(
+            "api_key_revoked", user_id=principal.user_id,
+            details={"api_key_id": key.id, "name": key.name, "owner": key.user_id})])
 
     async def authenticate(self, secret: str) -> Principal:
         """The principal (kind `api_key`, acting for the key's user with that user's current role)

@@ -18,8 +18,8 @@ from cms.security.passwords import (
     verify_dummy,
     verify_password,
 )
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.identity.session_tokens import SessionService
-from cms.services.operations.audit import AuditService
 from cms.services.operations.settings import SettingsService
 
 if TYPE_CHECKING:
@@ -73,37 +73,35 @@ async def check_login_password(password_hash: str | None, password: str) -> tupl
 class Credentials:
     """The password policy (a setting) and a signed-in user's password checks, for any user system."""
 
-    def __init__(self, settings: SettingsService, sessions: SessionService, audit: AuditService) -> None:
+    def __init__(self, settings: SettingsService, sessions: SessionService, events: EventBus) -> None:
         self._settings = settings
         self._sessions = sessions
-        self._audit = audit
+        self._events = events
 
     async def check_policy(self, password: str, confirm: str | None, field: str = "password") -> None:
         """Apply the current password policy (settings) and the confirmation. Raises ValidationFailed."""
         check_password((await self._settings.auth()).password_policy, password, confirm, field)
 
-    async def require_password(self, system: UserSystem[U], user: U, password: str, field: str, *, ip: str = "",
-                               user_agent: str = "") -> None:
+    async def require_password(self, system: UserSystem[U], user: U, password: str, field: str) -> None:
         """Raise ValidationFailed naming `field` unless `password` is the user's current password; a
         wrong one is audited as `login_failed` (with `during: field`)."""
         matches, _ = await check_login_password(user.password_hash, password)
         if matches:
             return
-        await self._audit.record(
-            "login_failed", user_id=user.id, ip_address=ip, user_agent=user_agent,
+        await self._events.emit([AuditEvent(
+            "login_failed", user_id=user.id,
             details={"email": user.email, "audience": system.audience, "during": field},
-        )
+        )])
         raise ValidationFailed("The current password is incorrect", errors={field: ["Incorrect password."]})
 
     async def change_password(self, system: UserSystem[U], principal: Principal, user: U, old_password: str,
-                              new_password: str, password_confirm: str | None, *, ip: str = "",
-                              user_agent: str = "") -> None:
+                              new_password: str, password_confirm: str | None) -> None:
         """Set a new password for the signed-in `user`; every other session of the user is revoked,
         the caller's (`principal.session_id`) stays. Raises ValidationFailed (policy or confirmation:
         `new_password`; a wrong `old_password`: errors `{"old_password": [...]}`)."""
         await self.check_policy(new_password, password_confirm, field="new_password")
-        await self.require_password(system, user, old_password, "old_password", ip=ip, user_agent=user_agent)
+        await self.require_password(system, user, old_password, "old_password")
         await system.set_password_hash(user.id, await new_password_hash(new_password))
         revoked = await self._sessions.revoke_all(user.id, system.audience, keep=principal.session_id)
-        await self._audit.record("password_changed", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience, "sessions_revoked": revoked})
+        await self._events.emit([AuditEvent("password_changed", user_id=user.id,
+                                            details={"audience": system.audience, "sessions_revoked": revoked})])

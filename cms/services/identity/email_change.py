@@ -23,12 +23,11 @@ class EmailChange:
         self._mailer = mailer
         self._sessions = sessions
 
-    async def request(self, system: UserSystem[U], user: U, new_email: str, password: str, *, ip: str = "",
-                      user_agent: str = "") -> None:
+    async def request(self, system: UserSystem[U], user: U, new_email: str, password: str) -> None:
         """Email a confirmation link to `new_email`. Raises ValidationFailed (not Unicode text, a
         wrong current `password`, or the current address) or AlreadyExists (taken in this system)."""
         check_text(new_email=new_email)
-        await self._credentials.require_password(system, user, password, "password", ip=ip, user_agent=user_agent)
+        await self._credentials.require_password(system, user, password, "password")
         new_email = normalize_email(new_email)
         if new_email == user.email:
             raise ValidationFailed("This is already your email address",

@@ -11,11 +11,11 @@ from typing import NoReturn
 from cms.errors import InvalidCredentials
 from cms.models import LoginResult, TokenPair
 from cms.security.passwords import is_unicode_text
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.identity.credentials import check_login_password, normalize_email
 from cms.services.identity.mfa import TwoFactor
 from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem
-from cms.services.operations.audit import AuditService
 from cms.services.operations.settings import SettingsService
 
 SECOND_FACTOR_MESSAGE = "Two-factor authentication required: send a code with the mfa_token to 2fa/verify."
@@ -25,11 +25,11 @@ class Login:
     """Password login, sessions started after a proof, and refresh; token lifetimes come from the
     settings (`settings.auth()`)."""
 
-    def __init__(self, sessions: SessionService, settings: SettingsService, audit: AuditService,
+    def __init__(self, sessions: SessionService, settings: SettingsService, events: EventBus,
                  two_factor: TwoFactor) -> None:
         self._sessions = sessions
         self._settings = settings
-        self._audit = audit
+        self._events = events
         self._two_factor = two_factor
 
     async def signed_in(self, system: UserSystem[U], user: U, *, method: str, ip: str = "",
@@ -47,7 +47,7 @@ class Login:
                           user_agent: str = "") -> LoginResult:
         """Complete a login with its `mfa_token` and a code (`2fa/verify`): the normal login
         response and a session. Raises what `TwoFactor.complete` raises."""
-        user = await self._two_factor.complete(system, mfa_token, code, ip=ip, user_agent=user_agent)
+        user = await self._two_factor.complete(system, mfa_token, code)
         return await self.start_session(system, user, method="2fa", ip=ip, user_agent=user_agent)
 
     async def password(self, system: UserSystem[U], email: str, password: str, *, ip: str = "",
@@ -60,30 +60,31 @@ class Login:
         user = await system.find_by_email(email)
         matches, upgraded = await check_login_password(user.password_hash if user else None, password)
         if user is None or not matches:
-            await self._failed(system, email, user.id if user else None, ip, user_agent)
+            await self._failed(system, email, user.id if user else None)
         if upgraded is not None:
             await system.set_password_hash(user.id, upgraded)
         return await self.signed_in(system, user, method="password", ip=ip, user_agent=user_agent)
 
-    async def _failed(self, system: UserSystem[U], email: str, user_id: str | None, ip: str,
-                      user_agent: str) -> NoReturn:
-        await self._audit.record(
-            "login_failed", user_id=user_id, ip_address=ip, user_agent=user_agent,
+    async def _failed(self, system: UserSystem[U], email: str, user_id: str | None) -> NoReturn:
+        await self._events.emit([AuditEvent(
+            "login_failed", user_id=user_id,
             details={"email": email if is_unicode_text(email) else "", "audience": system.audience},
-        )
+        )])
         raise InvalidCredentials()
 
     async def start_session(self, system: UserSystem[U], user: U, *, method: str, ip: str = "",
                             user_agent: str = "") -> LoginResult:
         """Start a session for a user who proved who they are (`method`: password, otp) and return
-        the login response `{user, token, message: None, requires_2fa: False}`; audits `login_success`."""
+        the login response `{user, token, message: None, requires_2fa: False}`; audits `login_success`
+        (for `user`, from the request's origin). `ip` and `user_agent` are kept on the session (its
+        listing shows them)."""
         auth = await self._settings.auth()
         _, pair = await self._sessions.start(
             user.id, system.audience, access_lifetime_s=auth.access_lifetime_s,
             refresh_lifetime_s=auth.refresh_lifetime_s, user_agent=user_agent, ip=ip,
         )
-        await self._audit.record("login_success", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience, "method": method})
+        await self._events.emit([AuditEvent("login_success", user_id=user.id,
+                                            details={"audience": system.audience, "method": method})])
         return LoginResult(user=user, token=pair, message=None, requires_2fa=False)
 
     async def refresh(self, system: UserSystem[U], refresh_token: str) -> TokenPair:

@@ -34,9 +34,9 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, Forbidden, OtpInvalid, RateLimited, TokenExpired, TokenInvalid, Unauthorized
 from cms.security.codes import constant_time_equals, hash_token
 from cms.security.tokens import MFA, TokenCodec
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.identity.credentials import Credentials
 from cms.services.identity.systems import U, UserSystem
-from cms.services.operations.audit import AuditService
 from cms.store.mfa import MfaRepository
 
 MFA_TOKEN_LIFETIME_S = 300
@@ -87,11 +87,11 @@ class TwoFactor:
     CmsError subclasses only."""
 
     def __init__(self, repository: MfaRepository, codec: TokenCodec, credentials: Credentials,
-                 audit: AuditService, *, clock: Clock = utcnow) -> None:
+                 events: EventBus, *, clock: Clock = utcnow) -> None:
         self._repository = repository
         self._codec = codec
         self._credentials = credentials
-        self._audit = audit
+        self._events = events
         self._clock = clock
 
     # --- the factor -----------------------------------------------------------------------------
@@ -110,8 +110,7 @@ class TwoFactor:
         svg = await asyncio.to_thread(lambda: segno.make(url, error="m").svg_inline(scale=QR_SCALE))
         return TotpSetup(secret=secret, otpauth_url=url, qr_svg=svg)
 
-    async def enable(self, system: UserSystem[U], user: U, code: str, *, ip: str = "",
-                     user_agent: str = "") -> list[str]:
+    async def enable(self, system: UserSystem[U], user: U, code: str) -> list[str]:
         """Turn 2FA on with a code from the pending secret; returns the recovery codes (shown once).
         Raises Forbidden (`mfa_enabled` off), OtpInvalid (no pending secret, or a wrong code) or
         BadRequest (already on)."""
@@ -122,28 +121,25 @@ class TwoFactor:
         secret = factor.get("pending_secret") if factor else None
         step = self._matching_step(str(secret), code) if secret else None
         if secret is None or step is None:
-            await self._failed(system, user.id, ip, user_agent, "enable: wrong code")
+            await self._failed(system, user.id, "enable: wrong code")
         codes = _new_recovery_codes()
         hashes = [hash_token(_normalized_recovery_code(c) or "") for c in codes]
         if not await self._repository.enable(system.audience, user.id, str(secret), step, hashes, self._clock()):
             raise BadRequest("Two-factor authentication is already enabled")
-        await self._audit.record("mfa_enabled", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience})
+        await self._events.emit([AuditEvent("mfa_enabled", user_id=user.id, details={"audience": system.audience})])
         return codes
 
-    async def disable(self, system: UserSystem[U], user: U, password: str, code: str, *, ip: str = "",
-                      user_agent: str = "") -> None:
+    async def disable(self, system: UserSystem[U], user: U, password: str, code: str) -> None:
         """Turn 2FA off; needs the current password and a code (TOTP or recovery). Raises
         ValidationFailed (wrong password: `errors.password`), OtpInvalid (wrong, replayed or used
         code) or BadRequest (2FA is not on)."""
-        await self._credentials.require_password(system, user, password, "password", ip=ip, user_agent=user_agent)
+        await self._credentials.require_password(system, user, password, "password")
         factor = await self._repository.factor(system.audience, user.id)
         if factor is None or not factor.get("enabled"):
             raise BadRequest("Two-factor authentication is not enabled")
-        await self._check_code(system, user.id, factor, code, ip, user_agent, "disable")
+        await self._check_code(system, user.id, factor, code, "disable")
         await self._repository.delete(system.audience, user.id)
-        await self._audit.record("mfa_disabled", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience})
+        await self._events.emit([AuditEvent("mfa_disabled", user_id=user.id, details={"audience": system.audience})])
 
     async def forget(self, system: UserSystem[U], user_id: str) -> None:
         """Drop the user's factor, if any (the account is being secured by another proof)."""
@@ -176,8 +172,7 @@ class TwoFactor:
                                                 claims.exp + timedelta(seconds=1))
         return token
 
-    async def complete(self, system: UserSystem[U], mfa_token: str, code: str, *, ip: str = "",
-                       user_agent: str = "") -> U:
+    async def complete(self, system: UserSystem[U], mfa_token: str, code: str) -> U:
         """Spend `mfa_token` with a code (TOTP or recovery) and return its user, whose login may now
         start a session. Raises TokenInvalid (bad, spent, voided or of another system), TokenExpired,
         or OtpInvalid (a wrong, replayed or used code; the MFA_MAX_ATTEMPTS-th voids the token)."""
@@ -194,7 +189,7 @@ class TwoFactor:
         factor = await self._repository.factor(system.audience, claims.sub)
         if user is None or factor is None or not factor.get("enabled"):
             raise TokenInvalid()
-        await self._check_code(system, user.id, factor, code, ip, user_agent, "login")
+        await self._check_code(system, user.id, factor, code, "login")
         if not await self._repository.spend_challenge(claims.sid, self._clock()):
             raise TokenInvalid()
         return user
@@ -213,8 +208,8 @@ class TwoFactor:
                 return step
         return None
 
-    async def _check_code(self, system: UserSystem[U], user_id: str, factor: dict[str, Any], code: str, ip: str,
-                          user_agent: str, during: str) -> None:
+    async def _check_code(self, system: UserSystem[U], user_id: str, factor: dict[str, Any], code: str,
+                          during: str) -> None:
         """Accept a TOTP code of a later step than the last accepted one, or an unused recovery
         code (spent, and audited `mfa_recovery_used`). Raises OtpInvalid otherwise (audited `mfa_failed`)."""
         now = self._clock()
@@ -229,23 +224,23 @@ class TwoFactor:
             if await self._repository.claim_step(system.audience, user_id, step):
                 await self._cleared(system, user_id, factor)
                 return
-            await self._failed(system, user_id, ip, user_agent, f"{during}: replayed code")
+            await self._failed(system, user_id, f"{during}: replayed code")
         recovery = _normalized_recovery_code(code)
         if recovery is not None and await self._repository.use_recovery_code(system.audience, user_id,
                                                                               hash_token(recovery)):
             await self._cleared(system, user_id, factor)
-            await self._audit.record("mfa_recovery_used", user_id=user_id, ip_address=ip, user_agent=user_agent,
-                                     details={"audience": system.audience, "during": during})
+            await self._events.emit([AuditEvent("mfa_recovery_used", user_id=user_id,
+                                                details={"audience": system.audience, "during": during})])
             return
-        await self._failed(system, user_id, ip, user_agent, f"{during}: wrong code")
+        await self._failed(system, user_id, f"{during}: wrong code")
 
     async def _cleared(self, system: UserSystem[U], user_id: str, factor: dict[str, Any]) -> None:
         if factor.get("failures"):
             await self._repository.clear_failures(system.audience, user_id)
 
-    async def _failed(self, system: UserSystem[U], user_id: str, ip: str, user_agent: str, reason: str) -> NoReturn:
+    async def _failed(self, system: UserSystem[U], user_id: str, reason: str) -> NoReturn:
         now = self._clock()
         await self._repository.count_failure(system.audience, user_id, now, now - timedelta(seconds=FAILURE_WINDOW_S))
-        await self._audit.record("mfa_failed", user_id=user_id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience, "reason": reason})
+        await self._events.emit([AuditEvent("mfa_failed", user_id=user_id,
+                                            details={"audience": system.audience, "reason": reason})])
         raise OtpInvalid()

@@ -16,11 +16,12 @@ from cms.errors import NotFound, OtpDisabled, OtpInvalid
 from cms.jobs import JobQueue
 from cms.models import CollectionUser, LoginResult, OtpCode
 from cms.security.codes import constant_time_equals, hash_token, new_otp_code
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.delivery.mail import Mailer
 from cms.services.identity.credentials import normalize_email
 from cms.services.identity.login import Login
 from cms.services.identity.systems import CollectionUsers, UserSystems
-from cms.services.operations.audit import AuditService
+from cms.services.origin import current_origin
 from cms.store.otp_codes import OtpCodeRepository
 
 OTP_LIFETIME_S = 600
@@ -43,7 +44,7 @@ class OtpService:
         codes: OtpCodeRepository,
         jobs: JobQueue,
         mailer: Mailer,
-        audit: AuditService,
+        events: EventBus,
         *,
         clock: Clock = utcnow,
     ) -> None:
@@ -52,7 +53,7 @@ class OtpService:
         self._codes = codes
         self._jobs = jobs
         self._mailer = mailer
-        self._audit = audit
+        self._events = events
         self._clock = clock
 
     @staticmethod
@@ -60,11 +61,11 @@ class OtpService:
         if not system.collection.otp_enabled:
             raise OtpDisabled()
 
-    async def request(self, system: CollectionUsers, email: str, *, ip: str = "", user_agent: str = "") -> None:
-        """Queue a code for `email`. Does not look the address up, so it answers alike either way.
-        Raises OtpDisabled (403) unless the collection's `otp_enabled`."""
+    async def request(self, system: CollectionUsers, email: str) -> None:
+        """Queue a code for `email`, with the request's origin. Does not look the address up, so it
+        answers alike either way. Raises OtpDisabled (403) unless the collection's `otp_enabled`."""
         self._require_enabled(system)
-        await self._jobs.enqueue_otp(system.collection.id, email, ip, user_agent)
+        await self._jobs.enqueue_otp(system.collection.id, email, current_origin().to_json())
 
     async def send_code(self, collection_id: str, email: str) -> bool:
         """The job's work: if `email` is a user of the collection (and OTP is still enabled there),
@@ -99,23 +100,23 @@ class OtpService:
         collection_id = system.collection.id
         current = await self._codes.latest_unused(collection_id, user.id) if user else None
         if user is None or current is None or self._clock() >= current.expires_at:
-            await self._failed(system, email, user, ip, user_agent, "no valid code")
+            await self._failed(system, email, user, "no valid code")
         claimed = await self._codes.claim_attempt(current.id, OTP_MAX_ATTEMPTS)
         if claimed is None:
-            await self._failed(system, email, user, ip, user_agent, "code used up")
+            await self._failed(system, email, user, "code used up")
         if not constant_time_equals(claimed.code_hash, code_hash(claimed.id, code)):
             if claimed.attempts >= OTP_MAX_ATTEMPTS:
                 await self._codes.mark_used(claimed.id, self._clock())
-            await self._failed(system, email, user, ip, user_agent, "wrong code")
+            await self._failed(system, email, user, "wrong code")
         if not await self._codes.mark_used(claimed.id, self._clock()):
-            await self._failed(system, email, user, ip, user_agent, "code used up")
+            await self._failed(system, email, user, "code used up")
         user = await system.set_verified(user)
         return await self._login.signed_in(system, user, method="otp", ip=ip, user_agent=user_agent)
 
-    async def _failed(self, system: CollectionUsers, email: str, user: CollectionUser | None, ip: str,
-                      user_agent: str, reason: str) -> NoReturn:
-        await self._audit.record(
-            "otp_failed", user_id=user.id if user else None, ip_address=ip, user_agent=user_agent,
+    async def _failed(self, system: CollectionUsers, email: str, user: CollectionUser | None,
+                      reason: str) -> NoReturn:
+        await self._events.emit([AuditEvent(
+            "otp_failed", user_id=user.id if user else None,
             details={"email": email, "audience": system.audience, "reason": reason},
-        )
+        )])
         raise OtpInvalid()

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from cms.errors import TokenInvalid
 from cms.jobs import JobQueue
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.delivery.mail import Mailer
 from cms.services.identity.credentials import Credentials, new_password_hash, normalize_email
 from cms.services.identity.one_time_tokens import PASSWORD_RESET, OneTimeTokens
 from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import UserSystems
-from cms.services.operations.audit import AuditService
+from cms.services.origin import current_origin
 
 RESET_REQUESTED_MESSAGE = "If an account with this email exists, a password reset link has been sent to it."
 
@@ -26,43 +27,43 @@ class PasswordReset:
     """Requests (queued), link emails (in the worker) and resets."""
 
     def __init__(self, systems: UserSystems, credentials: Credentials, one_time_tokens: OneTimeTokens,
-                 sessions: SessionService, jobs: JobQueue, mailer: Mailer, audit: AuditService) -> None:
+                 sessions: SessionService, jobs: JobQueue, mailer: Mailer, events: EventBus) -> None:
         self._systems = systems
         self._credentials = credentials
         self._one_time_tokens = one_time_tokens
         self._sessions = sessions
         self._jobs = jobs
         self._mailer = mailer
-        self._audit = audit
+        self._events = events
 
-    async def request(self, email: str, collection_name: str | None = None, *, ip: str = "",
-                      user_agent: str = "") -> None:
+    async def request(self, email: str, collection_name: str | None = None) -> None:
         """Queue a reset for `email` among the admin-table users, or among the users of the auth
-        collection `collection_name`. Does not look the address up and hashes nothing, so it takes
-        the same time either way. Raises NotFound only for an unknown or non-auth collection."""
+        collection `collection_name`, with the request's origin (the job audits under it). Does not
+        look the address up and hashes nothing, so it takes the same time either way. Raises NotFound
+        only for an unknown or non-auth collection."""
         system = self._systems.admin if collection_name is None else await self._systems.collection(collection_name)
-        await self._jobs.enqueue_password_reset(system.audience, email, ip, user_agent)
+        await self._jobs.enqueue_password_reset(system.audience, email, current_origin().to_json())
 
-    async def send_link(self, audience: str, email: str, *, ip: str = "", user_agent: str = "") -> bool:
+    async def send_link(self, audience: str, email: str) -> bool:
         """The job's work: if `email` is a user of the user system `audience`, issue a reset token
         (older unused ones stop working) and queue the email with its link. Every request is written
-        to the audit log (`password_reset_requested`, with `known` false for an unknown address).
-        Returns whether an email was queued."""
+        to the audit log (`password_reset_requested`, with `known` false for an unknown address) with
+        the current origin: the job runs under the request's (`origin_scope`; decisions.md, Audit
+        context). Returns whether an email was queued."""
         email = normalize_email(email)
         system = await self._systems.by_audience(audience)
         user = await system.find_by_email(email) if system is not None else None
-        await self._audit.record(
-            "password_reset_requested", user_id=user.id if user else None, ip_address=ip,
-            user_agent=user_agent, details={"email": email, "audience": audience, "known": user is not None},
-        )
+        await self._events.emit([AuditEvent(
+            "password_reset_requested", user_id=user.id if user else None,
+            details={"email": email, "audience": audience, "known": user is not None},
+        )])
         if user is None or not user.email:
             return False
         token = await self._one_time_tokens.issue(PASSWORD_RESET, user.id, audience)
         await self._mailer.send_password_reset(user.email, token)
         return True
 
-    async def reset(self, token: str, new_password: str, password_confirm: str | None = None, *, ip: str = "",
-                    user_agent: str = "") -> None:
+    async def reset(self, token: str, new_password: str, password_confirm: str | None = None) -> None:
         """Spend a reset token and set `new_password` for its user, in the user system the token
         belongs to; every session of that user is revoked and the address counts as verified.
 
@@ -80,5 +81,5 @@ class PasswordReset:
         await system.set_password_hash(user.id, password_hash)
         await system.set_verified(user)
         await self._sessions.revoke_all(user.id, spent.audience)
-        await self._audit.record("password_reset_completed", user_id=spent.user_id, ip_address=ip,
-                                 user_agent=user_agent, details={"audience": spent.audience})
+        await self._events.emit([AuditEvent("password_reset_completed", user_id=spent.user_id,
+                                            details={"audience": spent.audience})])

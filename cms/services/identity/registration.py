@@ -9,10 +9,10 @@ from typing import Any
 
 from cms.errors import AlreadyExists
 from cms.models import ROLE_ADMIN, AdminUser
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.identity.credentials import Credentials, check_text, normalize_email
 from cms.services.identity.systems import U, UserSystem, UserSystems
 from cms.services.identity.verification import Verification
-from cms.services.operations.audit import AuditService
 
 log = logging.getLogger("cms.identity")
 
@@ -22,14 +22,14 @@ class Registration:
     and verified admins (CLI, ADMIN_* bootstrap)."""
 
     def __init__(self, systems: UserSystems, credentials: Credentials, verification: Verification,
-                 audit: AuditService) -> None:
+                 events: EventBus) -> None:
         self._systems = systems
         self._credentials = credentials
         self._verification = verification
-        self._audit = audit
+        self._events = events
 
     async def register(self, system: UserSystem[U], email: str, password: str, password_confirm: str | None,
-                       data: dict[str, Any], *, ip: str = "", user_agent: str = "") -> U:
+                       data: dict[str, Any]) -> U:
         """Create an unverified user with the system's own fields in `data` (admin table: `name`;
         auth collection: its schema fields), queue the verification email, audit `register`.
         Raises ValidationFailed (password policy or confirmation, text that is not valid Unicode,
@@ -38,8 +38,7 @@ class Registration:
         check_text(email=email)
         user = await system.create(email, password, data, verified=False)
         await self._verification.send(system, user)
-        await self._audit.record("register", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience})
+        await self._events.emit([AuditEvent("register", user_id=user.id, details={"audience": system.audience})])
         return user
 
     async def create_admin(self, email: str, password: str, name: str = "") -> AdminUser:

@@ -9,18 +9,18 @@ from __future__ import annotations
 from cms.errors import NotFound, Unauthorized
 from cms.models import ADMIN_AUDIENCE, Principal, Session, audience_collection_id
 from cms.services.access import require_admin
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem, UserSystems
-from cms.services.operations.audit import AuditService
 
 
 class UserSessions:
     """Session management for signed-in users of any system."""
 
-    def __init__(self, systems: UserSystems, sessions: SessionService, audit: AuditService) -> None:
+    def __init__(self, systems: UserSystems, sessions: SessionService, events: EventBus) -> None:
         self._systems = systems
         self._sessions = sessions
-        self._audit = audit
+        self._events = events
 
     async def authenticate(self, access_token: str, audience: str) -> Principal:
         """The principal behind an access token whose (verified) audience is `audience`: the token's
@@ -35,23 +35,22 @@ class UserSessions:
         """Revoke the caller's session: its access and refresh tokens stop working at once."""
         if principal.session_id is not None:
             await self._sessions.revoke(principal.session_id)
-            await self._audit.record("logout", user_id=principal.user_id, details={"session_id": principal.session_id})
+            await self._events.emit([AuditEvent("logout", user_id=principal.user_id,
+                                                details={"session_id": principal.session_id})])
 
     async def active(self, system: UserSystem[U], user: U) -> list[Session]:
         """The user's active sessions, newest first."""
         return await self._sessions.list_active(user.id, system.audience)
 
-    async def revoke(self, system: UserSystem[U], user: U, session_id: str, *, ip: str = "",
-                     user_agent: str = "") -> None:
+    async def revoke(self, system: UserSystem[U], user: U, session_id: str) -> None:
         """Revoke one of the user's sessions (its tokens stop working at once). Raises NotFound (no
         active session of the user has this id)."""
         if not await self._sessions.revoke(session_id, user_id=user.id):
             raise NotFound("Session not found")
-        await self._audit.record("session_revoked", user_id=user.id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience, "session_id": session_id})
+        await self._events.emit([AuditEvent("session_revoked", user_id=user.id,
+                                            details={"audience": system.audience, "session_id": session_id})])
 
-    async def revoke_all(self, system: UserSystem[U], user: U, *, ip: str = "", user_agent: str = "",
-                         by: Principal | None = None) -> int:
+    async def revoke_all(self, system: UserSystem[U], user: U, *, by: Principal | None = None) -> int:
         """Revoke every session of the user, the current one included; returns how many. `by`: an
         admin acting on the user (admin UI), who is then the audit entry's user (the target in
         its details). Raises Forbidden when `by` is not an admin."""
@@ -60,6 +59,6 @@ class UserSessions:
             require_admin(by)
             details["target_user_id"] = user.id
         count = await self._sessions.revoke_all(user.id, system.audience)
-        await self._audit.record("session_revoked", user_id=by.user_id if by is not None else user.id, ip_address=ip,
-                                 user_agent=user_agent, details={**details, "count": count})
+        await self._events.emit([AuditEvent("session_revoked", user_id=by.user_id if by is not None else user.id,
+                                            details={**details, "count": count})])
         return count

@@ -8,21 +8,21 @@ from __future__ import annotations
 from cms.errors import TokenInvalid
 from cms.models import Principal
 from cms.services.access import require_admin
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.delivery.mail import Mailer
 from cms.services.identity.one_time_tokens import VERIFY_EMAIL, OneTimeTokens
 from cms.services.identity.systems import U, UserSystem, UserSystems
-from cms.services.operations.audit import AuditService
 
 
 class Verification:
     """Sends verification links and spends them."""
 
     def __init__(self, systems: UserSystems, one_time_tokens: OneTimeTokens, mailer: Mailer,
-                 audit: AuditService) -> None:
+                 events: EventBus) -> None:
         self._systems = systems
         self._one_time_tokens = one_time_tokens
         self._mailer = mailer
-        self._audit = audit
+        self._events = events
 
     async def send(self, system: UserSystem[U], user: U) -> None:
         """Issue a verification token (older unused ones stop working) and queue the email."""
@@ -46,18 +46,18 @@ class Verification:
         if user is None:
             raise TokenInvalid("The user of this token no longer exists")
         user = await system.set_verified(user)
-        await self._audit.record("email_verified", user_id=user.id, details={"audience": system.audience})
+        await self._events.emit([AuditEvent("email_verified", user_id=user.id, details={"audience": system.audience})])
         return user
 
-    async def mark_verified(self, system: UserSystem[U], user: U, by: Principal, *, ip: str = "",
-                            user_agent: str = "") -> None:
+    async def mark_verified(self, system: UserSystem[U], user: U, by: Principal) -> None:
         """An admin marks the user's address verified without a link (admin UI); audited as
         `email_verified` with the admin as its user and the target in its details. Raises Forbidden
         when `by` is not an admin."""
         require_admin(by)
         await system.set_verified(user)
-        await self._audit.record("email_verified", user_id=by.user_id, ip_address=ip, user_agent=user_agent,
-                                 details={"audience": system.audience, "target_user_id": user.id, "by_admin": True})
+        await self._events.emit([AuditEvent(
+            "email_verified", user_id=by.user_id,
+            details={"audience": system.audience, "target_user_id": user.id, "by_admin": True})])
 
     async def verify_any(self, token: str) -> None:
         """Spend a verification token of whichever system issued it (`POST /auth/verify-email`).

@@ -1,5 +1,10 @@
 """Audit log: security-relevant events with a fixed severity per type (decisions.md, Audit events).
 
+Services do not write it: they emit `AuditEvent`s (and `SessionEvent`s) on the EventBus, and
+`AuditService` is the one subscriber that writes them (`subscribe_to`). Each entry carries the
+`user_id`, `ip_address` and `user_agent` of the request that caused it, captured when the event
+was created (`cms.services.origin`; decisions.md, Audit context).
+
 Recording never fails the request that caused it: a storage error is logged and swallowed. Admins
 read the log through `list`, `security` and `statistics` (spec: Audit logs); entries are never
 changed, and leave only through the TTL index set by `apply_retention` (`audit_retention_days`).
@@ -8,6 +13,7 @@ changed, and leave only through the TTL index set by `apply_retention` (`audit_r
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,6 +21,8 @@ from typing import Any
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import Forbidden
 from cms.models import AuditEntry, Principal
+from cms.services.delivery.events import AuditEvent, EventBus, SessionEvent
+from cms.services.origin import RequestOrigin
 from cms.store.audit import AuditFilter, AuditRepository, AuditStatistics
 
 log = logging.getLogger("cms.audit")
@@ -56,7 +64,8 @@ def _require_admin(principal: Principal) -> None:
 
 
 class AuditService:
-    """Writes audit entries; `event_type` must be one of SEVERITIES."""
+    """Writes audit entries (the bus's audit subscriber) and reads them for admins; `event_type`
+    must be one of SEVERITIES."""
 
     def __init__(self, repository: AuditRepository, *, clock: Clock = utcnow) -> None:
         self._repository = repository
@@ -64,8 +73,9 @@ class AuditService:
 
     async def record(self, event_type: str, *, user_id: str | None = None, ip_address: str = "",
                      user_agent: str = "", details: dict[str, Any] | None = None) -> None:
-        """Append an entry with the type's severity. Raises KeyError for an unknown type (a bug);
-        storage errors are logged, not raised."""
+        """Append an entry with the type's severity, as given (services emit an AuditEvent instead:
+        this is the subscriber's write). Raises KeyError for an unknown type (a bug); storage errors
+        are logged, not raised."""
         entry = AuditEntry(
             id=new_id(), event_type=event_type, severity=SEVERITIES[event_type], created=self._clock(),
             user_id=user_id, ip_address=ip_address, user_agent=user_agent[:512], details=details or {},
@@ -74,6 +84,30 @@ class AuditService:
             await self._repository.insert(entry)
         except Exception:  # auditing must not break the audited request
             log.exception("could not write audit entry %s", event_type)
+
+    def subscribe_to(self, events: EventBus) -> None:
+        """Write every AuditEvent and SessionEvent emitted on `events` from now on."""
+        events.subscribe(self.on_audit_events, AuditEvent)
+        events.subscribe(self.on_session_events, SessionEvent)
+
+    async def on_audit_events(self, batch: Sequence[AuditEvent]) -> None:
+        """Write one entry per event, with the event's origin (the subscriber of AuditEvent)."""
+        for event in batch:
+            await self._record_from(event.origin, event.event_type, event.user_id, event.details)
+
+    async def on_session_events(self, batch: Sequence[SessionEvent]) -> None:
+        """Write one entry per session event (`refresh_token_reuse`, critical), for the session's
+        user, with the event's origin (the refresh request that presented the spent token)."""
+        for event in batch:
+            session = event.session
+            await self._record_from(event.origin, event.event, session.user_id,
+                                    {"session_id": session.id, "audience": session.audience})
+
+    async def _record_from(self, origin: RequestOrigin, event_type: str, user_id: str | None,
+                           details: dict[str, Any]) -> None:
+        """An entry for `user_id`, or else the origin's caller, from where the origin says."""
+        await self.record(event_type, user_id=user_id if user_id is not None else origin.user_id,
+                          ip_address=origin.ip_address, user_agent=origin.user_agent, details=details)
 
     async def count(self, **equals: str) -> int:
         """How many entries match the given field values."""

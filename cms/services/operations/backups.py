@@ -45,7 +45,7 @@ from typing import IO, TypeVar
 from cms.clock import Clock, utcnow
 from cms.errors import AlreadyExists, BadRequest, Forbidden, NotFound
 from cms.models import Principal
-from cms.services.operations.audit import AuditService
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.store.backups import (
     MAX_METADATA_BYTES,
     CollectionDump,
@@ -142,10 +142,10 @@ class BackupService:
     dropped, to drop what processes cache from the old data (the catalog epoch among it, which
     `CollectionService.exists_since` needs moved before any records are dropped)."""
 
-    def __init__(self, store: DumpRepository, audit: AuditService, backup_dir: Path, *, clock: Clock = utcnow,
+    def __init__(self, store: DumpRepository, events: EventBus, backup_dir: Path, *, clock: Clock = utcnow,
                  on_restored: Sequence[RestoreHook] = ()) -> None:
         self._store = store
-        self._audit = audit
+        self._events = events
         self._dir = backup_dir
         self._clock = clock
         self._on_restored = list(on_restored)
@@ -156,8 +156,7 @@ class BackupService:
         """Where the archives are."""
         return self._dir
 
-    async def create(self, principal: Principal | None, *, ip: str = "", user_agent: str = "",
-                     progress: Progress | None = None) -> Backup:
+    async def create(self, principal: Principal | None, *, progress: Progress | None = None) -> Backup:
         """Write a backup of every collection and return it once it is complete.
 
         Its name is the clock's current second; if that name exists already (two backups in one
@@ -193,8 +192,9 @@ class BackupService:
                 raise
         backup = Backup(filename=filename, size=size, created=created)
         log.info("backup %s written: %d collections, %d bytes", filename, len(dumps), size)
-        await self._audit.record("backup_created", user_id=_user_id(principal), ip_address=ip, user_agent=user_agent,
-                                 details={"filename": filename, "size": size, "collections": len(dumps)})
+        await self._events.emit([AuditEvent(
+            "backup_created", user_id=_user_id(principal),
+            details={"filename": filename, "size": size, "collections": len(dumps)})])
         return backup
 
     async def list(self, principal: Principal | None) -> builtins.list[Backup]:
@@ -217,7 +217,7 @@ class BackupService:
                 backups.append(Backup(filename=entry.name, size=entry.stat().st_size, created=created))
         return sorted(backups, key=lambda backup: backup.created, reverse=True)
 
-    async def restore(self, principal: Principal | None, filename: str, *, ip: str = "", user_agent: str = "",
+    async def restore(self, principal: Principal | None, filename: str, *,
                       progress: Progress | None = None) -> RestoreResult:
         """Replace every collection of the database with the backup's contents; returns once done.
 
@@ -241,10 +241,9 @@ class BackupService:
         result = RestoreResult(filename=filename, collections=len(contents.collections),
                                documents=contents.documents)
         log.warning("%s (from database %s)", result.message, contents.root)
-        await self._audit.record("backup_restored", user_id=_user_id(principal), ip_address=ip,
-                                 user_agent=user_agent,
-                                 details={"filename": filename, "collections": result.collections,
-                                          "documents": result.documents})
+        await self._events.emit([AuditEvent(
+            "backup_restored", user_id=_user_id(principal),
+            details={"filename": filename, "collections": result.collections, "documents": result.documents})])
         return result
 
     async def _switched(self) -> bool:
@@ -272,8 +271,7 @@ class BackupService:
                 progress("load", done, contents.documents)
             yield name, documents
 
-    async def delete(self, principal: Principal | None, filename: str, *, ip: str = "",
-                     user_agent: str = "") -> None:
+    async def delete(self, principal: Principal | None, filename: str) -> None:
         """Delete one backup. Raises BadRequest (not a backup filename), NotFound or Forbidden."""
         _require_admin(principal)
         path = self._path(filename)
@@ -281,11 +279,10 @@ class BackupService:
             await asyncio.to_thread(path.unlink)
         except (FileNotFoundError, IsADirectoryError):
             raise NotFound(f"Backup {filename} not found") from None
-        await self._audit.record("backup_deleted", user_id=_user_id(principal), ip_address=ip, user_agent=user_agent,
-                                 details={"filename": filename})
+        await self._events.emit([AuditEvent("backup_deleted", user_id=_user_id(principal),
+                                            details={"filename": filename})])
 
-    async def download(self, principal: Principal | None, filename: str, *, ip: str = "",
-                       user_agent: str = "") -> tuple[Backup, Path]:
+    async def download(self, principal: Principal | None, filename: str) -> tuple[Backup, Path]:
         """The backup `filename` and the path of its archive, for sending it to an admin (audited
         `backup_downloaded`: the archive holds the whole database). Raises BadRequest (not a backup
         filename), NotFound or Forbidden."""
@@ -298,8 +295,8 @@ class BackupService:
             raise NotFound(f"Backup {filename} not found") from None
         if not path.is_file() or created is None:
             raise NotFound(f"Backup {filename} not found")
-        await self._audit.record("backup_downloaded", user_id=_user_id(principal), ip_address=ip,
-                                 user_agent=user_agent, details={"filename": filename})
+        await self._events.emit([AuditEvent("backup_downloaded", user_id=_user_id(principal),
+                                            details={"filename": filename})])
         return Backup(filename=filename, size=size, created=created), path
 
     def _path(self, filename: str) -> Path:

@@ -7,13 +7,15 @@ The algorithm is the `limits` library's moving window over its async Redis stora
 - mail: MAIL_PER_MINUTE and MAIL_PER_HOUR emails per (endpoint, address) on the endpoints that
   send mail (verification resend, password reset, OTP, email change), whatever the client IP,
   so nobody can flood a mailbox; the first call of each endpoint always sends.
-All are switched off by the `rate_limit_enabled` setting.
+All are switched off by the `rate_limit_enabled` setting. A refusal is audited (`rate_limited`,
+through an AuditEvent on the bus) once per limit, client IP, identifier and window (`refused`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import math
 import time
 from dataclasses import dataclass
@@ -23,7 +25,10 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from redis.asyncio import Redis
 
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.operations.settings import SettingsService
+
+log = logging.getLogger("cms.ratelimit")
 
 AUTH_LIMIT = 10
 DEFAULT_WINDOW_S = 60
@@ -57,13 +62,15 @@ class RateLimitService:
 
     def __init__(self, redis: Redis, settings: SettingsService, *, key_prefix: str,
                  window_s: int = DEFAULT_WINDOW_S, mail_minute_window_s: int = MAIL_MINUTE_WINDOW_S,
-                 mail_hour_window_s: int = MAIL_HOUR_WINDOW_S, timeout_s: float = LIMITER_TIMEOUT_S) -> None:
+                 mail_hour_window_s: int = MAIL_HOUR_WINDOW_S, timeout_s: float = LIMITER_TIMEOUT_S,
+                 events: EventBus | None = None) -> None:
         # A limiter that cannot answer within `timeout_s` seconds fails open (the API's middlewares)
         # rather than holding every request while Redis stalls.
         self._storage = RedisStorage("async+redis://", implementation="redispy", key_prefix=key_prefix,
                                      connection_pool=redis.connection_pool)  # type: ignore[arg-type]
         self._limiter = MovingWindowRateLimiter(self._storage)
         self._settings = settings
+        self._events = events
         self._window_s = window_s
         self._timeout_s = timeout_s
         self._mail_items = (RateLimitItemPerSecond(MAIL_PER_MINUTE, mail_minute_window_s),
@@ -147,6 +154,20 @@ class RateLimitService:
         # INCR + EXPIRE on the first increment, in one Lua call: the SET NX EX of this key
         async with asyncio.timeout(self._timeout_s):
             return await self._storage.incr(f"audited:{digest}", max(1, window_s)) == 1
+
+    async def refused(self, kind: str, ip: str, identifier: str, window_s: int, *, path: str) -> None:
+        """Audit a refusal by the limit `kind` ("general", "auth:login", "mail:otp") of (`ip`,
+        `identifier`) on the request `path`: `rate_limited` with details `{limit, path}`, under the
+        current request origin, the first time in `window_s` seconds (`first_refusal`). When Redis
+        cannot tell, the refusal is audited anyway (an extra entry beats a missing one). Never raises
+        for Redis errors."""
+        try:
+            first = await self.first_refusal(kind, ip, identifier, window_s)
+        except Exception:
+            log.warning("rate limiter unavailable; refusal audited without de-duplication", exc_info=True)
+            first = True
+        if first and self._events is not None:
+            await self._events.emit([AuditEvent("rate_limited", details={"limit": kind, "path": path})])
 
     async def reset(self) -> None:
         """Forget every counter (tests, and an operator unlocking everyone)."""

@@ -27,7 +27,7 @@ from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
 from cms.services.caching.counters import bump_counters, read_counters
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
-from cms.services.operations.audit import AuditService
+from cms.services.delivery.events import AuditEvent, EventBus
 from cms.store.settings import SettingsRepository
 
 log = logging.getLogger("cms.settings")
@@ -200,12 +200,12 @@ class SettingsService:
     A change made here is seen here at once. Listeners registered with `on_change` run after a
     change of their key is stored (the audit TTL index follows `audit_retention_days`)."""
 
-    def __init__(self, repository: SettingsRepository, redis: Redis, audit: AuditService, *,
+    def __init__(self, repository: SettingsRepository, redis: Redis, events: EventBus, *,
                  version_key: str,
                  check_interval_s: float = VERSION_CHECK_INTERVAL_S) -> None:
         self._repository = repository
         self._redis = redis
-        self._audit = audit
+        self._events = events
         self._version_key = version_key
         self._check_interval_s = check_interval_s
         self._cached: dict[str, Any] | None = None
@@ -310,10 +310,10 @@ class SettingsService:
         return [Setting(key, render_value(stored.get(key, default), key), category)
                 for key, (default, category) in SETTINGS_DEFAULTS.items()]
 
-    async def change(self, principal: Principal, key: str, raw_value: Any, *, category: str | None = None,
-                     ip: str = "", user_agent: str = "") -> Setting:
+    async def change(self, principal: Principal, key: str, raw_value: Any, *,
+                     category: str | None = None) -> Setting:
         """Upsert one setting from what a client sent (see `parse_value`) and audit it
-        (`setting_changed` with the old and new value, the user, `ip` and `user_agent`). A given
+        (`setting_changed` with the old and new value, from the request's origin). A given
         `category` must be the key's. Returns the stored setting. Raises Forbidden (not an admin)
         or ValidationFailed (422: `errors.key`, `errors.value` or `errors.category`)."""
         _require_admin(principal)
@@ -329,11 +329,11 @@ class SettingsService:
             except ValueError as exc:
                 raise _value_error(str(exc)) from exc
         await self.set(key, value)
-        await self._audit.record(
-            "setting_changed", user_id=principal.user_id, ip_address=ip, user_agent=user_agent,
+        await self._events.emit([AuditEvent(
+            "setting_changed", user_id=principal.user_id,
             details={"key": key, "old_value": render_value(default if old_value is None else old_value, key),
                      "new_value": render_value(value, key)},
-        )
+        )])
         return Setting(key, render_value(value, key), key_category)
 
     async def oauth_providers(self) -> builtins.list[oauth.ProviderConfig]:
