@@ -5,18 +5,28 @@ A refusal is audited (`rate_limited`) once per limit key and window, not once pe
 from __future__ import annotations
 
 import logging
+from enum import Enum
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from cms.api.context import client_ip, services, user_agent
+from cms.api.guards import route_of
 from cms.errors import RateLimited
 from cms.services.operations.rate_limits import RateLimitDecision
 
 log = logging.getLogger("cms.api")
 
 DECISION_KEY = "rate_limit_decision"
-EXEMPT_PREFIXES = ("/health", "/docs", "/openapi.json")
+EXEMPT_PREFIXES = ("/docs/static/", "/openapi.json")
+"""Paths outside the route table that the general limit leaves alone (the table's routes say it)."""
+
+
+class RateLimit(Enum):
+    """The rate-limit class of a route of the table: GENERAL (the per-IP limit) or EXEMPT (health, docs)."""
+
+    GENERAL = "general"
+    EXEMPT = "exempt"
 
 
 def _headers(decision: RateLimitDecision) -> dict[str, str]:
@@ -46,9 +56,12 @@ async def _refuse(request: web.Request, decision: RateLimitDecision, what: str, 
 
 @web.middleware
 async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Apply the general per-IP limit to every request but health and docs. If Redis fails, the
-    request is let through (fail open) and the failure logged."""
-    if request.method == "OPTIONS" or request.path.startswith(EXEMPT_PREFIXES):
+    """Apply the general per-IP limit to every request but the routes of class EXEMPT (health, docs),
+    the docs' files and preflight requests. If Redis fails, the request is let through (fail open)
+    and the failure logged."""
+    route = route_of(request)
+    exempt = route.rate_limit is RateLimit.EXEMPT if route is not None else request.path.startswith(EXEMPT_PREFIXES)
+    if request.method == "OPTIONS" or exempt:
         return await handler(request)
     try:
         decision = await services(request).rate_limits.hit_general(client_ip(request))

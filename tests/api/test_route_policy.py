@@ -78,8 +78,8 @@ async def test_each_policy_class_answers_each_caller(client: Client, admin_token
 
 
 PARAMS = {"filename": "backup-20260101-000000.tar.gz"}
-BEARER_ONLY = [{"bearerAuth": []}]
-ANONYMOUS_OR_BEARER = [{}, {"bearerAuth": []}]
+BEARER_ONLY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
+ANONYMOUS_OR_BEARER: list[dict[str, list[str]]] = [{}, {"bearerAuth": []}]
 
 
 def _concrete(path: str) -> str:
