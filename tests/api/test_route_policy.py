@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 
 from cms.api.routes import ROUTES
+from cms.errors import Forbidden
+from cms.models import Principal
+from cms.wiring import Services
 from tests.conftest import Client, bearer, create_collection
 
 ANON, BAD, COLLECTION_USER, USER, ADMIN = "anonymous", "bad token", "collection user", "role user", "admin"
@@ -107,3 +110,25 @@ async def test_every_route_does_what_its_document_says(client: Client) -> None:
             assert anonymous != 401 and bad_token != 401, where
         checked += 1
     assert checked == len(ROUTES) > 80
+
+
+ROLE_USER = Principal(kind="admin_user", user_id="u1", role="user")
+PERSON = Principal(kind="collection_user", user_id="p1", collection_id="c1", collection_name="people")
+ROLE_ADMIN = Principal(kind="admin_user", user_id="a1", role="admin")
+
+
+async def test_services_check_access_themselves(services: Services) -> None:
+    """The admin UI and the workers call services directly: each admin-only or admin-table-only
+    service refuses a caller the route policy would have refused (access.py decides), and backups
+    let the operator (None: the CLI) through."""
+    admin_only = (services.settings.list, services.audit.list, services.audit.statistics, services.backups.list)
+    for admin_call in admin_only:
+        for principal in (ROLE_USER, PERSON):
+            with pytest.raises(Forbidden, match="Admin role required"):
+                await admin_call(principal)
+        await admin_call(ROLE_ADMIN)
+    for admin_table_call in (services.webhooks.list_webhooks, services.api_keys.list_keys):
+        with pytest.raises(Forbidden, match="managed by admin-table users"):
+            await admin_table_call(PERSON)
+        assert await admin_table_call(ROLE_USER) == []
+    assert await services.backups.list(None) == []  # the operator
