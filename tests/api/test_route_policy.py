@@ -132,3 +132,12 @@ async def test_services_check_access_themselves(services: Services) -> None:
             await admin_table_call(PERSON)
         assert await admin_table_call(ROLE_USER) == []
     assert await services.backups.list(None) == []  # the operator
+
+
+async def test_rate_limit_class_comes_from_the_route(client: Client, services: Services) -> None:
+    """EXEMPT routes of the table (health, docs) and the docs' files outside it are not counted;
+    GENERAL routes are."""
+    await services.settings.set("rate_limit_per_minute", 1)
+    for path in ("/health", "/docs", "/openapi.json", "/docs/static/swagger-ui.css"):
+        assert [(await client.get(path)).status for _ in range(3)] == [200, 200, 200], path
+    assert [(await client.get("/api/v1/collections")).status for _ in range(2)] == [200, 429]
