@@ -19,10 +19,10 @@ from cms.api.guards import principal_middleware
 from cms.api.http_server import CmsAppRunner
 from cms.api.middlewares import origin_middleware, request_middleware
 from cms.api.openapi import openapi_json
+from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.config import Config
 from cms.web.context import HTTP_STATS, SERVICES
-from cms.web.ratelimit import rate_limit_middleware
 from cms.wiring import Services, open_services
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cms.api.guards import require_admin
+from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
 from cms.api.schemas import AuditPageSchema, AuditStatisticsSchema
 from cms.web.context import parse_query, services
@@ -13,7 +13,7 @@ from cms.web.schemas import AuditListQuerySchema, AuditSecurityQuerySchema
 
 async def list_audit(request: web.Request) -> web.Response:
     """GET /api/v1/audit: `{items, total, limit, offset}`, newest first, filtered by the query."""
-    principal = await require_admin(request)
+    principal = signed_in_principal(request)
     query = parse_query(request, AuditListQuerySchema())
     page = await services(request).audit.list(principal, **query)
     return json_response(AuditPageSchema().dump(page))
@@ -21,7 +21,7 @@ async def list_audit(request: web.Request) -> web.Response:
 
 async def security_audit(request: web.Request) -> web.Response:
     """GET /api/v1/audit/security: warning and critical entries (or `severity`), newest first."""
-    principal = await require_admin(request)
+    principal = signed_in_principal(request)
     query = parse_query(request, AuditSecurityQuerySchema())
     page = await services(request).audit.security(principal, **query)
     return json_response(AuditPageSchema().dump(page))
@@ -29,6 +29,6 @@ async def security_audit(request: web.Request) -> web.Response:
 
 async def audit_statistics(request: web.Request) -> web.Response:
     """GET /api/v1/audit/statistics: `{total, by_event_type, by_severity, last_24h}`."""
-    principal = await require_admin(request)
+    principal = signed_in_principal(request)
     statistics = await services(request).audit.statistics(principal)
     return json_response(AuditStatisticsSchema().dump(statistics))

@@ -11,7 +11,7 @@ import logging
 
 from aiohttp import web
 
-from cms.api.guards import optional_principal
+from cms.api.guards import principal_of
 from cms.api.responses import json_response
 from cms.api.schemas import FileSchema
 from cms.web.context import REQUEST_ID, services
@@ -23,14 +23,14 @@ log = logging.getLogger("cms.api")
 
 async def upload_file(request: web.Request) -> web.Response:
     """201 with the stored file (FileSchema); the multipart body is streamed into the service."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     file = await services(request).files.upload(principal, form_parts(request))
     return json_response(FileSchema().dump(file), status=201)
 
 
 async def delete_file(request: web.Request) -> web.Response:
     """204, no body."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     await services(request).files.delete(principal, request.match_info["file_id"])
     return web.Response(status=204)
 
@@ -39,7 +39,7 @@ async def get_file(request: web.Request) -> web.StreamResponse:
     """Stream the file: 200, 206 for one satisfiable `Range`, 304 when `If-None-Match` names its
     ETag. A failure after the first byte cuts the download short (the client sees fewer bytes
     than `Content-Length`, never a complete-looking file)."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     content = await services(request).files.open(principal, request.match_info["file_id"])
     headers = file_headers(content)
     headers["X-Request-Id"] = request[REQUEST_ID]

@@ -1,23 +1,35 @@
-"""Who may call a route: resolve the bearer credential to a Principal (decisions.md, 401 or 403)."""
+"""Who may call a route (decisions.md, 401 or 403): the one middleware that resolves the request's
+credential to a Principal and enforces the matched route's `Policy` (`routes.py` gives each route
+one; `cms.services.access.authorize` decides) before the handler runs. Handlers read the checked
+principal with `principal_of` or `signed_in_principal`."""
 
 from __future__ import annotations
 
-import re
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from cms.errors import Forbidden, Unauthorized
+from cms.errors import Unauthorized
 from cms.models import Principal
 from cms.services import access
+from cms.services.access import Policy
 from cms.web.context import services
 
+if TYPE_CHECKING:
+    from cms.api.routes import Route
+
 PRINCIPAL_KEY = "principal"
-AUTH_ERROR_KEY = "auth_error"
 API_KEY_HEADER = "X-API-Key"
-API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files)(/.*)?$")
-"""What an API key may reach: records and files (decisions.md); anything else under /api is 403."""
-READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+ROUTE_TABLE: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_table")
+"""The aiohttp route of each entry of `routes.ROUTES` (filled by `routes.add_routes`)."""
+
+
+def route_of(request: web.Request) -> Route | None:
+    """The route-table entry the request matched, or None (a route outside the table: static files,
+    /openapi.json, the admin UI, or no route at all)."""
+    table = request.config_dict.get(ROUTE_TABLE)
+    return None if table is None else table.get(request.match_info.route)
 
 
 def bearer_token(request: web.Request) -> str | None:
@@ -45,73 +57,36 @@ def presented_credential(request: web.Request) -> str | None:
 
 @web.middleware
 async def principal_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Resolve the request's credential once (`Authenticator`) and keep the Principal, or the
-    reason it is invalid, for the route's guard: a public route ignores a bad credential it does
-    not need, a protected one answers 401. An API key is refused (403) outside records and files
+    """Resolve the request's credential once (`Authenticator`) and enforce the matched route's
+    policy (`access.authorize`; a route outside the table is PUBLIC) before the handler runs, then
+    keep the principal on the request (`principal_of`). A PUBLIC route ignores a credential that is
+    not valid; any other answers 401 for it. An API key is refused (403) outside records and files
     and for a method its scopes do not allow."""
+    route = route_of(request)
+    policy = route.policy if route is not None else Policy.PUBLIC
     principal: Principal | None = None
     try:
         credential = presented_credential(request)
         if credential is not None:
             principal = await services(request).authenticator.authenticate(credential)
-    except Unauthorized as exc:
-        request[AUTH_ERROR_KEY] = exc
-    request[PRINCIPAL_KEY] = principal
+    except Unauthorized:
+        if policy is not Policy.PUBLIC:
+            raise
     if principal is not None and principal.kind == "api_key" and request.path.startswith("/api/"):
-        check_api_key_scope(principal, request.method, request.path)
+        access.require_api_key_reach(principal, request.method, request.path)
+    request[PRINCIPAL_KEY] = access.authorize(policy, principal)
     return await handler(request)
 
 
-def check_api_key_scope(principal: Principal, method: str, path: str) -> None:
-    """Raise Forbidden unless an API key `principal` may call `method` on `path`: records and files
-    only; `read` for GET/HEAD, `write` for POST/PATCH/PUT/DELETE."""
-    if not API_KEY_PATHS.match(path):
-        raise Forbidden("API keys may be used on records and files only")
-    needed = "read" if method in READ_METHODS else "write"
-    if needed not in principal.scopes:
-        raise Forbidden(f"This API key lacks the '{needed}' scope")
-
-
-async def optional_principal(request: web.Request) -> Principal | None:
-    """The caller, or None without credentials. Raises Unauthorized for a credential that is
-    invalid (bad, expired, revoked)."""
-    if AUTH_ERROR_KEY in request:
-        error: Unauthorized = request[AUTH_ERROR_KEY]
-        raise error
-    if PRINCIPAL_KEY not in request:  # an app without the principal middleware (never in create_app)
-        credential = presented_credential(request)
-        request[PRINCIPAL_KEY] = (
-            None if credential is None else await services(request).authenticator.authenticate(credential))
-    principal: Principal | None = request[PRINCIPAL_KEY]
+def principal_of(request: web.Request) -> Principal | None:
+    """The caller the principal middleware checked against the route's policy; None for an
+    anonymous caller (or on a PUBLIC route, one whose credential is not valid)."""
+    principal: Principal | None = request.get(PRINCIPAL_KEY)
     return principal
 
 
-async def require_user(request: web.Request) -> Principal:
-    """Any authenticated principal. Raises Unauthorized (401)."""
-    principal = await optional_principal(request)
-    if principal is None:
-        raise Unauthorized()
-    return principal
-
-
-async def require_admin_user(request: web.Request) -> Principal:
-    """An admin-table user of any role (admin `/auth/me`, logout). Raises Unauthorized (401)."""
-    principal = await require_user(request)
-    if principal.kind != "admin_user":
-        raise Unauthorized("Not an admin-table user token")
-    return principal
-
-
-async def require_collection_user(request: web.Request) -> Principal:
-    """A user of some auth collection (its `/auth/me`, sessions, change-password); the service then
-    checks that it is a user of the collection in the path. Raises Unauthorized (401)."""
-    principal = await require_user(request)
-    if principal.kind != "collection_user":
-        raise Unauthorized("Not a token of this collection")
-    return principal
-
-
-async def require_admin(request: web.Request) -> Principal:
-    """An admin-table user with role `admin` (`access.require_admin`). Raises Unauthorized (401)
-    or Forbidden (403)."""
-    return access.require_admin(await optional_principal(request))
+def signed_in_principal(request: web.Request) -> Principal:
+    """The caller of a route whose policy needs credentials (PRINCIPAL, ADMIN_USER,
+    COLLECTION_USER, ADMIN), as the middleware checked it. Raises Unauthorized if there is none
+    (a handler mounted without such a policy)."""
+    return access.require_principal(principal_of(request))

@@ -1,10 +1,12 @@
-"""The OpenAPI 3 document, built by apispec from the route table and its marshmallow schemas."""
+"""The OpenAPI 3 document, built by apispec from the route table and its marshmallow schemas. Each
+operation's `security` and its 401/403 answers come from the route's policy, the one the principal
+middleware enforces (`guards.py`), so the document cannot drift from what is enforced."""
 
 from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any
+from typing import Any, assert_never
 
 from aiohttp import web
 from apispec import APISpec
@@ -14,6 +16,7 @@ from cms import __version__
 from cms.api.responses import json_response
 from cms.api.routes import ROUTES, Route
 from cms.api.schemas import ErrorSchema
+from cms.services.access import Policy
 from cms.services.content.fields import IsoDateTime
 from cms.services.operations.backups import BACKUP_NAME
 
@@ -22,6 +25,29 @@ PATH_PARAM_PATTERNS = {"filename": f"^{BACKUP_NAME.pattern}$"}
 """Path parameters whose form the service checks (400 otherwise), by name."""
 ERROR_STATUSES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
                   422: "Validation error", 429: "Rate limit exceeded"}
+BEARER: dict[str, list[str]] = {"bearerAuth": []}
+ANONYMOUS: dict[str, list[str]] = {}
+
+
+def policy_docs(policy: Policy) -> tuple[list[dict[str, list[str]]] | None, str, str]:
+    """What the document says of a route of `policy`: its `security` (None: public, no key) and the
+    descriptions of its 401 and 403 answers."""
+    match policy:
+        case Policy.PUBLIC:
+            return None, "Unauthorized (the endpoint's own check, e.g. a wrong password)", "Forbidden"
+        case Policy.OPTIONAL:
+            return ([ANONYMOUS, BEARER], "A credential that is not valid, or an anonymous caller the collection's "
+                    "rule refuses", "The collection's rule refuses the caller, or an API key lacks the scope")
+        case Policy.PRINCIPAL:
+            return [BEARER], "No valid credential", "The caller may not do this"
+        case Policy.ADMIN_USER:
+            return [BEARER], "No valid access token of an admin-table user", "Forbidden (an API key)"
+        case Policy.COLLECTION_USER:
+            return [BEARER], "No valid access token of a user of this collection", "Forbidden (an API key)"
+        case Policy.ADMIN:
+            return [BEARER], "No valid credential", "Not an admin-table user with role admin"
+        case _:
+            assert_never(policy)
 
 
 def _operation(route: Route) -> dict[str, Any]:
@@ -48,14 +74,14 @@ def _operation(route: Route) -> dict[str, Any]:
     elif route.response is not None:
         schema: Any = {"type": "array", "items": route.response} if route.many else route.response
         success["content"] = {"application/json": {"schema": schema}}
+    security, unauthorized, forbidden = policy_docs(route.policy)
+    descriptions = {**ERROR_STATUSES, 401: unauthorized, 403: forbidden}
     responses: dict[Any, Any] = {str(route.status): success}
-    for status, text in ERROR_STATUSES.items():
+    for status, text in descriptions.items():
         responses[str(status)] = {"description": text, "content": {"application/json": {"schema": "Error"}}}
     operation["responses"] = responses
-    if route.auth == "optional":
-        operation["security"] = [{}, {"bearerAuth": []}]  # anonymous, or with a token
-    elif route.auth:
-        operation["security"] = [{"bearerAuth": []}]
+    if security is not None:
+        operation["security"] = security
     return operation
 
 

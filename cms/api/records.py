@@ -6,7 +6,7 @@ import logging
 
 from aiohttp import web
 
-from cms.api.guards import optional_principal, require_user
+from cms.api.guards import principal_of, signed_in_principal
 from cms.api.responses import json_response
 from cms.api.schemas import (
     BulkDeleteSchema,
@@ -33,7 +33,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
     """`GET .../records`: one page under the list rule, through the read cache (ETag, 304)."""
     # Other parameters (cache busters, `filter[title][$ne]=x`) are ignored, never read as a query.
     query = parse_query(request, LIST_QUERY)
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     cached = await services(request).records.list_body(
         request.match_info["collection_name"],
         page=query["page"],
@@ -49,7 +49,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
 
 async def get_record(request: web.Request) -> web.StreamResponse:
     """`GET .../records/{record_id}`: one record under the view rule, through the read cache."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     cached = await services(request).records.get_body(
         request.match_info["collection_name"], request.match_info["record_id"], principal=principal
     )
@@ -72,7 +72,7 @@ def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
 
 async def create_record(request: web.Request) -> web.Response:
     """`POST .../records`: 201 with the record, if the create rule allows it."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
     record = await services(request).records.create(principal, request.match_info["collection_name"], body["data"])
     return json_response(record_json(record), status=201)
@@ -80,7 +80,7 @@ async def create_record(request: web.Request) -> web.Response:
 
 async def update_record(request: web.Request) -> web.Response:
     """`PATCH .../records/{record_id}`: the changed record, under the view and update rules."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
     record = await services(request).records.update(
         principal, request.match_info["collection_name"], request.match_info["record_id"], body["data"]
@@ -90,7 +90,7 @@ async def update_record(request: web.Request) -> web.Response:
 
 async def delete_record(request: web.Request) -> web.Response:
     """`DELETE .../records/{record_id}`: 204, under the view and delete rules."""
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     await services(request).records.delete(
         principal, request.match_info["collection_name"], request.match_info["record_id"]
     )
@@ -102,7 +102,7 @@ async def delete_record(request: web.Request) -> web.Response:
 
 async def bulk_delete_records(request: web.Request) -> web.Response:
     """`POST .../records/bulk-delete`: `{deleted}`; all or nothing; credentials required."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     body = await parse_body(request, BulkDeleteSchema())
     deleted = await services(request).records.bulk_delete(
         principal, request.match_info["collection_name"], body["record_ids"]
@@ -112,7 +112,7 @@ async def bulk_delete_records(request: web.Request) -> web.Response:
 
 async def bulk_update_records(request: web.Request) -> web.Response:
     """`POST .../records/bulk-update`: `{updated}`; all or nothing; credentials required."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     body = await parse_body(request, BulkUpdateSchema())
     updated = await services(request).records.bulk_update(
         principal, request.match_info["collection_name"], body["record_ids"], body["data"]
@@ -123,7 +123,7 @@ async def bulk_update_records(request: web.Request) -> web.Response:
 async def export_records_csv(request: web.Request) -> web.StreamResponse:
     """Stream the CSV; a failure after the first byte cuts the download short (the client sees an
     incomplete chunked body, never a complete-looking file)."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     query = parse_query(request, RecordExportQuerySchema())
     export = await services(request).records.export_csv(
         principal, request.match_info["collection_name"],
@@ -154,7 +154,7 @@ async def export_records_csv(request: web.Request) -> web.StreamResponse:
 
 async def import_records_csv(request: web.Request) -> web.Response:
     """`POST .../records/import/csv`: `{imported, failed}`; the create rule per row."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     content = await read_upload(request, "file", await services(request).records.import_max_bytes())
     result = await services(request).records.import_csv(principal, request.match_info["collection_name"], content)
     return json_response(

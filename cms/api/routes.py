@@ -1,4 +1,6 @@
-"""Every route in one table; `openapi.py` documents the same table."""
+"""Every route in one table, each with its policy (who may call it) and rate-limit class: the
+principal middleware (`guards.py`) and the rate-limit middleware enforce them, and `openapi.py`
+documents the same table."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from cms.api import (
     webhooks,
 )
 from cms.api import schemas as s
+from cms.api.guards import ROUTE_TABLE
+from cms.api.ratelimit import RateLimit
+from cms.services.access import Policy
 from cms.web import schemas as ws
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -30,10 +35,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @dataclass(frozen=True)
 class Route:
-    """One endpoint: method, path, handler and what the API explorer shows of it.
+    """One endpoint: method, path, handler, who may call it and what the API explorer shows of it.
 
-    `auth`: "" (public), "optional" (anyone; a bearer token, when sent, is the principal the collection's
-    access rules see), "bearer" (any authenticated principal) or "admin" (role admin).
+    `policy`: who may call it (`access.Policy`: PUBLIC, OPTIONAL, PRINCIPAL, ADMIN_USER, COLLECTION_USER,
+    ADMIN), enforced before the handler runs and documented as its `security`; `rate_limit`: GENERAL (the
+    per-IP limit) or EXEMPT (health, docs). The auth endpoints' own limits, keyed on body fields, are
+    counted in their handlers.
     `body`/`query`/`response` are marshmallow schema classes; `status` is the success status;
     `upload_field` names the file field of a multipart body and `form_fields` the other (required, text) fields
     it must carry; `produces` the success media type."""
@@ -43,7 +50,8 @@ class Route:
     handler: Handler
     summary: str
     tag: str
-    auth: str = ""
+    policy: Policy = Policy.PUBLIC
+    rate_limit: RateLimit = RateLimit.GENERAL
     body: type[Schema] | None = None
     query: type[Schema] | None = None
     response: type[Schema] | None = None
@@ -57,37 +65,41 @@ class Route:
 
 V1 = "/api/v1"
 RECORDS = V1 + "/collections/{collection_name}/records"
+OPTIONAL, PRINCIPAL = Policy.OPTIONAL, Policy.PRINCIPAL
+ADMIN_USER, COLLECTION_USER, ADMIN = Policy.ADMIN_USER, Policy.COLLECTION_USER, Policy.ADMIN
 
-def user_system_routes(prefix: str, tag: str, user: type[Schema], login: type[Schema]) -> tuple[Route, ...]:
+def user_system_routes(prefix: str, tag: str, user: type[Schema], login: type[Schema],
+                       signed_in: Policy) -> tuple[Route, ...]:
     """The endpoints both user systems share (one handler each, `cms/api/user_auth.py`) under
     `prefix` (`/api/v1/auth` or `/api/v1/collections/{collection_name}/auth`); `user` and `login`
-    are the system's shapes of a user and of the login response."""
+    are the system's shapes of a user and of the login response, `signed_in` the policy of the
+    endpoints of a signed-in user (ADMIN_USER or COLLECTION_USER: another system's token is 401)."""
     return (
         Route("POST", prefix + "/login", user_auth.login, "Log in with email and password", tag,
               body=ws.LoginSchema, response=login),
         Route("POST", prefix + "/refresh", user_auth.refresh, "Spend a refresh token for a new token pair", tag,
               body=s.RefreshSchema, response=s.TokenSchema),
-        Route("GET", prefix + "/me", user_auth.me, "The signed-in user", tag, auth="bearer", response=user),
+        Route("GET", prefix + "/me", user_auth.me, "The signed-in user", tag, policy=signed_in, response=user),
         Route("POST", prefix + "/resend-verification", user_auth.resend_verification,
-              "Send a new verification email", tag, auth="bearer", response=s.MessageSchema),
+              "Send a new verification email", tag, policy=signed_in, response=s.MessageSchema),
         Route("POST", prefix + "/me/change-password", user_auth.change_password,
-              "Change the password (other sessions are revoked)", tag, auth="bearer",
+              "Change the password (other sessions are revoked)", tag, policy=signed_in,
               body=s.ChangePasswordSchema, response=s.MessageSchema),
         Route("GET", prefix + "/sessions", user_auth.list_sessions, "The caller's active sessions", tag,
-              auth="bearer", response=s.SessionSchema, many=True),
+              policy=signed_in, response=s.SessionSchema, many=True),
         # `all` before `{session_id}`: routes match in the order they are added
         Route("DELETE", prefix + "/sessions/all", user_auth.revoke_all_sessions,
-              "Revoke every session of the caller (log out all devices)", tag, auth="bearer", status=204),
+              "Revoke every session of the caller (log out all devices)", tag, policy=signed_in, status=204),
         Route("DELETE", prefix + "/sessions/{session_id}", user_auth.revoke_session,
-              "Revoke one of the caller's sessions", tag, auth="bearer", status=204),
+              "Revoke one of the caller's sessions", tag, policy=signed_in, status=204),
         Route("POST", prefix + "/2fa/setup", user_auth.two_factor_setup,
-              "Start two-factor setup: a TOTP secret, its otpauth URL and QR code (SVG)", tag, auth="bearer",
+              "Start two-factor setup: a TOTP secret, its otpauth URL and QR code (SVG)", tag, policy=signed_in,
               response=s.TwoFactorSetupSchema),
         Route("POST", prefix + "/2fa/enable", user_auth.two_factor_enable,
-              "Turn two-factor login on with a code; returns the recovery codes once", tag, auth="bearer",
+              "Turn two-factor login on with a code; returns the recovery codes once", tag, policy=signed_in,
               body=s.TwoFactorCodeSchema, response=s.RecoveryCodesSchema),
         Route("POST", prefix + "/2fa/disable", user_auth.two_factor_disable,
-              "Turn two-factor login off (password and a code)", tag, auth="bearer",
+              "Turn two-factor login off (password and a code)", tag, policy=signed_in,
               body=s.TwoFactorDisableSchema, response=s.MessageSchema),
         Route("POST", prefix + "/2fa/verify", user_auth.two_factor_verify,
               "Complete a login that requires 2FA: mfa_token and a code", tag,
@@ -106,119 +118,119 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", V1 + "/auth/register", admin_auth.register, "Register an admin-table user (role user)", "auth",
           body=s.RegisterSchema, response=s.RegisterResponseSchema, status=201),
     Route("POST", V1 + "/auth/logout", user_auth.logout, "Revoke the current session", "auth",
-          auth="bearer", response=s.MessageSchema),
+          policy=ADMIN_USER, response=s.MessageSchema),
     Route("POST", V1 + "/auth/verify-email", admin_auth.verify_email, "Verify an email with the emailed token",
           "auth", body=s.TokenBodySchema, response=s.MessageSchema),
-    *user_system_routes(V1 + "/auth", "auth", s.AdminUserSchema, s.LoginResponseSchema),
+    *user_system_routes(V1 + "/auth", "auth", s.AdminUserSchema, s.LoginResponseSchema, ADMIN_USER),
     # collections
     Route("GET", V1 + "/collections", collections.list_collections, "List collections", "collections",
           response=s.CollectionSchema, many=True),
     Route("POST", V1 + "/collections", collections.create_collection, "Create a collection", "collections",
-          auth="admin", body=ws.CollectionCreateSchema, response=s.CollectionSchema, status=201),
+          policy=ADMIN, body=ws.CollectionCreateSchema, response=s.CollectionSchema, status=201),
     Route("GET", V1 + "/collections/{collection_id}", collections.get_collection, "Get a collection",
           "collections", response=s.CollectionSchema),
     Route("PATCH", V1 + "/collections/{collection_id}", collections.update_collection,
           "Change a collection's name, schema, otp_enabled, mfa_enabled or rules", "collections",
-          auth="admin", body=ws.CollectionUpdateSchema, response=s.CollectionSchema),
+          policy=ADMIN, body=ws.CollectionUpdateSchema, response=s.CollectionSchema),
     Route("DELETE", V1 + "/collections/{collection_id}", collections.delete_collection,
-          "Delete a collection and its records", "collections", auth="admin", status=204),
+          "Delete a collection and its records", "collections", policy=ADMIN, status=204),
     # --- audit, settings (issue 9)
     Route("GET", V1 + "/audit", audit.list_audit,
           "Audit log entries, newest first (limit, offset, event_type, severity, user_id, ip_address, "
-          "from_date, to_date)", "audit", auth="admin", query=ws.AuditListQuerySchema, response=s.AuditPageSchema),
+          "from_date, to_date)", "audit", policy=ADMIN, query=ws.AuditListQuerySchema, response=s.AuditPageSchema),
     Route("GET", V1 + "/audit/security", audit.security_audit,
           "Warning and critical audit entries (or one `severity`), newest first", "audit",
-          auth="admin", query=ws.AuditSecurityQuerySchema, response=s.AuditPageSchema),
+          policy=ADMIN, query=ws.AuditSecurityQuerySchema, response=s.AuditPageSchema),
     Route("GET", V1 + "/audit/statistics", audit.audit_statistics,
           "Audit entry counts: total, by event type, by severity, last 24 hours", "audit",
-          auth="admin", response=s.AuditStatisticsSchema),
+          policy=ADMIN, response=s.AuditStatisticsSchema),
     Route("GET", V1 + "/settings", settings.list_settings, "List every setting (values as strings)", "settings",
-          auth="admin", response=s.SettingSchema, many=True),
+          policy=ADMIN, response=s.SettingSchema, many=True),
     Route("POST", V1 + "/settings", settings.update_setting,
           "Change one setting (value as a string or a JSON boolean or integer); audited", "settings",
-          auth="admin", body=s.SettingUpdateSchema, response=s.SettingSchema),
+          policy=ADMIN, body=s.SettingUpdateSchema, response=s.SettingSchema),
     # --- end audit, settings
     # --- backups (issue 9)
     Route("POST", V1 + "/backups", backups.create_backup,
           "Back up the whole database (mongodump layout in a .tar.gz); answers when it is written", "backups",
-          auth="admin", response=s.BackupSchema, status=201),
+          policy=ADMIN, response=s.BackupSchema, status=201),
     Route("GET", V1 + "/backups", backups.list_backups, "List backups, newest first", "backups",
-          auth="admin", response=s.BackupSchema, many=True),
+          policy=ADMIN, response=s.BackupSchema, many=True),
     Route("POST", V1 + "/backups/{filename}/restore", backups.restore_backup,
           "Replace every collection with the backup's contents (the archive is verified first)", "backups",
-          auth="admin", response=s.MessageSchema),
+          policy=ADMIN, response=s.MessageSchema),
     Route("GET", V1 + "/backups/{filename}", backups.download_backup,
-          "Download a backup archive (.tar.gz); audited", "backups", auth="admin", produces="application/gzip"),
+          "Download a backup archive (.tar.gz); audited", "backups", policy=ADMIN, produces="application/gzip"),
     Route("DELETE", V1 + "/backups/{filename}", backups.delete_backup, "Delete a backup", "backups",
-          auth="admin", status=204),
+          policy=ADMIN, status=204),
     # --- end backups
     # --- files (issue 9)
     Route("POST", V1 + "/files", files.upload_file,
           "Attach a file to a record: multipart/form-data with `file`, `collection` (name) and `record_id`; "
           "at most `max_upload_mb` MiB (default 25)", "files",
-          auth="optional", response=s.FileSchema, status=201, upload_field="file",
+          policy=OPTIONAL, response=s.FileSchema, status=201, upload_field="file",
           form_fields=("collection", "record_id")),
     Route("GET", V1 + "/files/{file_id}", files.get_file,
           "Download a file (ETag, If-None-Match, one byte range); visible like its record", "files",
-          produces="application/octet-stream"),
+          policy=OPTIONAL, produces="application/octet-stream"),
     Route("DELETE", V1 + "/files/{file_id}", files.delete_file, "Delete a file (the right to change its record)",
-          "files", auth="optional", status=204),
+          "files", policy=OPTIONAL, status=204),
     # --- end files
     # records
     Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search)", "records",
-          query=s.RecordListQuerySchema, response=s.RecordPageSchema),
+          policy=OPTIONAL, query=s.RecordListQuerySchema, response=s.RecordPageSchema),
     Route("POST", RECORDS, records.create_record, "Create a record", "records",
-          auth="optional", body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
+          policy=OPTIONAL, body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
     Route("GET", RECORDS + "/{record_id}", records.get_record, "Get a record", "records",
-          response=s.RecordSchema),
+          policy=OPTIONAL, response=s.RecordSchema),
     Route("PATCH", RECORDS + "/{record_id}", records.update_record, "Change some fields of a record", "records",
-          auth="optional", body=s.RecordWriteSchema, response=s.RecordSchema),
+          policy=OPTIONAL, body=s.RecordWriteSchema, response=s.RecordSchema),
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
-          auth="optional", status=204),
+          policy=OPTIONAL, status=204),
     # --- records: bulk and CSV (issue 4)
     Route("POST", RECORDS + "/bulk-delete", records.bulk_delete_records,
           "Delete up to 1,000 records by id, all or nothing", "records",
-          auth="bearer", body=s.BulkDeleteSchema, response=s.BulkDeletedSchema),
+          policy=PRINCIPAL, body=s.BulkDeleteSchema, response=s.BulkDeletedSchema),
     Route("POST", RECORDS + "/bulk-update", records.bulk_update_records,
           "Set the same fields on up to 1,000 records, all or nothing", "records",
-          auth="bearer", body=s.BulkUpdateSchema, response=s.BulkUpdatedSchema),
+          policy=PRINCIPAL, body=s.BulkUpdateSchema, response=s.BulkUpdatedSchema),
     Route("GET", RECORDS + "/export/csv", records.export_records_csv,
           "Download the records (filter, sort, search) as CSV", "records",
-          auth="bearer", query=s.RecordExportQuerySchema, produces="text/csv"),
+          policy=PRINCIPAL, query=s.RecordExportQuerySchema, produces="text/csv"),
     Route("POST", RECORDS + "/import/csv", records.import_records_csv,
           "Create records from a CSV file: multipart/form-data field `file`, UTF-8, header row, "
           "at most 10 MiB and 50,000 rows", "records",
-          auth="bearer", response=s.CsvImportResultSchema, upload_field="file"),
+          policy=PRINCIPAL, response=s.CsvImportResultSchema, upload_field="file"),
     # --- end records: bulk and CSV
     # --- API keys (issue 9)
     Route("POST", V1 + "/api-keys", api_keys.create_api_key,
           "Create an API key (admin-table users); the secret `key` is returned only here", "api keys",
-          auth="bearer", body=s.ApiKeyCreateSchema, response=s.ApiKeyCreatedSchema, status=201),
+          policy=PRINCIPAL, body=s.ApiKeyCreateSchema, response=s.ApiKeyCreatedSchema, status=201),
     Route("GET", V1 + "/api-keys", api_keys.list_api_keys, "List API keys (yours; an admin sees all)", "api keys",
-          auth="bearer", response=s.ApiKeySchema, many=True),
+          policy=PRINCIPAL, response=s.ApiKeySchema, many=True),
     Route("DELETE", V1 + "/api-keys/{key_id}", api_keys.delete_api_key, "Revoke an API key", "api keys",
-          auth="bearer", status=204),
+          policy=PRINCIPAL, status=204),
     # --- webhooks (issue 8)
     Route("POST", V1 + "/webhooks", webhooks.create_webhook, "Create a webhook (admin-table users)", "webhooks",
-          auth="bearer", body=s.WebhookCreateSchema, response=s.WebhookSchema, status=201),
+          policy=PRINCIPAL, body=s.WebhookCreateSchema, response=s.WebhookSchema, status=201),
     Route("GET", V1 + "/webhooks", webhooks.list_webhooks, "List webhooks (`?collection_name=`)", "webhooks",
-          auth="bearer", query=s.WebhookListQuerySchema, response=s.WebhookSchema, many=True),
+          policy=PRINCIPAL, query=s.WebhookListQuerySchema, response=s.WebhookSchema, many=True),
     Route("GET", V1 + "/webhooks/deliveries/recent", webhooks.recent_deliveries,
           "Recent delivery attempts of every webhook, newest first", "webhooks",
-          auth="bearer", query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+          policy=PRINCIPAL, query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
     Route("GET", V1 + "/webhooks/{webhook_id}", webhooks.get_webhook, "Get a webhook", "webhooks",
-          auth="bearer", response=s.WebhookSchema),
+          policy=PRINCIPAL, response=s.WebhookSchema),
     Route("PATCH", V1 + "/webhooks/{webhook_id}", webhooks.update_webhook,
           "Change a webhook (url, collection_name, events, secret, retry_count, active)", "webhooks",
-          auth="bearer", body=s.WebhookUpdateSchema, response=s.WebhookSchema),
+          policy=PRINCIPAL, body=s.WebhookUpdateSchema, response=s.WebhookSchema),
     Route("DELETE", V1 + "/webhooks/{webhook_id}", webhooks.delete_webhook, "Delete a webhook", "webhooks",
-          auth="bearer", status=204),
+          policy=PRINCIPAL, status=204),
     Route("GET", V1 + "/webhooks/{webhook_id}/deliveries", webhooks.webhook_deliveries,
           "Delivery attempts of a webhook, newest first", "webhooks",
-          auth="bearer", query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+          policy=PRINCIPAL, query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
     Route("POST", V1 + "/webhooks/deliveries/{delivery_id}/redeliver", webhooks.redeliver,
           "Send a logged delivery again (same body, a new delivery id); `delivery_id` is a log entry's `id`",
-          "webhooks", auth="bearer", response=webhooks.RedeliverySchema, status=202),
+          "webhooks", policy=PRINCIPAL, response=webhooks.RedeliverySchema, status=202),
     # --- end webhooks
     # --- password reset and auth collections (issue 3)
     Route("POST", V1 + "/auth/request-password-reset", admin_auth.request_password_reset,
@@ -235,7 +247,7 @@ ROUTES: tuple[Route, ...] = (
           body=s.CollectionRegisterSchema, response=s.CollectionRegisterResponseSchema, status=201),
     Route("POST", V1 + "/collections/{collection_name}/auth/me/request-email-change",
           collection_auth.request_email_change,
-          "Email a confirmation link to a new address", "collection auth", auth="bearer",
+          "Email a confirmation link to a new address", "collection auth", policy=COLLECTION_USER,
           body=s.EmailChangeRequestSchema, response=s.MessageSchema),
     Route("POST", V1 + "/collections/{collection_name}/auth/me/confirm-email-change",
           collection_auth.confirm_email_change,
@@ -250,22 +262,22 @@ ROUTES: tuple[Route, ...] = (
           "Log in with an emailed code", "collection auth",
           body=s.OtpVerifySchema, response=s.CollectionLoginResponseSchema),
     *user_system_routes(V1 + "/collections/{collection_name}/auth", "collection auth", s.CollectionUserSchema,
-                        s.CollectionLoginResponseSchema),
+                        s.CollectionLoginResponseSchema, COLLECTION_USER),
     Route("GET", "/_/reset-password", system.reset_password_page, "Password reset page", "pages", in_docs=False),
     Route("GET", "/_/confirm-email-change", system.token_link_page, "Email change page", "pages",
           in_docs=False),
     # --- end password reset and auth collections
     # system
     Route("GET", "/health", system.health, "Health of the service and its dependencies", "system",
-          response=s.HealthSchema),
+          response=s.HealthSchema, rate_limit=RateLimit.EXEMPT),
     Route("GET", V1 + "/stats", system.stats, "Statistics (HTTP and uptime; MongoDB and Redis for admins)",
-          "system"),
-    Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False),
+          "system", policy=OPTIONAL),
+    Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False, rate_limit=RateLimit.EXEMPT),
     Route("GET", "/_/verify-email", system.token_link_page, "Email verification page", "pages", in_docs=False),
 )
 
 
 def add_routes(app: web.Application) -> None:
-    """Register every route of the table on `app`."""
-    for route in ROUTES:
-        app.router.add_route(route.method, route.path, route.handler)
+    """Register every route of the table on `app`, and keep which aiohttp route is which entry
+    (`guards.ROUTE_TABLE`, for the middlewares that enforce the policy and the rate-limit class)."""
+    app[ROUTE_TABLE] = {app.router.add_route(route.method, route.path, route.handler): route for route in ROUTES}

@@ -6,7 +6,7 @@ from importlib import resources
 
 from aiohttp import web
 
-from cms.api.guards import optional_principal
+from cms.api.guards import principal_of
 from cms.api.responses import json_response
 from cms.web.context import HTTP_STATS, services
 
@@ -22,7 +22,7 @@ async def stats(request: web.Request) -> web.Response:
     figures (server versions, data sizes), which anonymous callers must not learn."""
     http: dict[str, int] = request.app[HTTP_STATS]
     counters = {"http": dict(http)}
-    principal = await optional_principal(request)
+    principal = principal_of(request)
     if principal is None or not principal.is_admin:
         return json_response({**counters, "uptime_s": services(request).system.uptime_s()})
     return json_response({**counters, **await services(request).system.stats()})

@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 from marshmallow import Schema, fields
 
-from cms.api.guards import require_user
+from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
 from cms.api.schemas import (
     DeliveryAttemptSchema,
@@ -22,7 +22,7 @@ from cms.web.context import parse_body, parse_query, services
 
 async def create_webhook(request: web.Request) -> web.Response:
     """POST /webhooks: 201 the webhook (its `secret` included). 401 without a user, 422 (fields, URL)."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     body = await parse_body(request, WebhookCreateSchema())
     webhook = await services(request).webhooks.create(principal, **body)
     return json_response(WebhookSchema().dump(webhook), status=201)
@@ -30,7 +30,7 @@ async def create_webhook(request: web.Request) -> web.Response:
 
 async def list_webhooks(request: web.Request) -> web.Response:
     """GET /webhooks[?collection_name=]: the webhooks the caller manages."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     query = parse_query(request, WebhookListQuerySchema())
     webhooks = await services(request).webhooks.list_webhooks(principal, collection_name=query["collection_name"])
     return json_response(WebhookSchema(many=True).dump(webhooks))
@@ -38,14 +38,14 @@ async def list_webhooks(request: web.Request) -> web.Response:
 
 async def get_webhook(request: web.Request) -> web.Response:
     """GET /webhooks/{webhook_id}: the webhook. 404 when unknown or not the caller's."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     webhook = await services(request).webhooks.get(principal, request.match_info["webhook_id"])
     return json_response(WebhookSchema().dump(webhook))
 
 
 async def update_webhook(request: web.Request) -> web.Response:
     """PATCH /webhooks/{webhook_id}: the changed webhook. 404, 422 (fields, URL)."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     body = await parse_body(request, WebhookUpdateSchema(), required=True)
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"], body)
     return json_response(WebhookSchema().dump(webhook))
@@ -53,7 +53,7 @@ async def update_webhook(request: web.Request) -> web.Response:
 
 async def delete_webhook(request: web.Request) -> web.Response:
     """DELETE /webhooks/{webhook_id}: 204; pending deliveries are dropped. 404 when unknown."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     await services(request).webhooks.delete(principal, request.match_info["webhook_id"])
     return web.Response(status=204)
 
@@ -69,7 +69,7 @@ async def recent_deliveries(request: web.Request) -> web.Response:
 
 
 async def _deliveries(request: web.Request, webhook_id: str | None) -> web.Response:
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     query = parse_query(request, DeliveryQuerySchema())
     items, total = await services(request).webhooks.deliveries(principal, webhook_id, skip=query["skip"],
                                                                limit=query["limit"])
@@ -93,6 +93,6 @@ async def redeliver(request: web.Request) -> web.Response:
     the same webhook (`delivery_id`: the `id` of any of the delivery's log entries); it is sent by a
     worker and logged like any other. 400 (webhook disabled), 404 (unknown entry, not the caller's,
     or its body no longer kept: 7 days after it finished)."""
-    principal = await require_user(request)
+    principal = signed_in_principal(request)
     delivery = await services(request).webhooks.redeliver(principal, request.match_info["delivery_id"])
     return json_response(RedeliverySchema().dump(delivery), status=202)

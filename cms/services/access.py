@@ -2,7 +2,11 @@
 
 Every path that reads or changes records (single, bulk, CSV, files, webhook deliveries) asks
 `check(principal, collection, action)`, and the admin-only operations (collections, audit,
-settings, backups) ask `require_admin`; handlers do not decide who may do what.
+settings, backups) ask `require_admin`; handlers do not decide who may do what. Each API route
+declares a `Policy` (who may call it), which the API's one middleware enforces with `authorize`
+before the handler runs; the services check again through this module (the admin UI and the
+workers call them directly). Webhooks and API keys belong to admin-table users: `require_admin_table`,
+`owner_scope` and `manages` decide who manages which.
 
 A collection's five rules (`models.AccessRules`) are None (admins only), "" (everyone) or an
 expression of the rule grammar, bound to the request by `filters.rules`. Admins, and API keys of
@@ -13,8 +17,10 @@ checks the scopes).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from cms.errors import CmsError, Forbidden, InvalidFilter, NotFound, Unauthorized
@@ -35,6 +41,67 @@ def acts_as_admin(principal: Principal | None) -> bool:
     return principal is not None and principal.kind in ("admin_user", "api_key") and principal.role == ROLE_ADMIN
 
 
+ADMIN_TABLE_TOKEN_ONLY = "Not an admin-table user token"
+"""The 401 detail of an admin-table user's endpoint called with another kind of credential."""
+COLLECTION_TOKEN_ONLY = "Not a token of this collection"
+"""The 401 detail of an auth collection's user endpoint called with another kind of credential."""
+API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files)(/.*)?$")
+"""What an API key may reach: records and files (decisions.md); anything else under /api is 403."""
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class Policy(Enum):
+    """Who may call an API route (decisions.md, Identity and tokens, 401 or 403); each route of
+    `cms/api/routes.py` has one, and the API's principal middleware enforces it with `authorize`.
+
+    PUBLIC: anyone; a credential is not looked at (a bad one is ignored). OPTIONAL: anyone, but a
+    credential that is sent must be valid (401 otherwise): it is the principal the collection's
+    rules see. PRINCIPAL: any valid credential (401 without). ADMIN_USER: an admin-table user of
+    either role; COLLECTION_USER: a user of an auth collection (the service then checks it is one
+    of the path's collection); either answers 401 to any other credential. ADMIN: an admin-table
+    user with role `admin` (401 without credentials, 403 for any other principal)."""
+
+    PUBLIC = "public"
+    OPTIONAL = "optional"
+    PRINCIPAL = "principal"
+    ADMIN_USER = "admin_user"
+    COLLECTION_USER = "collection_user"
+    ADMIN = "admin"
+
+
+def authorize(policy: Policy, principal: Principal | None) -> Principal | None:
+    """The caller of a route of `policy`: `principal` (None: no credentials) when the policy lets it
+    call. A credential that did not resolve is the caller's affair before this (PUBLIC ignores it,
+    every other policy answers 401). Raises Unauthorized or Forbidden (ADMIN only)."""
+    if policy in (Policy.PUBLIC, Policy.OPTIONAL):
+        return principal
+    if policy is Policy.ADMIN:
+        return require_admin(principal)
+    signed_in = require_principal(principal)
+    if policy is Policy.ADMIN_USER and signed_in.kind != "admin_user":
+        raise Unauthorized(ADMIN_TABLE_TOKEN_ONLY)
+    if policy is Policy.COLLECTION_USER and signed_in.kind != "collection_user":
+        raise Unauthorized(COLLECTION_TOKEN_ONLY)
+    return signed_in
+
+
+def require_principal(principal: Principal | None) -> Principal:
+    """`principal`, if there is one. Raises Unauthorized (no credentials)."""
+    if principal is None:
+        raise Unauthorized()
+    return principal
+
+
+def require_api_key_reach(principal: Principal, method: str, path: str) -> None:
+    """Raise Forbidden unless an API key `principal` may call `method` on the API `path`: records and
+    files only (API_KEY_PATHS); `read` scope for GET/HEAD, `write` for POST/PATCH/PUT/DELETE."""
+    if not API_KEY_PATHS.match(path):
+        raise Forbidden("API keys may be used on records and files only")
+    needed = "read" if method in READ_METHODS else "write"
+    if needed not in principal.scopes:
+        raise Forbidden(f"This API key lacks the '{needed}' scope")
+
+
 def require_admin(principal: Principal | None) -> Principal:
     """The admin-only operations (collections, audit, settings, backups, stats): `principal` if it
     is an admin-table user with role `admin`. Raises Unauthorized (no credentials) or Forbidden."""
@@ -43,6 +110,34 @@ def require_admin(principal: Principal | None) -> Principal:
     if not principal.is_admin:
         raise Forbidden("Admin role required")
     return principal
+
+
+def require_admin_or_operator(principal: Principal | None) -> None:
+    """Backups: an admin, or None, the operator (`cms backup ...` and scripts, run with the
+    server's own configuration; an API or admin UI request always has a principal here). Raises
+    Forbidden for any other principal."""
+    if principal is not None:
+        require_admin(principal)
+
+
+def require_admin_table(principal: Principal, managed: str) -> Principal:
+    """`principal` if it is an admin-table user (either role): only they manage `managed` (e.g.
+    "Webhooks", "API keys"). Raises Forbidden."""
+    if principal.kind != "admin_user":
+        raise Forbidden(f"{managed} are managed by admin-table users")
+    return principal
+
+
+def owner_scope(principal: Principal) -> str | None:
+    """Whose webhooks and API keys an admin-table `principal` manages: None (everyone's) for role
+    admin, else its own user id."""
+    return None if principal.role == ROLE_ADMIN else principal.user_id
+
+
+def manages(principal: Principal, owner_id: str) -> bool:
+    """Whether an admin-table `principal` manages a webhook or API key of user `owner_id`: an admin
+    manages all, role `user` its own."""
+    return principal.role == ROLE_ADMIN or owner_id == principal.user_id
 
 
 def request_context(principal: Principal | None, data: Mapping[str, Any] | None = None) -> RequestContext:

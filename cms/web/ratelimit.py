@@ -1,14 +1,14 @@
-"""Rate-limit middleware and the auth-endpoint and mail checks: 429 `rate_limited` with
-`Retry-After` and `X-RateLimit-Limit` / `-Remaining` / `-Reset` headers (decisions.md, Limits).
-A refusal is audited (`rate_limited`, by `RateLimitService.refused`) once per limit key and window, not
-once per request, with the request's origin (decisions.md, Audit context)."""
+"""The rate limits the API and the admin UI share: the auth-endpoint and mail checks and the
+refusal, 429 `rate_limited` with `Retry-After` and `X-RateLimit-Limit` / `-Remaining` / `-Reset`
+headers (decisions.md, Limits). A refusal is audited (`rate_limited`, by `RateLimitService.refused`)
+once per limit key and window, not once per request, with the request's origin (decisions.md, Audit
+context). The API's general limit is `cms.api.ratelimit`'s middleware."""
 
 from __future__ import annotations
 
 import logging
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
 
 from cms.errors import RateLimited
 from cms.services.operations.rate_limits import RateLimitDecision
@@ -18,10 +18,8 @@ from cms.web.context import client_ip, request_origin, services
 log = logging.getLogger("cms.api")
 
 DECISION_KEY = "rate_limit_decision"
-EXEMPT_PREFIXES = ("/health", "/docs", "/openapi.json")
-
-
-def _headers(decision: RateLimitDecision) -> dict[str, str]:
+def limit_headers(decision: RateLimitDecision) -> dict[str, str]:
+    """The `X-RateLimit-*` headers of `decision` (limit, remaining, seconds until reset)."""
     return {
         "X-RateLimit-Limit": str(decision.limit),
         "X-RateLimit-Remaining": str(decision.remaining),
@@ -29,34 +27,17 @@ def _headers(decision: RateLimitDecision) -> dict[str, str]:
     }
 
 
-async def _refuse(request: web.Request, decision: RateLimitDecision, what: str, identifier: str = "") -> RateLimited:
+async def refusal(request: web.Request, decision: RateLimitDecision, what: str, identifier: str = "") -> RateLimited:
+    """The 429 for a refused `decision` of limit `what` (`identifier`: the email or token counted,
+    if any), with its headers; the refusal is audited first (once per key and window)."""
     ip = client_ip(request)
     # the general limit refuses before the principal is known (and its origin set): anonymous then
     origin = current_origin() if current_origin() != NO_ORIGIN else request_origin(request, None)
     with origin_scope(origin):
         await services(request).rate_limits.refused(what, ip, identifier, decision.window_s, path=request.path)
     error = RateLimited(f"Too many requests; retry in {decision.reset_after_s} s", retry_after_s=decision.reset_after_s)
-    error.headers = _headers(decision)
+    error.headers = limit_headers(decision)
     return error
-
-
-@web.middleware
-async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Apply the general per-IP limit to every request but health and docs. If Redis fails, the
-    request is let through (fail open) and the failure logged."""
-    if request.method == "OPTIONS" or request.path.startswith(EXEMPT_PREFIXES):
-        return await handler(request)
-    try:
-        decision = await services(request).rate_limits.hit_general(client_ip(request))
-    except Exception:  # a limiter outage must not take the API down
-        log.warning("rate limiter unavailable; request let through", exc_info=True)
-        decision = None
-    if decision is not None and not decision.allowed:
-        raise await _refuse(request, decision, "general")
-    response = await handler(request)
-    if decision is not None:
-        response.headers.update(_headers(request.get(DECISION_KEY, decision)))
-    return response
 
 
 async def enforce_auth_limit(request: web.Request, action: str, identifier: str) -> None:
@@ -71,7 +52,7 @@ async def enforce_auth_limit(request: web.Request, action: str, identifier: str)
         return
     request[DECISION_KEY] = decision
     if not decision.allowed:
-        raise await _refuse(request, decision, f"auth:{action}", identifier)
+        raise await refusal(request, decision, f"auth:{action}", identifier)
 
 
 async def enforce_mail_limit(request: web.Request, endpoint: str, address: str, *, user_id: str | None = None) -> None:
@@ -86,4 +67,4 @@ async def enforce_mail_limit(request: web.Request, endpoint: str, address: str, 
         log.warning("rate limiter unavailable; email let through", exc_info=True)
         return
     if decision is not None and not decision.allowed:
-        raise await _refuse(request, decision, f"mail:{endpoint}", address)
+        raise await refusal(request, decision, f"mail:{endpoint}", address)

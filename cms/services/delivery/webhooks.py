@@ -38,9 +38,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
+from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.jobs import JobQueue
-from cms.models import ROLE_ADMIN, Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
+from cms.models import Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
+from cms.services import access
 from cms.services.access import VIEW, check
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.content.collections import CollectionService
@@ -144,7 +145,7 @@ class WebhookService:
         """A new active webhook. Raises Forbidden (not an admin-table user), ValidationFailed (422:
         url not http(s) or refused by the SSRF rule, unknown collection, events not a non-empty subset
         of create/update/delete, retry_count outside 0..10, secret too long)."""
-        _require_admin_table(principal)
+        access.require_admin_table(principal, "Webhooks")
         collection = await self._collection(collection_name)
         now = self._clock()
         webhook = Webhook(
@@ -159,14 +160,14 @@ class WebhookService:
 
     async def list_webhooks(self, principal: Principal, *, collection_name: str | None = None) -> list[Webhook]:
         """The webhooks the caller manages (an admin: all; role `user`: their own), oldest first."""
-        _require_admin_table(principal)
-        return await self._webhooks.find(collection_name=collection_name, created_by=_owner_filter(principal))
+        access.require_admin_table(principal, "Webhooks")
+        return await self._webhooks.find(collection_name=collection_name, created_by=access.owner_scope(principal))
 
     async def get(self, principal: Principal, webhook_id: str) -> Webhook:
         """One webhook the caller manages. Raises Forbidden or NotFound."""
-        _require_admin_table(principal)
+        access.require_admin_table(principal, "Webhooks")
         webhook = await self._webhooks.get(webhook_id)
-        if webhook is None or not _manages(principal, webhook):
+        if webhook is None or not access.manages(principal, webhook.created_by):
             raise NotFound("Webhook not found")
         return webhook
 
@@ -219,14 +220,14 @@ class WebhookService:
                          limit: int = 50) -> tuple[list[DeliveryAttempt], int]:
         """Delivery log entries newest first, of one webhook or (None) of every webhook the caller
         manages, and their total. `limit` is clamped to 1..200. Raises Forbidden or NotFound."""
-        _require_admin_table(principal)
+        access.require_admin_table(principal, "Webhooks")
         limit = max(1, min(limit, MAX_LOG_PAGE))
         if webhook_id is not None:
             ids: list[str] | None = [(await self.get(principal, webhook_id)).id]
-        elif principal.role == ROLE_ADMIN:
+        elif (owner := access.owner_scope(principal)) is None:
             ids = None
         else:
-            ids = [w.id for w in await self._webhooks.find(created_by=principal.user_id)]
+            ids = [w.id for w in await self._webhooks.find(created_by=owner)]
         return await self._log.page(webhook_ids=ids, skip=max(0, skip), limit=limit)
 
     async def backlog(self) -> int:
@@ -428,7 +429,7 @@ class WebhookService:
         (not an admin-table user), NotFound (no such entry of a webhook the caller manages, or its
         body is no longer kept: finished outbox batches expire after 7 days) or BadRequest (the
         webhook is disabled)."""
-        _require_admin_table(principal)
+        access.require_admin_table(principal, "Webhooks")
         entry = (await self._log.get_many([log_entry_id])).get(log_entry_id)
         if entry is None:
             raise NotFound("Delivery not found")
@@ -484,19 +485,6 @@ def _creator_may_view(creator: Principal | None, collection: Collection, event: 
     if view.everything or view.refused:
         return view.everything
     return event.record is not None and view.allows(event.record)
-
-
-def _require_admin_table(principal: Principal) -> None:
-    if principal.kind != "admin_user":
-        raise Forbidden("Webhooks are managed by admin-table users")
-
-
-def _owner_filter(principal: Principal) -> str | None:
-    return None if principal.role == ROLE_ADMIN else principal.user_id
-
-
-def _manages(principal: Principal, webhook: Webhook) -> bool:
-    return principal.role == ROLE_ADMIN or webhook.created_by == principal.user_id
 
 
 def _checked_events(events: Any) -> tuple[str, ...]:

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import Forbidden, NotFound, Unauthorized, ValidationFailed
-from cms.models import ROLE_ADMIN, ApiKey, Principal
+from cms.errors import NotFound, Unauthorized, ValidationFailed
+from cms.models import ApiKey, Principal
 from cms.security.codes import API_KEY_PREFIX, hash_token, new_api_key
+from cms.services import access
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.store.admin_users import AdminUserRepository
 from cms.store.api_keys import ApiKeyRepository
@@ -46,7 +47,7 @@ class ApiKeyService:
         """A new key of the calling admin-table user and its secret (shown only now). Raises
         Forbidden (not an admin-table user) or ValidationFailed (empty or long name, scopes not a
         non-empty subset of read/write, `expires_at` not in the future; naive means UTC)."""
-        _require_admin_table(principal)
+        access.require_admin_table(principal, "API keys")
         name = name.strip()
         if not name or len(name) > MAX_NAME_LENGTH:
             raise _invalid("name", f"Must be 1 to {MAX_NAME_LENGTH} characters.")
@@ -68,15 +69,15 @@ class ApiKeyService:
 
     async def list_keys(self, principal: Principal) -> list[ApiKey]:
         """The caller's keys (an admin: every key), oldest first. Raises Forbidden."""
-        _require_admin_table(principal)
-        return await self._keys.find(user_id=None if principal.role == ROLE_ADMIN else principal.user_id)
+        access.require_admin_table(principal, "API keys")
+        return await self._keys.find(user_id=access.owner_scope(principal))
 
     async def revoke(self, principal: Principal, key_id: str) -> None:
         """Delete a key of the caller (an admin: any key); it stops working at once. Raises
         Forbidden or NotFound."""
-        _require_admin_table(principal)
+        access.require_admin_table(principal, "API keys")
         key = await self._keys.get(key_id)
-        if key is None or (principal.role != ROLE_ADMIN and key.user_id != principal.user_id):
+        if key is None or not access.manages(principal, key.user_id):
             raise NotFound("API key not found")
         await self._keys.delete(key.id)
         await self._events.emit([AuditEvent(
@@ -102,11 +103,6 @@ class ApiKeyService:
             await self._keys.touch(key.key_hash, now)
         return Principal(kind="api_key", user_id=user.id, role=user.role, scopes=key.scopes, email=user.email,
                          verified=user.verified)
-
-
-def _require_admin_table(principal: Principal) -> None:
-    if principal.kind != "admin_user":
-        raise Forbidden("API keys are managed by admin-table users")
 
 
 def _invalid(field_name: str, message: str) -> ValidationFailed:

@@ -35,7 +35,7 @@ from cms.models import (
     collection_audience,
 )
 from cms.security.passwords import is_unicode_text
-from cms.services.access import AUTH_TYPE
+from cms.services.access import ADMIN_TABLE_TOKEN_ONLY, AUTH_TYPE, COLLECTION_TOKEN_ONLY
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.record_writer import RecordWriter, emit_changed
@@ -136,7 +136,7 @@ class AdminUsers:
 
     audience = ADMIN_AUDIENCE
     collection_name = None
-    foreign_token_message = "Not an admin-table user token"
+    foreign_token_message = ADMIN_TABLE_TOKEN_ONLY
 
     def __init__(self, users: AdminUserRepository, settings: SettingsService, *, clock: Clock = utcnow,
                  changed: Callable[[], Awaitable[None]] | None = None) -> None:
@@ -223,7 +223,7 @@ class CollectionUsers:
     """One auth collection as a user system (UserSystem[CollectionUser]); `data` at creation is the
     collection's schema fields. Creating, verifying and changing the address emit record events."""
 
-    foreign_token_message = "Not a token of this collection"
+    foreign_token_message = COLLECTION_TOKEN_ONLY
 
     def __init__(self, collection: Collection, users: CollectionUserRepository, records: RecordRepository,
                  schemas: RecordSchemas, collections: CollectionService, events: EventBus, *,

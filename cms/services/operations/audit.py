@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import Forbidden
 from cms.models import AuditEntry, Principal
+from cms.services import access
 from cms.services.delivery.events import AuditEvent, EventBus, SessionEvent
 from cms.services.origin import RequestOrigin
 from cms.store.audit import AuditFilter, AuditRepository, AuditStatistics
@@ -56,11 +56,6 @@ class AuditPage:
     total: int
     limit: int
     offset: int
-
-
-def _require_admin(principal: Principal) -> None:
-    if not principal.is_admin:
-        raise Forbidden("Admin role required")
 
 
 class AuditService:
@@ -121,7 +116,7 @@ class AuditService:
         `offset` to >= 0; `from_date` is inclusive, `to_date` exclusive (aware datetimes). The API
         has validated each value (known `event_type` and `severity`). Raises Forbidden unless
         `principal` is an admin."""
-        _require_admin(principal)
+        access.require_admin(principal)
         audit_filter = AuditFilter(
             event_type=event_type, severities=(severity,) if severity is not None else None, user_id=user_id,
             ip_address=ip_address, from_date=from_date, to_date=to_date,
@@ -132,14 +127,14 @@ class AuditService:
                        offset: int = 0) -> AuditPage:
         """Security-relevant entries, newest first: severity `warning` and `critical`, or only
         `severity` when given. `limit`/`offset` as in `list`. Raises Forbidden unless admin."""
-        _require_admin(principal)
+        access.require_admin(principal)
         severities = (severity,) if severity is not None else SECURITY_SEVERITIES
         return await self._page(AuditFilter(severities=severities), limit, offset)
 
     async def statistics(self, principal: Principal) -> AuditStatistics:
         """`total`, counts `by_event_type` and `by_severity`, and `last_24h` (entries of the last 24
         hours by this service's clock), from one aggregation. Raises Forbidden unless admin."""
-        _require_admin(principal)
+        access.require_admin(principal)
         return await self._repository.statistics(self._clock() - RECENT_WINDOW)
 
     async def apply_retention(self, days: int) -> None:

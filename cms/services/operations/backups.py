@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from cms.clock import Clock, utcnow
-from cms.errors import AlreadyExists, BadRequest, Forbidden, NotFound
+from cms.errors import AlreadyExists, BadRequest, NotFound
 from cms.models import Principal
+from cms.services import access
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.store.backups import (
     MAX_METADATA_BYTES,
@@ -162,7 +163,7 @@ class BackupService:
         Its name is the clock's current second; if that name exists already (two backups in one
         second), raises AlreadyExists (400) and writes nothing. Raises Forbidden for a non-admin.
         Driver and disk errors propagate; the temporary file is removed then."""
-        _require_admin(principal)
+        access.require_admin_or_operator(principal)
         async with self._lock:
             created = self._clock().astimezone(UTC).replace(microsecond=0)
             filename = f"backup-{created.strftime(NAME_TIME_FORMAT)}.tar.gz"
@@ -200,7 +201,7 @@ class BackupService:
     async def list(self, principal: Principal | None) -> builtins.list[Backup]:
         """Every backup in the directory, newest first. Files whose names are not exactly of the
         backup form (temporary files of a backup being written) are left out. Raises Forbidden."""
-        _require_admin(principal)
+        access.require_admin_or_operator(principal)
         return await asyncio.to_thread(self._scan)
 
     def _scan(self) -> builtins.list[Backup]:
@@ -225,7 +226,7 @@ class BackupService:
         BadRequest when the archive is corrupt, truncated or unsafe (then nothing has changed),
         Forbidden for a non-admin. Driver errors propagate (the data is left as it was unless the
         final switch of collections was under way)."""
-        _require_admin(principal)
+        access.require_admin_or_operator(principal)
         path = self._path(filename)
         async with self._lock:
             try:
@@ -273,7 +274,7 @@ class BackupService:
 
     async def delete(self, principal: Principal | None, filename: str) -> None:
         """Delete one backup. Raises BadRequest (not a backup filename), NotFound or Forbidden."""
-        _require_admin(principal)
+        access.require_admin_or_operator(principal)
         path = self._path(filename)
         try:
             await asyncio.to_thread(path.unlink)
@@ -286,7 +287,7 @@ class BackupService:
         """The backup `filename` and the path of its archive, for sending it to an admin (audited
         `backup_downloaded`: the archive holds the whole database). Raises BadRequest (not a backup
         filename), NotFound or Forbidden."""
-        _require_admin(principal)
+        access.require_admin_or_operator(principal)
         path = self._path(filename)
         created = backup_time(filename)
         try:
@@ -305,11 +306,6 @@ class BackupService:
         if backup_time(filename) is None:
             raise BadRequest("Invalid backup filename: expected backup-YYYYmmdd-HHMMSS.tar.gz")
         return self._dir / filename
-
-
-def _require_admin(principal: Principal | None) -> None:
-    if principal is not None and not principal.is_admin:
-        raise Forbidden("Admin role required")
 
 
 def _user_id(principal: Principal | None) -> str | None:

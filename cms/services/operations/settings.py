@@ -21,10 +21,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from cms.errors import Forbidden, ValidationFailed
+from cms.errors import ValidationFailed
 from cms.models import Principal
 from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
+from cms.services import access
 from cms.services.caching.counters import bump_counters, read_counters
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from cms.services.delivery.events import AuditEvent, EventBus
@@ -305,7 +306,7 @@ class SettingsService:
     async def list(self, principal: Principal) -> list[Setting]:
         """Every setting, in a fixed order, read from MongoDB (not the cache). Raises Forbidden
         unless `principal` is an admin."""
-        _require_admin(principal)
+        access.require_admin(principal)
         stored = await self._repository.all()
         return [Setting(key, render_value(stored.get(key, default), key), category)
                 for key, (default, category) in SETTINGS_DEFAULTS.items()]
@@ -316,7 +317,7 @@ class SettingsService:
         (`setting_changed` with the old and new value, from the request's origin). A given
         `category` must be the key's. Returns the stored setting. Raises Forbidden (not an admin)
         or ValidationFailed (422: `errors.key`, `errors.value` or `errors.category`)."""
-        _require_admin(principal)
+        access.require_admin(principal)
         value = parse_value(key, raw_value)
         default, key_category = SETTINGS_DEFAULTS[key]
         if category is not None and category != key_category:
@@ -343,8 +344,3 @@ class SettingsService:
         except oauth.ProviderConfigError:
             log.warning("stored oauth_providers is not valid; no provider is offered", exc_info=True)
             return []
-
-
-def _require_admin(principal: Principal) -> None:
-    if not principal.is_admin:
-        raise Forbidden("Admin role required")
