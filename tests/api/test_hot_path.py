@@ -135,7 +135,7 @@ async def test_the_created_sorts_walk_the_created_index_and_ties_reverse_exactly
                                       list_rule="")
     for n in range(6):  # the suite's clock stands still: equal `created`, the id decides
         await create_record(client, admin_token, "walked", {"title": f"t{n}"})
-    collection = await services.collections.get_by_name("walked")
+    collection = await services.catalog.by_name("walked")
     store = services.records._records._db[record_store.records_mongo_name(created["id"])]  # noqa: SLF001
     pages = {}
     for sort in (None, "created", "-created"):

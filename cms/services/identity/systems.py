@@ -36,6 +36,7 @@ from cms.models import (
 )
 from cms.security.passwords import is_unicode_text
 from cms.services.access import AUTH_TYPE
+from cms.services.caching.catalog import Catalog
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.records import check_relations, drop_if_deleted, emit_changed
@@ -329,12 +330,13 @@ class UserSystems:
     def __init__(self, admin_users: AdminUserRepository, collection_users: CollectionUserRepository,
                  records: RecordRepository, schemas: RecordSchemas, collections: CollectionService,
                  sessions: SessionService, settings: SettingsService, events: EventBus, *,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow, catalog: Catalog) -> None:
         self.admin = AdminUsers(admin_users, settings, clock=clock, changed=sessions.invalidate)
         self._users = collection_users
         self._records = records
         self._schemas = schemas
-        self._collections = collections
+        self._collections = collections  # TODO(catalog): only for drop_if_deleted; remove once records use Catalog
+        self._catalog = catalog
         self._sessions = sessions
         self._events = events
         self._clock = clock
@@ -347,14 +349,14 @@ class UserSystems:
 
     async def collection(self, name: str) -> CollectionUsers:
         """The auth collection called `name`. Raises NotFound (no such collection, or not of type auth)."""
-        collection = await self._collections.get_by_name(name)
+        collection = await self._catalog.by_name(name)
         if collection.type != AUTH_TYPE:
             raise NotFound(f"Collection '{name}' is not an auth collection")
         return self.of(collection)
 
     async def collection_by_id(self, collection_id: str) -> CollectionUsers:
         """The auth collection with this id. Raises NotFound."""
-        collection = await self._collections.get(collection_id)
+        collection = await self._catalog.by_id(collection_id)
         if collection.type != AUTH_TYPE:
             raise NotFound("Not an auth collection")
         return self.of(collection)
@@ -385,7 +387,7 @@ class UserSystems:
         if collection_id is None:
             raise Unauthorized("Token is not valid here")
         user, collection = await asyncio.gather(self._users.get(collection_id, user_id),
-                                                self._collections.find(collection_id))
+                                                self._catalog.find_by_id(collection_id))
         if user is None or collection is None:
             raise Unauthorized("User no longer exists")
         return self.of(collection).principal(user, session_id)
