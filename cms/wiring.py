@@ -23,6 +23,7 @@ from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
 from cms.security.tokens import TokenCodec
 from cms.services.caching import keys
+from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.caching.read_cache import ReadCache
 from cms.services.content.collections import CollectionService
@@ -85,6 +86,7 @@ class Services:
     audit: AuditService
     rate_limits: RateLimitService
     sessions: SessionService
+    catalog: Catalog
     collections: CollectionService
     records: RecordService
     system: SystemService
@@ -170,10 +172,11 @@ async def build_platform(infra: Infra) -> Platform:
 
 @dataclass(frozen=True)
 class Content:
-    """Collections and the records' store and schemas."""
+    """Collections (look-ups in the catalog, writes in the service) and the records' store and schemas."""
 
     record_repository: RecordRepository
     schemas: RecordSchemas
+    catalog: Catalog
     collections: CollectionService
     definitions: DefinitionCache
 
@@ -183,11 +186,13 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     collections stored before rules existed."""
     record_repository = RecordRepository(infra.db, infra.capabilities)
     definitions = platform.definitions
-    collections = CollectionService(CollectionRepository(infra.db), record_repository, platform.settings,
-                                    platform.events, clock=infra.clock, cache=definitions)
+    collection_repository = CollectionRepository(infra.db)
+    catalog = Catalog(collection_repository, definitions)
+    collections = CollectionService(collection_repository, record_repository, platform.settings,
+                                    platform.events, catalog=catalog, clock=infra.clock)
     await collections.fill_default_rules()
-    return Content(record_repository=record_repository, schemas=RecordSchemas(), collections=collections,
-                   definitions=definitions)
+    return Content(record_repository=record_repository, schemas=RecordSchemas(), catalog=catalog,
+                   collections=collections, definitions=definitions)
 
 
 def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
@@ -204,7 +209,7 @@ async def build_files(infra: Infra, platform: Platform, content: Content) -> Fil
     """The file service; deleting a record or collection deletes its files (event subscriber)."""
     file_repository = FileRepository(infra.db)
     await file_repository.ensure_indexes()
-    files = FileService(file_repository, content.collections, content.record_repository, platform.settings,
+    files = FileService(file_repository, content.catalog, content.record_repository, platform.settings,
                         clock=infra.clock)
     platform.events.subscribe(files.on_record_events)
     platform.events.subscribe(files.on_collection_events, CollectionEvent)
@@ -225,7 +230,8 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     for repository in (api_key_repository, collection_users, otp_codes, factors, identities):
         await repository.ensure_indexes()
     systems = UserSystems(admin_users, collection_users, content.record_repository, content.schemas,
-                          content.collections, p.sessions, p.settings, p.events, clock=clock)
+                          content.catalog, p.sessions, p.settings, p.events, clock=clock,
+                          catalog=content.catalog)
     p.events.subscribe(systems.on_record_events)
     p.events.subscribe(systems.on_collection_events, CollectionEvent)
     credentials = Credentials(p.settings, p.sessions, p.events)
@@ -263,7 +269,7 @@ async def build_webhooks(infra: Infra, platform: Platform, content: Content, ide
     for repository in repositories:
         await repository.ensure_indexes()
     sender = WebhookSender(infra.http, allow_private=allow_private, timeout_s=config.webhook_timeout_s)
-    webhooks = WebhookService(*repositories, content.collections, platform.jobs, sender,
+    webhooks = WebhookService(*repositories, content.catalog, platform.jobs, sender,
                               address_check(allow_private=allow_private), clock=infra.clock,
                               creator=identity.systems.admin.principal_of, definitions=content.definitions)
     platform.events.attach_outbox(webhooks)
@@ -303,7 +309,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
         read_cache = build_read_cache(infra, platform)
         files = await build_files(infra, platform, content)
         transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
-        records = RecordService(content.collections, content.record_repository, content.schemas, platform.events,
+        records = RecordService(content.catalog, content.record_repository, content.schemas, platform.events,
                                 clock=clock, transactions=transactions, needs_transaction=webhooks.wants,
                                 settings=platform.settings, cache=read_cache, group_commit=True, files=files)
         yield Services(
@@ -315,6 +321,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
             audit=platform.audit,
             rate_limits=platform.rate_limits,
             sessions=platform.sessions,
+            catalog=content.catalog,
             collections=content.collections,
             records=records,
             system=build_system(infra, webhooks),

@@ -21,7 +21,7 @@ async def list_collections(request: web.Request) -> web.Response:
 
 async def get_collection(request: web.Request) -> web.Response:
     """`GET /collections/{collection_id}`: one collection. 404 when unknown."""
-    collection = await services(request).collections.get(request.match_info["collection_id"])
+    collection = await services(request).catalog.by_id(request.match_info["collection_id"])
     return json_response(CollectionSchema().dump(collection))
 
 

@@ -442,7 +442,7 @@ def test_openapi_documents_the_backup_routes():
 
 async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_lacks(
         client: Client, admin_token: str, db: Database, services: Services):
-    """The order `CollectionService.exists_since` relies on: the restore hooks (the catalog epoch
+    """The order `Catalog.exists` relies on: the restore hooks (the catalog epoch
     among them) run once the backup's collections are live and before the others are dropped, so a
     create whose insert lands after a drop sees the moved epoch."""
     await create_collection(client, admin_token, "kept", [{"name": "title", "type": "text"}])
@@ -450,13 +450,13 @@ async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_l
     extra = await create_collection(client, admin_token, "gone", [{"name": "title", "type": "text"}])
     await create_record(client, admin_token, "gone", {"title": "not in the backup"})
     gone = f"records_{extra['id'].replace('-', '')}"
-    _, epoch = await services.collections.current_by_name("kept")
+    _, epoch = await services.catalog.by_name_and_epoch("kept")
     seen: dict[str, Any] = {}
 
     async def watch() -> None:
         seen["names"] = set(await db.list_collection_names())
         seen["catalog"] = {c["name"] async for c in db["collections"].find({}, {"name": 1})}
-        cache = services.collections._cache  # noqa: SLF001
+        cache = services.catalog._cache  # noqa: SLF001
         assert cache is not None
         seen["epoch"] = await cache.current_epoch()
 

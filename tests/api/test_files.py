@@ -453,7 +453,7 @@ async def test_deleting_the_collection_deletes_its_files(client, services, admin
     page = await create_record(client, admin_token, "pages", {"title": "kept"})
     gone = await uploaded(client, admin_token, binary_content(400_000), "posts", post["id"])
     kept = await uploaded(client, admin_token, b"page", "pages", page["id"])
-    collection = await services.collections.get_by_name("posts")
+    collection = await services.catalog.by_name("posts")
     response = await client.delete(f"{COLLECTIONS}/{collection.id}", headers=bearer(admin_token))
     assert response.status == 204
     await error_of(await client.get(f"{FILES}/{gone['id']}"), 404, "not_found")

@@ -185,7 +185,7 @@ class CountingCollections(CollectionRepository):
 
 
 def count_lookups(services: Services) -> CountingCollections:
-    repository = services.collections._collections  # noqa: SLF001 - the seam under test
+    repository = services.catalog._collections  # noqa: SLF001 - the seam under test
     repository.__class__ = CountingCollections
     return repository  # type: ignore[return-value]
 
@@ -193,16 +193,16 @@ def count_lookups(services: Services) -> CountingCollections:
 def watch_drops(services: Services, seen: list[tuple[str | None, bool]]) -> None:
     """Record, at each drop of a collection's records, the catalog epoch and whether the
     collection is still defined."""
-    collections = services.collections
+    catalog = services.catalog
 
     class WatchedRecords(RecordRepository):
         async def drop(self, collection_id: str) -> None:
-            cache = collections._cache  # noqa: SLF001
+            cache = catalog._cache  # noqa: SLF001
             assert cache is not None
-            seen.append((await cache.current_epoch(), await collections.exists(collection_id)))
+            seen.append((await cache.current_epoch(), await catalog.exists(collection_id)))
             await super().drop(collection_id)
 
-    collections._records.__class__ = WatchedRecords  # noqa: SLF001
+    services.collections._records.__class__ = WatchedRecords  # noqa: SLF001
 
 
 async def test_creates_check_their_collection_through_the_epoch_not_the_database(
@@ -215,30 +215,29 @@ async def test_creates_check_their_collection_through_the_epoch_not_the_database
     assert [a.status for a in answers] == [201] * 20
     assert repository.lookups == 0  # the epoch held: no `_id` look-up after any insert
 
-    service = services.collections
-    found, epoch = await service.current_by_name("checked")
+    catalog = services.catalog
+    found, epoch = await catalog.by_name_and_epoch("checked")
     assert epoch is not None and found.id == collection["id"]
-    assert await service.exists_since(found.id, epoch) and repository.lookups == 0
-    cache = service._cache  # noqa: SLF001
-    assert cache is not None
-    await cache.invalidate()  # any catalog change: the check asks the database
-    assert await service.exists_since(found.id, epoch) and repository.lookups == 1
-    assert await service.exists_since(found.id, None) and repository.lookups == 2  # epoch unknown
-    assert not await service.exists_since(new_id(), None) and repository.lookups == 3
+    assert await catalog.exists(found.id, since_epoch=epoch) and repository.lookups == 0
+    assert await catalog.move_epoch()  # any catalog change: the check asks the database
+    assert await catalog.exists(found.id, since_epoch=epoch) and repository.lookups == 1
+    assert await catalog.exists(found.id, since_epoch=None) and repository.lookups == 2  # epoch unknown
+    assert not await catalog.exists(new_id(), since_epoch=None) and repository.lookups == 3
+    assert await catalog.exists(found.id) and repository.lookups == 4  # the sweep's check: never cached
 
 
 async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
         client: Any, admin_token: str, services: Services) -> None:
     collection = await create_collection(client, admin_token, "ordered", [{"name": "title", "type": "text"}])
     await create_record(client, admin_token, "ordered", {"title": "kept until the drop"})
-    _, epoch = await services.collections.current_by_name("ordered")
+    _, epoch = await services.catalog.by_name_and_epoch("ordered")
     seen: list[tuple[str | None, bool]] = []
     watch_drops(services, seen)
     response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
     assert response.status == 204
     [(epoch_at_drop, defined_at_drop)] = seen
     assert defined_at_drop is False and epoch_at_drop not in (None, epoch)
-    assert not await services.collections.exists_since(collection["id"], epoch)
+    assert not await services.catalog.exists(collection["id"], since_epoch=epoch)
 
 
 async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made(
@@ -254,7 +253,7 @@ async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made
     seen: list[tuple[str | None, bool]] = []
     watch_drops(services, seen)
     monkeypatch.setattr(records, "sync_indexes", half_made)
-    cache = services.collections._cache  # noqa: SLF001
+    cache = services.catalog._cache  # noqa: SLF001
     assert cache is not None
     before = await cache.current_epoch()
     response = await client.post("/api/v1/collections", headers=bearer(admin_token),
@@ -312,7 +311,7 @@ async def test_a_delete_whose_epoch_bump_fails_leaves_the_records_to_the_sweep(
     """An unmoved epoch must keep meaning "not dropped yet", so the drop waits for the sweep."""
     collection = await create_collection(client, admin_token, "unbumped", [{"name": "title", "type": "text"}])
     await create_record(client, admin_token, "unbumped", {"title": "left for the sweep"})
-    cache = services.collections._cache  # noqa: SLF001
+    cache = services.catalog._cache  # noqa: SLF001
     assert cache is not None
     live = dead_redis(cache)
     try:

@@ -179,7 +179,7 @@ class FailingRecords(RecordRepository):
 async def test_a_database_failure_mid_import_says_exactly_which_rows_were_stored(
         services, client, admin_token, config, stored):
     created = await create_collection(client, admin_token, "posts", POSTS)
-    collection = await services.collections.get(created["id"])
+    collection = await services.catalog.by_id(created["id"])
     emitted: list[Record] = []
 
     async def emit(events: Sequence[RecordEvent]) -> None:

@@ -46,7 +46,7 @@ class Queries:
 
 async def queries_of(services: Any, log: CommandLog, collection_name: str) -> Queries:
     """Queries of `collection_name` from now on."""
-    collection = await services.collections.get_by_name(collection_name)
+    collection = await services.catalog.by_name(collection_name)
     log.commands.clear()
     return Queries(log, collection.id)
 

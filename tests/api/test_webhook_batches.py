@@ -86,7 +86,7 @@ async def setup_hook(client: Any, token: str, url: str) -> str:
 
 async def seed(services: Services, titles: list[str]) -> list[str]:
     """Records straight into the store (no events: only the bulk update below is delivered)."""
-    collection = await services.collections.get_by_name("posts")
+    collection = await services.catalog.by_name("posts")
     now = utcnow()
     records = [Record(id=new_id(), created=now, updated=now, data={"title": t, "views": 0}) for t in titles]
     assert await services.records.repository.insert_many(collection.id, records) == []
@@ -257,7 +257,7 @@ async def test_requests_that_cannot_start_in_time_go_to_a_continuation_batch(
     await services.webhooks._outbox.insert([batch])
     own = services.webhooks
     async with aiohttp.ClientSession() as session:
-        narrow = WebhookService(own._webhooks, own._outbox, own._log, own._collections, own._jobs,
+        narrow = WebhookService(own._webhooks, own._outbox, own._log, services.catalog, own._jobs,
                                 WebhookSender(session, allow_private=True, timeout_s=5.0, max_in_flight=1),
                                 own._address_check, clock=clock, batch_start_within_s=0.2)
         outcome = await narrow.deliver_batch(batch.id)

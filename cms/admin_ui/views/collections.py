@@ -243,7 +243,7 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
 @admin_page
 async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/edit: the collection in the form."""
-    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     return await _form_page(request, mode="edit", collection=collection, name=collection.name, type_=collection.type,
                             switches={s: getattr(collection, s) for s in SWITCHES},
                             rows=[_row_of(spec) for spec in collection.fields], rules=_rules_of(collection.rules))
@@ -254,7 +254,7 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST /_/collections/{name}/edit: name, schema, switches and rules through the service (as
     `PATCH /api/v1/collections/{id}`); the schema replaces the old one."""
     collections = services(request).collections
-    collection = await collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     form = await request.post()
     name = str(form.get("name", "")).strip()
     rows, rules = _rows_of_form(form), _rules_of_form(form)
@@ -281,7 +281,7 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
 @admin_page
 async def confirm_delete(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/delete: asks for the name before the delete."""
-    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     return await render(request, "collections/delete.html", collection=collection, error=None)
 
 
@@ -290,7 +290,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST /_/collections/{name}/delete: the delete (as `DELETE /api/v1/collections/{id}`) once the
     typed name matches."""
     collections = services(request).collections
-    collection = await collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     form = await request.post()
     try:
         if str(form.get("confirm_name", "")).strip() != collection.name:

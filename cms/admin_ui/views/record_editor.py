@@ -223,14 +223,14 @@ async def record_json_of(request: web.Request, principal: Principal, collection:
 @admin_page
 async def new(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/records/new: the empty editor."""
-    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     return await _editor(request, principal, collection, None, {})
 
 
 @admin_page
 async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/records/{record_id}: the editor of one record (view rule, as the API)."""
-    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     record = await record_json_of(request, principal, collection, request.match_info["record_id"])
     return await _editor(request, principal, collection, record, record)
 
@@ -267,7 +267,7 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
     parts are stored as they arrive, the values saved last; on any refusal the draft has removed
     what it stored, and the editor is shown again with the error."""
     svc = services(request)
-    collection = await svc.collections.get_by_name(request.match_info["collection_name"])
+    collection = await svc.catalog.by_name(request.match_info["collection_name"])
     creating = record_id is None
     existing = None if creating else await record_json_of(request, principal, collection, record_id or "")
     if request.content_type != "multipart/form-data":

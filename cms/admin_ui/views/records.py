@@ -121,7 +121,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     """GET /_/collections/{name}/records: one page of the records table, from the same cached
     list body as the REST list."""
     svc = services(request)
-    collection = await svc.collections.get_by_name(request.match_info["collection_name"])
+    collection = await svc.catalog.by_name(request.match_info["collection_name"])
     state = table_state(request, collection)
     error: ErrorMessage | None = None
     status = 200
@@ -167,7 +167,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 @admin_page
 async def confirm_delete(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/records/{record_id}/delete: asks before deleting (no script dialog)."""
-    collection = await services(request).collections.get_by_name(request.match_info["collection_name"])
+    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
     record = await record_json_of(request, principal, collection, request.match_info["record_id"])
     return await render(request, "records/delete.html", collection=collection, record=record)
 

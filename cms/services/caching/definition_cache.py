@@ -11,15 +11,17 @@ of the request (`request_scope`, opened by the API's request middleware), so a r
 that starts after a change's response never sees the definition from before it; outside a request
 scope (workers, scripts) every look-up reads the epoch.
 
-The record read path goes one step further (`peek`): it computes its cache key from the cached
-definition and checks that definition's epoch against the epoch the read cache's one `MGET` returns
-anyway, so a warm read costs one Redis round trip and no MongoDB round trip at all.
+Collection definitions are looked up through `catalog.Catalog`, which names how current each
+look-up must be. The record read path goes one step further (`peek`, `Fresh.PEEK`): it computes its
+cache key from the cached definition and checks that definition's epoch against the epoch the read
+cache's one `MGET` returns anyway, so a warm read costs one Redis round trip and no MongoDB round
+trip at all.
 
 Concurrent misses of one entry under one epoch share one load (`SingleFlight`), so an entry that
 expires under load costs one query, not one per waiting request.
 
 `current_epoch` reads the epoch afresh, for the check a create makes after its insert lands
-(`CollectionService.exists_since`: an epoch that has not moved since the collection was looked up
+(`Catalog.exists`: an epoch that has not moved since the collection was looked up
 means no delete or restore dropped its records before the insert).
 
 Without Redis nothing is served from here (every look-up goes to MongoDB, and the failure is
@@ -99,7 +101,7 @@ class DefinitionCache:
 
     async def current_epoch(self) -> str | None:
         """The epoch read from Redis now, whatever this request read before: for a check that must
-        see every change made until this moment (`CollectionService.exists_since`). The request
+        see every change made until this moment (`Catalog.exists`). The request
         keeps it, and the companions, for its later look-ups (newer is never wrong for them).
         None when Redis failed."""
         raw = await self._counters.read(self._redis, self._keys, len(self._keys))

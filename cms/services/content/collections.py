@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.errors import BadRequest, ValidationFailed
 from cms.models import Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
-from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
@@ -59,7 +58,9 @@ def check_name(name: str) -> None:
 
 
 class CollectionService:
-    """Collection definitions; writes are admin-only (checked by the API guard)."""
+    """Writes of collection definitions (admin-only, checked by the API guard), the list of all
+    of them, and the orphan sweep. Look-ups of one definition go through `catalog`, which this
+    service tells about each change (`Catalog.forget`, `Catalog.move_epoch`)."""
 
     def __init__(
         self,
@@ -68,10 +69,10 @@ class CollectionService:
         settings: SettingsService,
         events: EventBus,
         *,
+        catalog: Catalog,
         clock: Clock = utcnow,
-        cache: DefinitionCache | None = None,
     ) -> None:
-        self._cache = cache
+        self._catalog = catalog
         self._events = events
         self._collections = collections
         self._records = records
@@ -93,78 +94,6 @@ class CollectionService:
     async def list(self) -> list[Collection]:
         """Every collection, by name."""
         return await self._collections.list()
-
-    async def get(self, collection_id: str) -> Collection:
-        """One collection by id (from the definition cache when current). Raises NotFound."""
-        collection = await self.find(collection_id)
-        if collection is None:
-            raise NotFound("Collection not found")
-        return collection
-
-    async def find(self, collection_id: str) -> Collection | None:
-        """One collection by id, or None (the definition cache, else one `_id` look-up)."""
-        return await self._definition(("id", collection_id), lambda: self._collections.get(collection_id))
-
-    async def exists(self, collection_id: str) -> bool:
-        """Whether the collection with this id exists now (one `_id` look-up, never cached): the
-        check an insert makes after it lands when the catalog epoch cannot vouch for it
-        (`exists_since`), and the sweep's last check before a drop."""
-        return await self._collections.get(collection_id) is not None
-
-    async def exists_since(self, collection_id: str, epoch: str | None) -> bool:
-        """The check a create makes after its insert lands: whether the collection it looked up
-        under the catalog epoch `epoch` (`current_by_name`; None: unknown) still exists, or was
-        deleted only after the insert (then that delete's drop removes what was inserted).
-
-        True without a database look-up when the catalog epoch, read from Redis now, is still
-        `epoch`: every path that drops a collection's records moves the epoch first (`delete`, the
-        rollback of `create`, a restore's switch), so an unmoved epoch means any drop comes after
-        this insert. Otherwise (the epoch moved, or Redis failed) one `_id` look-up, as `exists`.
-        Should Redis lose a bump, the records left behind are removed by `sweep_orphans`."""
-        if epoch is not None and self._cache is not None and await self._cache.current_epoch() == epoch:
-            return True
-        return await self.exists(collection_id)
-
-    async def get_by_name(self, name: str, *, epoch: str | None = None) -> Collection:
-        """One collection by name (record paths), from the definition cache when it is current
-        (`epoch`: the catalog epoch the caller has just read, if any). Raises NotFound."""
-        collection = await self._definition(("name", name), lambda: self._collections.get_by_name(name), epoch)
-        if collection is None:
-            raise NotFound(f"Collection '{name}' not found")
-        return collection
-
-    async def cached_by_name(self, name: str) -> tuple[Collection, str | None]:
-        """The collection called `name` and the catalog epoch it was loaded under, taken from the
-        cache without reading the epoch when an entry is there: the caller must compare that
-        epoch with one it reads (the read cache's `MGET`) and call `reload_by_name` when they
-        differ, and must not refuse a request on this definition alone (`current_by_name`).
-        Raises NotFound."""
-        if self._cache is not None:
-            hit = self._cache.peek(("name", name))
-            if hit is not None and hit[1] is not None:
-                return hit[1], hit[0]
-        return await self.current_by_name(name)
-
-    async def current_by_name(self, name: str) -> tuple[Collection, str | None]:
-        """The collection called `name` as of the catalog epoch (read now, or already read by this
-        request), and that epoch (None when Redis failed or without a cache). Raises NotFound."""
-        if self._cache is None:
-            return await self.get_by_name(name), None
-        epoch = await self._cache.epoch()
-        return await self.get_by_name(name, epoch=epoch), epoch
-
-    async def reload_by_name(self, name: str, epoch: str) -> Collection:
-        """`get_by_name` under `epoch`, just read from Redis (kept as the request's epoch).
-        Raises NotFound."""
-        if self._cache is not None:
-            self._cache.remember(epoch)
-        return await self.get_by_name(name, epoch=epoch)
-
-    async def _definition(self, key: tuple[str, str], load: Callable[[], Awaitable[Collection | None]],
-                          epoch: str | None = None) -> Collection | None:
-        if self._cache is None:
-            return await load()
-        return await self._cache.get(key, load, epoch=epoch)
 
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
@@ -231,7 +160,7 @@ class CollectionService:
         InvalidFilter (a rule, or a kept rule naming a removed field), AlreadyExists (name),
         BadRequest (a concurrent update won)."""
         principal = require_admin(principal)
-        current = await self.get(collection_id)
+        current = await self._catalog.by_id(collection_id)
         changed = current
         if name is not None:
             check_name(name)
@@ -289,7 +218,7 @@ class CollectionService:
         NotFound, or BadRequest while a relation field of another collection points to it (its
         records would dangle)."""
         principal = require_admin(principal)
-        collection = await self.get(collection_id)
+        collection = await self._catalog.by_id(collection_id)
         referrers = [
             f"{other.name}.{spec.name}"
             for other in await self._collections.list()
@@ -310,11 +239,11 @@ class CollectionService:
 
     async def _drop_records(self, collection: Collection) -> None:
         """Once `collection`'s definition is gone: move the catalog epoch, then drop its records.
-        The order `exists_since` relies on (a create whose insert lands after the drop sees the
+        The order `Catalog.exists` relies on (a create whose insert lands after the drop sees the
         moved epoch and looks the collection up). When Redis does not acknowledge the bump, the
         records are not dropped here (an unmoved epoch must keep meaning "not dropped yet"): the
         collection, which has no definition any more, is left to `sweep_orphans`."""
-        if self._cache is not None and not await self._cache.invalidate():
+        if not await self._catalog.move_epoch():
             log.warning("collection %s (%s): the catalog epoch could not be moved; its records are left "
                         "to the orphan sweep", collection.name, collection.id)
             return
@@ -324,7 +253,7 @@ class CollectionService:
         """Drop the records collections whose collection is no longer defined, and return their
         MongoDB names: the backstop for records a delete could not drop (Redis did not acknowledge
         its epoch bump) and for a create that raced a delete or a restore while Redis lost an
-        acknowledged bump (`exists_since`).
+        acknowledged bump (`Catalog.exists`).
 
         Careful, as a drop cannot be undone: nothing happens while a restore is staging (a
         staging collection of a restore started less than RESTORE_STAGING_MAX_S ago exists; older
@@ -351,7 +280,7 @@ class CollectionService:
             if now - since < confirm_after_s:
                 continue
             collection_id = collection_id_of(name)
-            if collection_id is None or await self.exists(collection_id):
+            if collection_id is None or await self._catalog.exists(collection_id):
                 del self._orphans_seen[name]  # not ours, or defined after all (renamed mid-read)
                 continue
             await self._records.drop_stored(name)
@@ -363,8 +292,7 @@ class CollectionService:
     def _forget(self) -> None:
         """After a change made here: this process's cached definitions go at once (the epoch bump
         that follows, from the collection event, reaches every replica)."""
-        if self._cache is not None:
-            self._cache.forget()
+        self._catalog.forget()
 
     async def _check_relations(self, collection: Collection) -> None:
         for spec in collection.fields:

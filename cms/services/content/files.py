@@ -30,7 +30,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
-from cms.services.content.collections import CollectionService
+from cms.services.caching.catalog import Catalog
 from cms.services.content.record_reads import checked_record, permitted_record
 from cms.services.delivery.events import DELETE, CollectionEvent, RecordEvent
 from cms.services.operations.settings import SettingsService
@@ -153,10 +153,10 @@ def file_etag(file: StoredFile) -> str:
 class FileService:
     """Upload, download and delete files of records; clean-up when records and collections go."""
 
-    def __init__(self, files: FileRepository, collections: CollectionService, records: RecordRepository,
+    def __init__(self, files: FileRepository, catalog: Catalog, records: RecordRepository,
                  settings: SettingsService, *, clock: Clock = utcnow) -> None:
         self._files = files
-        self._collections = collections
+        self._catalog = catalog
         self._records = records
         self._settings = settings
         self._clock = clock
@@ -271,7 +271,7 @@ class FileService:
         if missing:
             raise ValidationFailed("The upload must name a collection and a record", errors=missing)
         try:
-            collection = await self._collections.get_by_name(name)
+            collection = await self._catalog.by_name(name)
         except NotFound:
             raise ValidationFailed(f"Collection '{name}' not found",
                                    errors={"collection": [f"No collection named '{name}'."]}) from None
@@ -321,7 +321,7 @@ class FileService:
         """The collection of `file`'s record, once the view rule (and with `change`, the update
         rule) permits `principal` on that record. Raises NotFound("File not found") for a missing
         collection or a hidden record, else the rules' errors."""
-        collection = await self._collections.find(file.collection_id)
+        collection = await self._catalog.find_by_id(file.collection_id)
         if collection is None:
             raise NotFound("File not found")
         change_access = check(principal, collection, UPDATE) if change else None

@@ -23,9 +23,9 @@ from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
 from cms.services import access as actions
 from cms.services.access import Access, check
+from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
 from cms.services.caching.single_flight import SingleFlight
-from cms.services.content.collections import CollectionService
 from cms.services.content.fields import CollectionFields, text_field_names, to_json_value
 from cms.store.records import RecordRepository
 
@@ -54,9 +54,9 @@ class RecordReads:
     """Reads of the records of user collections, under the collection's list and view rules
     (`access.check`); the base of `RecordService`."""
 
-    def __init__(self, collections: CollectionService, records: RecordRepository, *,
+    def __init__(self, catalog: Catalog, records: RecordRepository, *,
                  cache: ReadCache | None = None) -> None:
-        self._collections = collections
+        self._catalog = catalog
         self._records = records
         self._cache = cache
         self._flights = SingleFlight()
@@ -119,23 +119,23 @@ class RecordReads:
         one `MGET` returns the catalog epoch, and only when that differs from the definition's is
         the definition loaded again (and the lookup repeated): a warm read is one Redis round trip."""
         if self._cache is None:
-            key, compute, shared = prepare(await self._collections.get_by_name(collection_name))
+            key, compute, shared = prepare(await self._catalog.by_name(collection_name))
             body = await compute()
             return CachedBody(body, etag_of(key, None, body), shared)
-        collection, assumed_epoch = await self._collections.cached_by_name(collection_name)
+        collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name, fresh=Fresh.PEEK)
         try:
             key, compute, shared = prepare(collection)
         except CmsError:  # refuse only on a current definition (a rule or field may have just changed)
-            collection, assumed_epoch = await self._collections.current_by_name(collection_name)
+            collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name)
             key, compute, shared = prepare(collection)
         stamp, cached = await self._cache.lookup(collection.name, key)
         if stamp is None or stamp_epoch(stamp) != assumed_epoch:
             # the definition may be older than the epoch (or Redis cannot tell): load it again
             if stamp is None:
-                collection = await self._collections.get_by_name(collection_name)
+                collection = await self._catalog.by_name(collection_name)
             else:
                 epoch = stamp_epoch(stamp)
-                collection = await self._collections.reload_by_name(collection_name, epoch)
+                collection = await self._catalog.by_name(collection_name, epoch=epoch)
             key, compute, shared = prepare(collection)
             if stamp is not None:
                 stamp, cached = await self._cache.lookup(collection.name, key)
@@ -196,7 +196,7 @@ class RecordReads:
                           search: str | None, principal: Principal | None
                           ) -> tuple[Collection, dict[str, Any], SortOrder]:
         """The collection, the query (filter, search and list rule) and the order of a list."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         query = self.query(collection, filter_expr=filter_expr, search=search,
                            access=check(principal, collection, actions.LIST))
         return collection, query, self._order(collection, sort)
@@ -239,7 +239,7 @@ class RecordReads:
         """One record that the view rule lets `principal` (None: no credentials) see. Raises
         NotFound (collection; record, or a record the rule hides), Unauthorized (no credentials,
         and the rule refuses or depends on the record) or Forbidden (refused outright)."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         return await self._visible(check(principal, collection, actions.VIEW), record_id)
 
     async def _visible(self, view: Access, record_id: str) -> Record:

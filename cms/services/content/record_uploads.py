@@ -30,7 +30,7 @@ from cms.services.content.files import FileService, FormPart
 from cms.services.content.record_reads import permitted_record
 
 if TYPE_CHECKING:
-    from cms.services.content.collections import CollectionService
+    from cms.services.caching.catalog import Catalog
     from cms.services.content.records import RecordService
     from cms.store.records import RecordRepository
 
@@ -42,12 +42,12 @@ class RecordDraft:
     auth collection, Unauthorized / Forbidden); leaving it without a successful `save` deletes the
     files it stored."""
 
-    def __init__(self, records: RecordService, files: FileService, collections: CollectionService,
+    def __init__(self, records: RecordService, files: FileService, catalog: Catalog,
                  repository: RecordRepository, principal: Principal | None, collection_name: str,
                  record_id: str | None) -> None:
         self._records = records
         self._files = files
-        self._collections = collections
+        self._catalog = catalog
         self._repository = repository
         self._principal = principal
         self._collection_name = collection_name
@@ -65,7 +65,7 @@ class RecordDraft:
             self._collection, self._epoch = await self._records.writable_for_new_records(name)
             check(principal, self._collection, actions.CREATE).require()
         else:
-            self._collection = await self._collections.get_by_name(name)
+            self._collection = await self._catalog.by_name(name)
             await permitted_record(self._repository, check(principal, self._collection, actions.VIEW),
                                    check(principal, self._collection, actions.UPDATE), self.record_id)
         return self

@@ -35,7 +35,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import Collection, Record
 from cms.services.access import Access
-from cms.services.content.collections import CollectionService
+from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
 from cms.services.content.group_commit import InsertGroups
 from cms.services.content.record_reads import record_json
@@ -73,7 +73,7 @@ class RecordWriter:
 
     def __init__(
         self,
-        collections: CollectionService,
+        catalog: Catalog,
         records: RecordRepository,
         schemas: RecordSchemas,
         events: EventBus,
@@ -83,7 +83,7 @@ class RecordWriter:
         needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
         group_commit: bool = False,
     ) -> None:
-        self._collections = collections
+        self._catalog = catalog
         self._records = records
         self._schemas = schemas
         self._events = events
@@ -139,7 +139,7 @@ class RecordWriter:
         """Step 5 after an insert into `collection`, looked up under the catalog epoch `epoch` (None:
         unknown): raise NotFound, after dropping the collection's records, when it was deleted
         meanwhile. Inside a caller's transaction nothing is dropped (its abort undoes the insert)."""
-        if await self._collections.exists_since(collection.id, epoch):
+        if await self._catalog.exists(collection.id, since_epoch=epoch):
             return
         await self._undo(collection, None)
 
@@ -173,7 +173,7 @@ class RecordWriter:
         try:
             async with self._unit(transactional):
                 await (store(record) if store is not None else self._records.insert(collection.id, record))
-                if not await self._collections.exists_since(collection.id, epoch):
+                if not await self._catalog.exists(collection.id, since_epoch=epoch):
                     raise _CollectionGone
                 await self.emit_created(collection, [record])
         except _CollectionGone:

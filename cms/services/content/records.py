@@ -20,8 +20,8 @@ from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
 from cms.services.access import Access, check
+from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
-from cms.services.content.collections import CollectionService
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
@@ -99,7 +99,7 @@ class RecordService(RecordReads):
 
     def __init__(
         self,
-        collections: CollectionService,
+        catalog: Catalog,
         records: RecordRepository,
         schemas: RecordSchemas,
         events: EventBus,
@@ -112,8 +112,8 @@ class RecordService(RecordReads):
         group_commit: bool = False,
         files: FileService | None = None,
     ) -> None:
-        super().__init__(collections, records, cache=cache)
-        self._writer = RecordWriter(collections, records, schemas, events, clock=clock, transactions=transactions,
+        super().__init__(catalog, records, cache=cache)
+        self._writer = RecordWriter(catalog, records, schemas, events, clock=clock, transactions=transactions,
                                     needs_transaction=needs_transaction, group_commit=group_commit)
         self._groups = self._writer.groups
         self._settings = settings
@@ -121,7 +121,7 @@ class RecordService(RecordReads):
         self._clock = clock
         self._files = files
         self._csv = RecordCsv(records, self._writer, clock=clock)
-        self._relations = RelationRelease(collections, records, self._emit_updated, self._emit_deleted, clock=clock)
+        self._relations = RelationRelease(catalog, records, self._emit_updated, self._emit_deleted, clock=clock)
 
     # --- one record ---------------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ class RecordService(RecordReads):
         Raises NotFound (also for a record the caller may not see), Unauthorized / Forbidden (the
         rule refuses), ValidationFailed, AlreadyExists, or BadRequest (the record kept changing
         under a rule that depends on it)."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
         update.require()
@@ -167,7 +167,7 @@ class RecordService(RecordReads):
         when the service was built without `files`."""
         if self._files is None:
             raise RuntimeError("RecordService was built without a file service")
-        return RecordDraft(self, self._files, self._collections, self._records, principal, collection_name, record_id)
+        return RecordDraft(self, self._files, self._catalog, self._records, principal, collection_name, record_id)
 
     async def delete(self, principal: Principal | None, collection_name: str, record_id: str) -> None:
         """Delete one record, if the view rule lets `principal` (None: no credentials) see it and
@@ -176,7 +176,7 @@ class RecordService(RecordReads):
         changes or deletes). Raises NotFound (also for a record the caller may not see),
         Unauthorized / Forbidden (the rule refuses), BadRequest (a required relation field still
         needs it, or the record kept changing under a rule that depends on it)."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
         delete.require()
         for _ in range(MAX_RULE_ATTEMPTS):
@@ -218,7 +218,7 @@ class RecordService(RecordReads):
         bad id list, `errors.<field>` for bad `data`, `errors.<record id>` for the records that
         would fail; nothing changes) or AlreadyExists (a concurrent write took a unique value
         first)."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
@@ -285,7 +285,7 @@ class RecordService(RecordReads):
         `errors` as `_permitted` decides; nothing is deleted). A record deleted by another
         request between the check and the delete is not counted, but still gets a `delete` event
         (subscribers see at least one)."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
         existing = await self._permitted(view, delete, ids, "delete")
@@ -316,7 +316,7 @@ class RecordService(RecordReads):
         consumed, so memory stays flat however many records match. Only the records the list rule
         shows `principal` are exported.
         Raises NotFound (collection), InvalidFilter, or Forbidden (the list rule refuses outright)."""
-        collection = await self._collections.get_by_name(collection_name)
+        collection = await self._catalog.by_name(collection_name)
         query = self.query(collection, filter_expr=filter_expr, search=search,
                            access=check(principal, collection, actions.LIST))
         return await self._csv.export(collection, query, self._order(collection, sort))
@@ -343,8 +343,8 @@ class RecordService(RecordReads):
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
         """The collection, if records may be created in it through the records API (not an auth
         collection, whose records are users with an email and credentials, made by register), and
-        the catalog epoch it was looked up under (`CollectionService.current_by_name`)."""
-        collection, epoch = await self._collections.current_by_name(collection_name)
+        the catalog epoch it was looked up under (`Catalog.by_name_and_epoch`)."""
+        collection, epoch = await self._catalog.by_name_and_epoch(collection_name)
         if collection.type == "auth":
             raise BadRequest(
                 f"Users of the auth collection '{collection.name}' are created with "

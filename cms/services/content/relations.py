@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from cms.clock import Clock, utcnow
 from cms.errors import BadRequest
 from cms.models import Collection, FieldSpec, Record
-from cms.services.content.collections import CollectionService
+from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import is_multi, value_list
 from cms.store.records import RecordRepository
 
@@ -61,9 +61,9 @@ class ReleasePlan:
 class RelationRelease:
     """Plans and carries out the release of references to deleted records."""
 
-    def __init__(self, collections: CollectionService, records: RecordRepository, emit_changed: EmitChanged,
+    def __init__(self, catalog: Catalog, records: RecordRepository, emit_changed: EmitChanged,
                  emit_deleted: EmitDeleted, *, clock: Clock = utcnow) -> None:
-        self._collections = collections
+        self._catalog = catalog
         self._records = records
         self._emit_changed = emit_changed
         self._emit_deleted = emit_deleted
@@ -75,7 +75,7 @@ class RelationRelease:
         Raises BadRequest when a required relation field without `cascade_delete` would be left
         empty, or when the cascade would delete more than MAX_CASCADE_RECORDS records."""
         plan = ReleasePlan()
-        all_collections = await self._collections.list()
+        all_collections = await self._catalog.all()
         deleted: dict[str, set[str]] = {collection.id: set(record_ids)}
         queue: list[tuple[Collection, list[str]]] = [(collection, list(record_ids))]
         total = len(record_ids)

@@ -43,8 +43,8 @@ from cms.jobs import JobQueue
 from cms.models import Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
 from cms.services import access
 from cms.services.access import VIEW, check
+from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
-from cms.services.content.collections import CollectionService
 from cms.services.content.fields import to_json_value
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, RecordEvent
 from cms.services.delivery.webhook_sender import AddressCheck, SendResult, WebhookSender
@@ -121,7 +121,7 @@ class WebhookService:
     """Webhook CRUD (admin-table users), the outbox writer, the relay and the delivery step."""
 
     def __init__(self, webhooks: WebhookRepository, outbox: DeliveryOutbox, delivery_log: DeliveryLog,
-                 collections: CollectionService, jobs: JobQueue, sender: WebhookSender,
+                 catalog: Catalog, jobs: JobQueue, sender: WebhookSender,
                  address_check: AddressCheck, *, clock: Clock = utcnow,
                  creator: Callable[[str], Awaitable[Principal | None]] | None = None,
                  batch_start_within_s: float = BATCH_START_WITHIN_S,
@@ -132,7 +132,7 @@ class WebhookService:
         self._webhooks = webhooks
         self._outbox = outbox
         self._log = delivery_log
-        self._collections = collections
+        self._catalog = catalog
         self._jobs = jobs
         self._sender = sender
         self._address_check = address_check
@@ -238,7 +238,7 @@ class WebhookService:
         if not isinstance(name, str) or not name:
             raise _invalid("collection_name", "Must be the name of an existing collection.")
         try:
-            return await self._collections.get_by_name(name)
+            return await self._catalog.by_name(name)
         except NotFound:
             raise _invalid("collection_name", f"No collection named '{name[:100]}'.") from None
 
@@ -316,7 +316,7 @@ class WebhookService:
     async def _webhooks_of(self, collection_name: str) -> tuple[Collection | None, list[Webhook]]:
         """The collection called `collection_name` and its active webhooks (none if it is gone)."""
         try:
-            collection = await self._collections.get_by_name(collection_name)
+            collection = await self._catalog.by_name(collection_name)
         except NotFound:
             return None, []
         return collection, await self._active_for(collection.id)

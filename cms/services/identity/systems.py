@@ -36,7 +36,7 @@ from cms.models import (
 )
 from cms.security.passwords import is_unicode_text
 from cms.services.access import ADMIN_TABLE_TOKEN_ONLY, AUTH_TYPE, COLLECTION_TOKEN_ONLY
-from cms.services.content.collections import CollectionService
+from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.record_writer import RecordWriter, emit_changed
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, CollectionEvent, EventBus, RecordEvent
@@ -226,7 +226,7 @@ class CollectionUsers:
     foreign_token_message = COLLECTION_TOKEN_ONLY
 
     def __init__(self, collection: Collection, users: CollectionUserRepository, records: RecordRepository,
-                 schemas: RecordSchemas, collections: CollectionService, events: EventBus, *,
+                 schemas: RecordSchemas, collections: Catalog, events: EventBus, *,
                  clock: Clock = utcnow) -> None:
         self.collection = collection
         self._users = users
@@ -324,14 +324,15 @@ class UserSystems:
     after deleted auth collections and user records (event subscribers)."""
 
     def __init__(self, admin_users: AdminUserRepository, collection_users: CollectionUserRepository,
-                 records: RecordRepository, schemas: RecordSchemas, collections: CollectionService,
+                 records: RecordRepository, schemas: RecordSchemas, collections: Catalog,
                  sessions: SessionService, settings: SettingsService, events: EventBus, *,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow, catalog: Catalog) -> None:
         self.admin = AdminUsers(admin_users, settings, clock=clock, changed=sessions.invalidate)
         self._users = collection_users
         self._records = records
         self._schemas = schemas
-        self._collections = collections
+        self._collections = collections  # TODO(catalog): the same Catalog as `catalog`
+        self._catalog = catalog
         self._sessions = sessions
         self._events = events
         self._clock = clock
@@ -344,14 +345,14 @@ class UserSystems:
 
     async def collection(self, name: str) -> CollectionUsers:
         """The auth collection called `name`. Raises NotFound (no such collection, or not of type auth)."""
-        collection = await self._collections.get_by_name(name)
+        collection = await self._catalog.by_name(name)
         if collection.type != AUTH_TYPE:
             raise NotFound(f"Collection '{name}' is not an auth collection")
         return self.of(collection)
 
     async def collection_by_id(self, collection_id: str) -> CollectionUsers:
         """The auth collection with this id. Raises NotFound."""
-        collection = await self._collections.get(collection_id)
+        collection = await self._catalog.by_id(collection_id)
         if collection.type != AUTH_TYPE:
             raise NotFound("Not an auth collection")
         return self.of(collection)
@@ -382,7 +383,7 @@ class UserSystems:
         if collection_id is None:
             raise Unauthorized("Token is not valid here")
         user, collection = await asyncio.gather(self._users.get(collection_id, user_id),
-                                                self._collections.find(collection_id))
+                                                self._catalog.find_by_id(collection_id))
         if user is None or collection is None:
             raise Unauthorized("User no longer exists")
         return self.of(collection).principal(user, session_id)

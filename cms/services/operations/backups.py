@@ -141,7 +141,7 @@ class BackupService:
     caller must be an admin (Forbidden otherwise). `on_restored` hooks run during a restore's
     switch, once the backup's collections are live and before the collections not in it are
     dropped, to drop what processes cache from the old data (the catalog epoch among it, which
-    `CollectionService.exists_since` needs moved before any records are dropped)."""
+    `Catalog.exists` needs moved before any records are dropped)."""
 
     def __init__(self, store: DumpRepository, events: EventBus, backup_dir: Path, *, clock: Clock = utcnow,
                  on_restored: Sequence[RestoreHook] = ()) -> None:
