@@ -35,7 +35,9 @@ from cms.api.schemas import (
 from cms.errors import Unauthorized
 from cms.models import CollectionUser, LoginResult, Principal
 from cms.services.content.records import record_json
-from cms.services.identity.systems import AdminUsers, CollectionUsers, UserSystem
+from cms.services.identity.admin_users import AdminUsers
+from cms.services.identity.collection_users import CollectionUsers
+from cms.services.identity.systems import UserSystem
 from cms.web.context import client_ip, parse_body, parse_query, services, user_agent
 from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.web.schemas import LoginSchema, TwoFactorVerifySchema
