@@ -20,9 +20,9 @@ from gridfs.errors import CorruptGridFile
 from pymongo.asynchronous.collection import AsyncCollection
 
 from cms.models import StoredFile
+from cms.store.bulk import ID_CHUNK
 from cms.store.client import Database
 from cms.store.errors import translate_errors
-from cms.store.records import ID_CHUNK
 
 log = logging.getLogger("cms.store")
 

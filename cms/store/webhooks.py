@@ -19,10 +19,10 @@ from pymongo.errors import BulkWriteError
 
 from cms.errors import AlreadyExists
 from cms.models import DeliveryAttempt, Webhook, WebhookDelivery
+from cms.store.bulk import DUPLICATE_KEY, ID_CHUNK
 from cms.store.client import Database
 from cms.store.documents import from_document, to_document
 from cms.store.errors import translate_errors
-from cms.store.records import DUPLICATE_KEY, ID_CHUNK
 from cms.store.transactions import current_session
 
 DELIVERY_LOG_TTL_S = 30 * 24 * 3600

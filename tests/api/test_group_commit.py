@@ -16,8 +16,10 @@ from cms.clock import new_id
 from cms.models import Collection, Record
 from cms.runtime.embedded import free_port
 from cms.services.delivery.events import CREATE, RecordEvent
+from cms.store.bulk import InsertFailure
 from cms.store.collections import CollectionRepository
-from cms.store.records import InsertFailure, RecordRepository, records_mongo_name
+from cms.store.documents import records_mongo_name
+from cms.store.records import RecordRepository
 from cms.wiring import Services
 from tests.conftest import bearer, create_collection, create_record, records_path
 from workers.maintenance import sweep_orphaned_records

@@ -15,6 +15,7 @@ from aiohttp import web
 from cms.app import create_app
 from cms.errors import ServiceUnavailable
 from cms.store import records as record_store
+from cms.store.documents import records_mongo_name
 from cms.web.context import SERVICES, is_https
 from cms.wiring import Services, open_services
 from tests.api.test_read_cache import POSTS, Spy
@@ -136,7 +137,7 @@ async def test_the_created_sorts_walk_the_created_index_and_ties_reverse_exactly
     for n in range(6):  # the suite's clock stands still: equal `created`, the id decides
         await create_record(client, admin_token, "walked", {"title": f"t{n}"})
     collection = await services.collections.get_by_name("walked")
-    store = services.records._records._db[record_store.records_mongo_name(created["id"])]  # noqa: SLF001
+    store = services.records._records._db[records_mongo_name(created["id"])]  # noqa: SLF001
     pages = {}
     for sort in (None, "created", "-created"):
         order = services.records._order(collection, sort)  # noqa: SLF001 - the sort the list sends
