@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pymongo.errors import BulkWriteError
 
 from cms.errors import AlreadyExists
 from cms.store.documents import UNIQUE_PREFIX
+
+T = TypeVar("T")
 
 DUPLICATE_KEY = 11000
 """The server's error code of a duplicate key (a unique index refused a write)."""
@@ -44,10 +46,10 @@ def write_failure(error: Mapping[str, Any]) -> InsertFailure:
     return InsertFailure(index=int(error["index"]), field=field_name, code=code, message=message)
 
 
-def chunks(record_ids: Sequence[str]) -> list[list[str]]:
-    """`record_ids` in lists of at most ID_CHUNK."""
-    ids = list(record_ids)
-    return [ids[i:i + ID_CHUNK] for i in range(0, len(ids), ID_CHUNK)]
+def chunks(items: Sequence[T]) -> list[list[T]]:
+    """`items` (ids, or documents of one bulk write) in lists of at most ID_CHUNK, in order."""
+    values = list(items)
+    return [values[i:i + ID_CHUNK] for i in range(0, len(values), ID_CHUNK)]
 
 
 def bulk_write_error(exc: BulkWriteError) -> Exception:
