@@ -3,7 +3,8 @@
 `cms serve` with no MONGODB_URL / REDIS_URL starts SecantusDB and redis-server as child processes
 under `--data-dir` and runs the arq worker in-process; the children stop when serve stops.
 While serving embedded, the child URLs are kept in `<data-dir>/embedded.json` so that
-`cms admin create` and `cms backup` in another shell reach the same servers.
+`cms admin create` and `cms backup` in another shell reach the same servers (cms.commands.environment).
+The `backup` command is in cms.commands.backup.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import getpass
-import json
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -21,20 +21,19 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from aiohttp import web
-from dotenv import dotenv_values
 
 from cms import __version__
 from cms.app import create_app, create_runner
+from cms.commands.backup import backup
+from cms.commands.environment import command_config, running_embedded, servers
 from cms.config import Config, ConfigError
 from cms.errors import CmsError
 from cms.logs import setup_logging
-from cms.runtime.embedded import EmbeddedServerError, embedded_servers, stop_when_parent_dies
-from cms.services.origin import RequestOrigin, origin_scope
+from cms.runtime.embedded import EmbeddedServerError, stop_when_parent_dies
 from cms.web.context import SERVICES
 from cms.wiring import open_services
 
@@ -42,39 +41,6 @@ log = logging.getLogger("cms")
 
 SHUTDOWN_MARGIN_S = 5.0
 """Seconds a `--workers` parent allows past SHUTDOWN_TIMEOUT_S for closing pools before it kills."""
-
-
-def _environment() -> dict[str, str]:
-    """The process environment over the values of an optional `.env` file in the working directory."""
-    file_values = {k: v for k, v in dotenv_values(".env").items() if v is not None} if Path(".env").exists() else {}
-    return {**file_values, **os.environ}
-
-
-def _config(args: argparse.Namespace) -> Config:
-    env = _environment()
-    data_dir = Path(args.data_dir) if getattr(args, "data_dir", None) else None
-    return Config.from_env(env, host=getattr(args, "host", None), port=getattr(args, "port", None),
-                           data_dir=data_dir)
-
-
-@contextlib.contextmanager
-def _servers(config: Config, *, announce: bool) -> Iterator[Config]:
-    """Start what the environment does not provide; yield the config with every URL set."""
-    if not config.embedded:
-        yield config
-        return
-    state_file = config.data_dir / "embedded.json"
-    with embedded_servers(
-        config.data_dir, need_mongodb=config.mongodb_url is None, need_redis=config.redis_url is None
-    ) as urls:
-        full = config.with_urls(mongodb_url=urls.mongodb_url, redis_url=urls.redis_url)
-        if announce:
-            state_file.write_text(json.dumps({"mongodb_url": full.mongodb_url, "redis_url": full.redis_url}))
-        try:
-            yield full
-        finally:
-            if announce:
-                state_file.unlink(missing_ok=True)
 
 
 def _add_worker(app: web.Application, config: Config) -> None:
@@ -111,11 +77,11 @@ def serve(args: argparse.Namespace) -> int:
     """Run the web server until SIGINT/SIGTERM: in this process, or with `--workers N` > 1 in N
     child processes sharing the port (SO_REUSEPORT). Embedded servers are started here, once.
     Returns the exit status (0, or 1 when a web process died on its own)."""
-    config = _config(args)
+    config = command_config(args)
     setup_logging(config.log_level, config.log_format)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
-    with _servers(config, announce=True) as config:
+    with servers(config, announce=True) as config:
         mode = "embedded" if config.embedded else "external MongoDB and Redis"
         processes = f", {args.workers} processes" if args.workers > 1 else ""
         print(f"cms {__version__} serving on http://{config.host}:{config.port} ({mode}{processes}); "
@@ -220,7 +186,7 @@ async def _serve_until_signal(config: Config, *, run_worker: bool, reuse_port: b
 
 def worker(args: argparse.Namespace) -> int:
     """Run the arq worker (production: MONGODB_URL and REDIS_URL set)."""
-    config = _config(args)
+    config = command_config(args)
     setup_logging(config.log_level, config.log_format)
     if config.embedded:
         raise ConfigError("cms worker needs MONGODB_URL and REDIS_URL (in embedded mode cms serve runs the worker)")
@@ -234,7 +200,7 @@ def worker(args: argparse.Namespace) -> int:
 
 def admin_create(args: argparse.Namespace) -> int:
     """Create an admin-table user with role admin; prompts for the password unless --password."""
-    config = _config(args)
+    config = command_config(args)
     setup_logging(config.log_level, config.log_format)
     password = args.password
     if password is None:
@@ -242,116 +208,19 @@ def admin_create(args: argparse.Namespace) -> int:
         if getpass.getpass("Repeat password: ") != password:
             print("cms: error: passwords do not match", file=sys.stderr)
             return 2
-    running = _running_embedded(config)
+    running = running_embedded(config)
     if running is not None:
         asyncio.run(_create_admin(running, args.email, password, args.name))
         return 0
-    with _servers(config, announce=False) as config:
+    with servers(config, announce=False) as config:
         asyncio.run(_create_admin(config, args.email, password, args.name))
     return 0
-
-
-def _running_embedded(config: Config) -> Config | None:
-    """The config of an embedded `cms serve` already running on this data dir, if any."""
-    state_file = config.data_dir / "embedded.json"
-    if not config.embedded or not state_file.exists():
-        return None
-    urls: dict[str, Any] = json.loads(state_file.read_text())
-    return config.with_urls(mongodb_url=urls.get("mongodb_url"), redis_url=urls.get("redis_url"))
 
 
 async def _create_admin(config: Config, email: str, password: str, name: str) -> None:
     async with open_services(config) as services:
         user = await services.identity.registration.create_admin(email, password, name)
     print(f"admin {user.email} created (id {user.id})")
-
-
-CLI_ORIGIN = RequestOrigin(user_agent="cms-cli")  # the audit log's entries of backup commands: no user, no address
-PROGRESS_UNITS = {"verify": "bytes", "dump": "documents", "load": "documents"}
-
-
-def backup(args: argparse.Namespace) -> int:
-    """`cms backup create|list|restore FILE|delete FILE`: through the running embedded server's
-    databases (`<data-dir>/embedded.json`), else MONGODB_URL / REDIS_URL or embedded servers started
-    for the command. Restore asks for confirmation on a terminal and needs `--yes` otherwise."""
-    config = _config(args)
-    setup_logging(config.log_level, config.log_format)
-    if args.backup_command == "restore" and not args.yes:
-        question = (f"Replace every collection of database {config.mongodb_db!r} with {args.filename}? "
-                    "This cannot be undone. [y/N] ")
-        if not sys.stdin.isatty():
-            print("cms: error: restore replaces every collection; pass --yes to confirm", file=sys.stderr)
-            return 2
-        if input(question).strip().lower() not in ("y", "yes"):
-            print("restore cancelled")
-            return 1
-    running = _running_embedded(config)
-    if running is not None:
-        return asyncio.run(_backup(running, args))
-    with _servers(config, announce=False) as config:
-        return asyncio.run(_backup(config, args))
-
-
-async def _backup(config: Config, args: argparse.Namespace) -> int:
-    progress = ProgressLine(sys.stderr)
-    async with open_services(config) as services:
-        backups = services.backups
-        if args.backup_command == "create":
-            with origin_scope(CLI_ORIGIN):
-                made = await backups.create(None, progress=progress)
-            progress.finish()
-            print(f"{made.filename} written to {backups.backup_dir} ({made.size:,} bytes)")
-        elif args.backup_command == "list":
-            for item in await backups.list(None):
-                print(f"{item.filename}  {item.size:>15,} bytes  {item.created:%Y-%m-%d %H:%M:%S} UTC")
-        elif args.backup_command == "restore":
-            with origin_scope(CLI_ORIGIN):
-                result = await backups.restore(None, args.filename, progress=progress)
-            progress.finish()
-            print(result.message)
-        else:
-            with origin_scope(CLI_ORIGIN):
-                await backups.delete(None, args.filename)
-            print(f"{args.filename} deleted")
-    return 0
-
-
-class ProgressLine:
-    """Progress of a backup or restore on `stream` (stderr): on a terminal one line redrawn in
-    place (at most 10 times a second), otherwise a plain line per 10% of each stage.
-    Called as `progress(stage, done, total)` (see `cms.services.operations.backups.Progress`)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self._tty = bool(getattr(stream, "isatty", lambda: False)())
-        self._stage = ""
-        self._step = -1
-        self._shown_at = 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        """Show that `done` of `total` steps of `stage` are finished (a line per stage; on a
-        terminal the line is redrawn at most every few tenths of a second)."""
-        if stage != self._stage:
-            self.finish()
-            self._stage, self._step, self._shown_at = stage, -1, 0.0
-        percent = min(100, done * 100 // total) if total else 0
-        text = f"{stage}: {done:,} of {total:,} {PROGRESS_UNITS.get(stage, '')} ({percent}%)"
-        if self._tty:
-            now = time.monotonic()
-            if now - self._shown_at >= 0.1 or done >= total:
-                self._shown_at = now
-                self._stream.write("\r" + text.ljust(72))
-                self._stream.flush()
-        elif percent // 10 != self._step:
-            self._step = percent // 10
-            print(text, file=self._stream, flush=True)
-
-    def finish(self) -> None:
-        """End the current stage's line (terminal only)."""
-        if self._tty and self._stage:
-            self._stream.write("\n")
-            self._stream.flush()
-        self._stage = ""
 
 
 def build_parser() -> argparse.ArgumentParser:

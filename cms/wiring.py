@@ -230,8 +230,7 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     for repository in (api_key_repository, collection_users, otp_codes, factors, identities):
         await repository.ensure_indexes()
     systems = UserSystems(admin_users, collection_users, content.record_repository, content.schemas,
-                          content.catalog, p.sessions, p.settings, p.events, clock=clock,
-                          catalog=content.catalog)
+                          content.catalog, p.sessions, p.settings, p.events, clock=clock)
     p.events.subscribe(systems.on_record_events)
     p.events.subscribe(systems.on_collection_events, CollectionEvent)
     credentials = Credentials(p.settings, p.sessions, p.events)

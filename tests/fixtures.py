@@ -18,7 +18,7 @@ from pymongo import monitoring
 
 from cms.config import Config
 from cms.store.client import Database, open_client
-from cms.store.records import records_mongo_name
+from cms.store.documents import records_mongo_name
 
 # --- the MongoDB commands the driver sends -----------------------------------------------------
 

@@ -22,8 +22,8 @@ from cms.api.schemas import (
     TokenBodySchema,
 )
 from cms.api.user_auth import caller, collection_user_json, limit_prefix, login_json, signed_in
+from cms.services.identity.collection_users import CollectionUsers
 from cms.services.identity.otp import OTP_REQUESTED_MESSAGE
-from cms.services.identity.systems import CollectionUsers
 from cms.web.context import client_ip, parse_body, services, user_agent
 from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NoReturn, TypeAlias
 
@@ -194,22 +195,20 @@ class _Parser:
         return node
 
     def expression(self, depth: int) -> Node:
-        items = [self.conjunction(depth)]
-        while True:
-            self.skip_space()
-            if not self.text.startswith("||", self.pos):
-                return _combine(Or, items)
-            self.pos += 2
-            items.append(self.conjunction(depth))
+        return self.chain("||", Or, self.conjunction, depth)
 
     def conjunction(self, depth: int) -> Node:
-        items = [self.term(depth)]
+        return self.chain("&&", And, self.term, depth)
+
+    def chain(self, operator: str, kind: type[And | Or], operand: Callable[[int], Node], depth: int) -> Node:
+        """`operand` once, then again after each `operator`, joined by `kind`."""
+        items = [operand(depth)]
         while True:
             self.skip_space()
-            if not self.text.startswith("&&", self.pos):
-                return _combine(And, items)
-            self.pos += 2
-            items.append(self.term(depth))
+            if not self.text.startswith(operator, self.pos):
+                return _combine(kind, items)
+            self.pos += len(operator)
+            items.append(operand(depth))
 
     def term(self, depth: int) -> Node:
         self.skip_space()

@@ -32,7 +32,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 
 from cms.errors import BadRequest, InternalError
 from cms.store.client import Database
-from cms.store.records import RECORDS_PREFIX
+from cms.store.documents import RECORDS_PREFIX
 
 log = logging.getLogger("cms.store")
 

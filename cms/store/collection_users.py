@@ -18,8 +18,8 @@ from pymongo.asynchronous.collection import AsyncCollection
 from cms.errors import AlreadyExists
 from cms.models import CollectionUser, Record
 from cms.store.client import Database
+from cms.store.documents import record_from_document, record_to_document, records_mongo_name
 from cms.store.errors import translate_errors
-from cms.store.records import record_from_document, record_to_document, records_mongo_name
 
 EMAIL_INDEX = "auth_email"
 """Not `unique_email`: RecordRepository.sync_indexes drops `unique_*` indexes the schema does not name."""

@@ -1,11 +1,21 @@
-"""Conversions between stored documents and `cms.models` values: `id` <-> `_id`."""
+"""Conversions between stored documents and `cms.models` values: `id` <-> `_id`; records as
+documents (field values at the top level) and the names of the Mongo collections and indexes
+that hold them."""
 
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from typing import Any, TypeVar
 
+from cms.models import Record
+
 T = TypeVar("T")
+
+SYSTEM_KEYS = ("_id", "created", "updated")
+"""The keys of a record's document that are not field values."""
+UNIQUE_PREFIX = "unique_"
+"""The name of the unique index of a record field `<name>` is `unique_<name>`."""
 
 
 def to_document(value: Any) -> dict[str, Any]:
@@ -21,3 +31,36 @@ def from_document(cls: type[T], doc: dict[str, Any]) -> T:
     values = {k: v for k, v in doc.items() if k in names}
     values["id"] = doc["_id"]
     return cls(**values)
+
+
+RECORDS_PREFIX = "records_"
+"""Every records collection's MongoDB name starts so (`records_mongo_name`)."""
+
+
+def records_mongo_name(collection_id: str) -> str:
+    """The Mongo collection holding a CMS collection's records: `records_<id without dashes>`."""
+    return f"{RECORDS_PREFIX}{collection_id.replace('-', '')}"
+
+
+def collection_id_of(mongo_name: str) -> str | None:
+    """The collection id whose records `records_mongo_name` keeps under `mongo_name`, or None when
+    the name is not of that form (ids are UUIDs, stored without dashes)."""
+    hex_part = mongo_name.removeprefix(RECORDS_PREFIX)
+    if hex_part == mongo_name:
+        return None
+    try:
+        parsed = uuid.UUID(hex=hex_part)
+    except ValueError:
+        return None
+    return str(parsed) if parsed.hex == hex_part else None
+
+
+def record_from_document(doc: dict[str, Any]) -> Record:
+    """A stored document as a Record: system keys apart, the rest in `data`."""
+    data = {k: v for k, v in doc.items() if k not in SYSTEM_KEYS}
+    return Record(id=doc["_id"], created=doc["created"], updated=doc["updated"], data=data)
+
+
+def record_to_document(record: Record) -> dict[str, Any]:
+    """A Record as a document (`data` values at the top level)."""
+    return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}

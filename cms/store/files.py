@@ -20,9 +20,9 @@ from gridfs.errors import CorruptGridFile
 from pymongo.asynchronous.collection import AsyncCollection
 
 from cms.models import StoredFile
+from cms.store.bulk import chunks
 from cms.store.client import Database
 from cms.store.errors import translate_errors
-from cms.store.records import ID_CHUNK
 
 log = logging.getLogger("cms.store")
 
@@ -230,8 +230,7 @@ class FileRepository:
     async def delete_for_records(self, record_ids: Sequence[str]) -> int:
         """Delete every file attached to one of `record_ids`; returns how many files."""
         deleted = 0
-        for start in range(0, len(record_ids), ID_CHUNK):
-            batch = list(record_ids[start:start + ID_CHUNK])
+        for batch in chunks(record_ids):
             deleted += await self._delete_matching({"metadata.record_id": {"$in": batch}})
         return deleted
 
@@ -243,8 +242,7 @@ class FileRepository:
         async with translate_errors("file"):
             ids = [doc["_id"] async for doc in self._files.find(query, {"_id": 1})]
             deleted = 0
-            for start in range(0, len(ids), ID_CHUNK):
-                batch = ids[start:start + ID_CHUNK]
+            for batch in chunks(ids):
                 deleted += (await self._files.delete_many({"_id": {"$in": batch}})).deleted_count
                 await self._chunks.delete_many({"files_id": {"$in": batch}})
         return deleted

@@ -1,17 +1,15 @@
 """Repository of records: one Mongo collection per CMS collection, `records_<collection id>`.
 
 Field values are stored at the top level of the document, next to `_id`, `created` and
-`updated`, so filters, sorts and unique indexes work on plain paths.
+`updated`, so filters, sorts and unique indexes work on plain paths. The document conversion and
+the collection names are in documents.py, the chunking of ids and bulk-error helpers in bulk.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,69 +17,21 @@ from pymongo import DeleteMany, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from cms.errors import AlreadyExists, ServiceUnavailable, ValidationFailed
+from cms.errors import ServiceUnavailable, ValidationFailed
 from cms.models import Record
+from cms.store.bulk import DUPLICATE_KEY, InsertFailure, bulk_write_error, chunks, write_failure
 from cms.store.client import Capabilities, Database
+from cms.store.documents import (
+    RECORDS_PREFIX,
+    UNIQUE_PREFIX,
+    record_from_document,
+    record_to_document,
+    records_mongo_name,
+)
 from cms.store.errors import translate_errors, translate_query_errors
 from cms.store.transactions import current_session
 
-log = logging.getLogger("cms.store")
-
-UNIQUE_PREFIX = "unique_"
 TEXT_INDEX = "search_text"
-SYSTEM_KEYS = ("_id", "created", "updated")
-DUPLICATE_KEY = 11000
-ID_CHUNK = 100
-"""Ids per `$in` list. Bulk reads send one find per chunk, bulk writes one command holding one
-statement per chunk. Real MongoDB serves a long `$in` from the `_id` index either way, but the
-embedded SecantusDB matches every document against every listed id (1,000 ids: about 1 s for a
-find, 3 s for an update; in chunks of 100: 0.15 s and 0.3 s)."""
-
-
-@dataclass(frozen=True)
-class InsertFailure:
-    """A record of a bulk insert that was not stored: `index` into the records given, `field` the
-    unique field whose index refused it (None when the server names none), `code` the server's
-    error code (11000 for a duplicate key) and its `message`."""
-
-    index: int
-    field: str | None
-    code: int
-    message: str
-
-
-RECORDS_PREFIX = "records_"
-"""Every records collection's MongoDB name starts so (`records_mongo_name`)."""
-
-
-def records_mongo_name(collection_id: str) -> str:
-    """The Mongo collection holding a CMS collection's records: `records_<id without dashes>`."""
-    return f"{RECORDS_PREFIX}{collection_id.replace('-', '')}"
-
-
-def collection_id_of(mongo_name: str) -> str | None:
-    """The collection id whose records `records_mongo_name` keeps under `mongo_name`, or None when
-    the name is not of that form (ids are UUIDs, stored without dashes)."""
-    hex_part = mongo_name.removeprefix(RECORDS_PREFIX)
-    if hex_part == mongo_name:
-        return None
-    try:
-        parsed = uuid.UUID(hex=hex_part)
-    except ValueError:
-        return None
-    return str(parsed) if parsed.hex == hex_part else None
-
-
-def record_from_document(doc: dict[str, Any]) -> Record:
-    """A stored document as a Record: system keys apart, the rest in `data`."""
-    data = {k: v for k, v in doc.items() if k not in SYSTEM_KEYS}
-    return Record(id=doc["_id"], created=doc["created"], updated=doc["updated"], data=data)
-
-
-def record_to_document(record: Record) -> dict[str, Any]:
-    """A Record as a document (`data` values at the top level)."""
-    return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
-
 
 MAX_CONCURRENT_SCANS = 4
 """List queries (`find`, `count`) one process sends to the database at once; more wait in line.
@@ -133,7 +83,7 @@ class RecordRepository:
                     [record_to_document(r) for r in records], ordered=False, session=current_session()
                 )
         except BulkWriteError as exc:
-            failures = [_write_failure(e) for e in exc.details.get("writeErrors", [])]
+            failures = [write_failure(e) for e in exc.details.get("writeErrors", [])]
             if exc.details.get("writeConcernErrors"):
                 raise
             return failures
@@ -173,7 +123,7 @@ class RecordRepository:
         """The records among `record_ids` that exist (one find per ID_CHUNK ids, any order)."""
         mongo_coll = self._mongo_coll(collection_id)
         found: list[Record] = []
-        for chunk in _chunks(record_ids):
+        for chunk in chunks(record_ids):
             cursor = mongo_coll.find({"_id": {"$in": chunk}}, session=current_session())
             found.extend([record_from_document(d) async for d in cursor])
         return found
@@ -182,7 +132,7 @@ class RecordRepository:
         """Which of `record_ids` exist (one find per ID_CHUNK ids)."""
         mongo_coll = self._mongo_coll(collection_id)
         found: set[str] = set()
-        for chunk in _chunks(record_ids):
+        for chunk in chunks(record_ids):
             found.update([d["_id"] async for d in mongo_coll.find({"_id": {"$in": chunk}}, projection={"_id": 1},
                                                                    session=current_session())])
         return found
@@ -192,7 +142,7 @@ class RecordRepository:
         field equal to one, or a list holding one), with `_id` and that field only in `data`."""
         mongo_coll = self._mongo_coll(collection_id)
         found: list[Record] = []
-        for chunk in _chunks(record_ids):
+        for chunk in chunks(record_ids):
             cursor = mongo_coll.find({field_name: {"$in": chunk}}, session=current_session(),
                                      projection={field_name: 1, "created": 1, "updated": 1})
             found.extend([record_from_document(d) async for d in cursor])
@@ -205,7 +155,7 @@ class RecordRepository:
         records in `skip_ids` are left alone. Returns the ids of the records changed."""
         changed: list[str] = []
         mongo_coll = self._mongo_coll(collection_id)
-        for chunk in _chunks(record_ids):
+        for chunk in chunks(record_ids):
             query: dict[str, Any] = {field_name: {"$in": chunk}}
             if skip_ids:
                 query["_id"] = {"$nin": list(skip_ids)}
@@ -216,7 +166,7 @@ class RecordRepository:
                 {"$pull": {field_name: {"$in": chunk}}, "$set": {"updated": now}} if multi
                 else {"$unset": {field_name: ""}, "$set": {"updated": now}}
             )
-            for id_chunk in _chunks(ids):
+            for id_chunk in chunks(ids):
                 await mongo_coll.update_many({"_id": {"$in": id_chunk}, field_name: {"$in": chunk}}, change,
                                              session=current_session())
             changed.extend(ids)
@@ -241,20 +191,20 @@ class RecordRepository:
         change: dict[str, Any] = {"$set": set_values}
         if unset:
             change["$unset"] = {name: "" for name in unset}
-        requests = [UpdateMany({"_id": {"$in": chunk}}, change) for chunk in _chunks(record_ids)]
+        requests = [UpdateMany({"_id": {"$in": chunk}}, change) for chunk in chunks(record_ids)]
         try:
             async with translate_errors("record"):
                 result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True,
                                                                           session=current_session())
         except BulkWriteError as exc:
-            raise _bulk_write_error(exc) from None
+            raise bulk_write_error(exc) from None
         return result.matched_count
 
     async def delete_many(self, collection_id: str, record_ids: Sequence[str]) -> int:
         """Remove the records of `record_ids` in one bulk write; returns how many were removed."""
         if not record_ids:
             return 0
-        requests = [DeleteMany({"_id": {"$in": chunk}}) for chunk in _chunks(record_ids)]
+        requests = [DeleteMany({"_id": {"$in": chunk}}) for chunk in chunks(record_ids)]
         async with translate_errors("record"):
             result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True,
                                                                       session=current_session())
@@ -335,7 +285,7 @@ class RecordRepository:
                     partialFilterExpression={field_name: {"$exists": True}},
                 )
             except OperationFailure as exc:
-                if exc.code == 11000:
+                if exc.code == DUPLICATE_KEY:
                     raise ValidationFailed(
                         f"Existing records hold duplicate values of '{field_name}'",
                         errors={field_name: ["Existing records hold duplicate values"]},
@@ -406,7 +356,7 @@ class RecordRepository:
             async with translate_errors("record"):
                 result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=False)
         except BulkWriteError as exc:
-            raise _bulk_write_error(exc) from None
+            raise bulk_write_error(exc) from None
         return result.matched_count
 
     @asynccontextmanager
@@ -430,32 +380,3 @@ def _one(record_id: str, expected_updated: datetime | None) -> dict[str, Any]:
     """The filter of a single-record write: by `_id`, and by `updated` when the writer checked the
     record as it was then (plain equality, so the `_id` index still serves it)."""
     return {"_id": record_id} if expected_updated is None else {"_id": record_id, "updated": expected_updated}
-
-
-def _write_failure(error: Mapping[str, Any]) -> InsertFailure:
-    """One `writeErrors` entry of a bulk insert as an InsertFailure."""
-    code = int(error.get("code", 0))
-    pattern = error.get("keyPattern") or {}
-    field_name = str(next(iter(pattern))) if pattern else None
-    message = str(error.get("errmsg", ""))
-    if field_name is None and code == DUPLICATE_KEY and f"index: {UNIQUE_PREFIX}" in message:
-        field_name = message.split(f"index: {UNIQUE_PREFIX}", 1)[1].split()[0]
-    return InsertFailure(index=int(error["index"]), field=field_name, code=code, message=message)
-
-
-def _chunks(record_ids: Sequence[str]) -> list[list[str]]:
-    """`record_ids` in lists of at most ID_CHUNK."""
-    ids = list(record_ids)
-    return [ids[i:i + ID_CHUNK] for i in range(0, len(ids), ID_CHUNK)]
-
-
-def _bulk_write_error(exc: BulkWriteError) -> Exception:
-    """A failed bulk update as a CmsError: a duplicate key becomes AlreadyExists naming the field."""
-    errors = exc.details.get("writeErrors", [])
-    if errors and errors[0].get("code") == DUPLICATE_KEY:
-        failure = _write_failure(errors[0])
-        if failure.field:
-            return AlreadyExists(f"A record with this {failure.field} already exists",
-                                 errors={failure.field: ["Value must be unique"]})
-        return AlreadyExists("This record already exists")
-    return exc

@@ -9,7 +9,7 @@ secondary index; updates about 0.5-1 ms a document, so the outbox is written onc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,23 +19,16 @@ from pymongo.errors import BulkWriteError
 
 from cms.errors import AlreadyExists
 from cms.models import DeliveryAttempt, Webhook, WebhookDelivery
+from cms.store.bulk import DUPLICATE_KEY, chunks
 from cms.store.client import Database
 from cms.store.documents import from_document, to_document
 from cms.store.errors import translate_errors
-from cms.store.records import DUPLICATE_KEY, ID_CHUNK
 from cms.store.transactions import current_session
 
 DELIVERY_LOG_TTL_S = 30 * 24 * 3600
 """Delivery log entries expire this many seconds after they are written."""
 PENDING, ENQUEUED, DONE = "pending", "enqueued", "done"
 LEGACY_ATTEMPT_INDEX = "delivery_id_1_attempt_1"
-
-
-def _chunks(ids: Sequence[str]) -> Iterator[list[str]]:
-    """`ids` in lists of at most ID_CHUNK (long `$in` lists are slow on the embedded server)."""
-    ids = list(ids)
-    for start in range(0, len(ids), ID_CHUNK):
-        yield ids[start:start + ID_CHUNK]
 
 
 @dataclass(frozen=True)
@@ -104,7 +97,7 @@ class WebhookRepository:
     async def get_many(self, webhook_ids: Sequence[str]) -> dict[str, Webhook]:
         """The webhooks among `webhook_ids` that exist, by id."""
         found: dict[str, Webhook] = {}
-        for chunk in _chunks(sorted(set(webhook_ids))):
+        for chunk in chunks(sorted(set(webhook_ids))):
             async for doc in self._mongo_coll.find({"_id": {"$in": chunk}}):
                 found[doc["_id"]] = _webhook(doc)
         return found
@@ -187,7 +180,7 @@ class DeliveryOutbox:
         filter is `_id` alone, the condition an expression: the embedded server looks `_id` up
         directly only then."""
         pending = {"$eq": ["$status", PENDING]}
-        for chunk in _chunks(batch_ids):
+        for chunk in chunks(batch_ids):
             await self._mongo_coll.update_many({"_id": {"$in": chunk}}, [{"$set": {
                 "status": {"$cond": [pending, ENQUEUED, "$status"]},
                 "enqueued_at": {"$cond": [pending, now, "$enqueued_at"]}}}])
@@ -195,7 +188,7 @@ class DeliveryOutbox:
     async def mark_resumed(self, batch_ids: Sequence[str], now: datetime) -> None:
         """Batches handed on again by the relay: their next run reads the log first; `enqueued_at`
         restarts the relay's count."""
-        for chunk in _chunks(batch_ids):
+        for chunk in chunks(batch_ids):
             await self._mongo_coll.update_many({"_id": {"$in": chunk}},
                                                {"$set": {"resume": True, "enqueued_at": now}})
 
@@ -246,8 +239,7 @@ class DeliveryLog:
         """Append attempts in one unordered write per ID_CHUNK entries; an attempt already logged
         (same delivery and attempt number: a re-run) is left as it was. Returns how many were new."""
         inserted = 0
-        for start in range(0, len(entries), ID_CHUNK):
-            chunk = entries[start:start + ID_CHUNK]
+        for chunk in chunks(entries):
             try:
                 inserted += len((await self._mongo_coll.insert_many(
                     [to_document(e) for e in chunk], ordered=False)).inserted_ids)
@@ -261,7 +253,7 @@ class DeliveryLog:
     async def get_many(self, attempt_ids: Sequence[str]) -> dict[str, DeliveryAttempt]:
         """The logged attempts among `attempt_ids` (log entry ids), by id."""
         found: dict[str, DeliveryAttempt] = {}
-        for chunk in _chunks(attempt_ids):
+        for chunk in chunks(attempt_ids):
             async for doc in self._mongo_coll.find({"_id": {"$in": chunk}}):
                 found[doc["_id"]] = from_document(DeliveryAttempt, doc)
         return found

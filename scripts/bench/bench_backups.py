@@ -44,7 +44,7 @@ from cms.config import Config
 from cms.models import Principal
 from cms.runtime.embedded import start_mongodb, start_redis
 from cms.store.client import open_client
-from cms.store.records import records_mongo_name
+from cms.store.documents import records_mongo_name
 from cms.wiring import open_services
 
 INSERT_BATCH = 1000

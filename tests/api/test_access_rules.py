@@ -17,7 +17,7 @@ from cms.filters.rules import RequestContext, bind_rule, matches
 from cms.models import Collection, Record
 from cms.services.access import record_document
 from cms.services.content.fields import CollectionFields, parse_schema
-from cms.store.records import records_mongo_name
+from cms.store.documents import records_mongo_name
 from tests.api import test_webhooks
 from tests.api.test_files import upload, uploaded
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path

@@ -12,8 +12,9 @@ from cms.errors import AlreadyExists
 from cms.models import Principal
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.records import MAX_BULK_IDS, RecordService
+from cms.store.bulk import ID_CHUNK
 from cms.store.client import Capabilities
-from cms.store.records import ID_CHUNK, RecordRepository
+from cms.store.records import RecordRepository
 from tests.conftest import bearer, create_collection, create_record, error_of, names_field, records_path
 
 MISSING_ID = "00000000-0000-0000-0000-000000000000"

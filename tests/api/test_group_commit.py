@@ -19,7 +19,8 @@ from cms.runtime.embedded import free_port
 from cms.services.delivery.events import CREATE, RecordEvent
 from cms.store.client import Database
 from cms.store.collections import CollectionRepository
-from cms.store.records import RecordRepository, records_mongo_name
+from cms.store.documents import records_mongo_name
+from cms.store.records import RecordRepository
 from cms.wiring import Services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from tests.fixtures import CommandLog, wait_until

@@ -22,7 +22,8 @@ from cms.services.content.record_csv import IMPORT_BATCH_SIZE, RecordCsv
 from cms.services.content.record_writer import RecordWriter
 from cms.services.delivery.events import RecordEvent
 from cms.store.client import Capabilities, open_client
-from cms.store.records import RecordRepository, records_mongo_name
+from cms.store.documents import records_mongo_name
+from cms.store.records import RecordRepository
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
 MAX_REGEX_LENGTH = 512  # README, Filter: "at most 512 characters once escaped for a regex"

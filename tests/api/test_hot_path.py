@@ -17,6 +17,7 @@ from cms.config import Config
 from cms.errors import ServiceUnavailable
 from cms.store import records as record_store
 from cms.store.client import open_client
+from cms.store.documents import records_mongo_name
 from cms.web.context import SERVICES, is_https
 from cms.wiring import Services, open_services
 from tests.api.test_read_cache import POSTS
@@ -73,7 +74,7 @@ async def test_the_whole_collection_total_follows_creates_and_deletes(
         assert response.status == 204
     mongo_commands.commands.clear()
     page = await (await client.get(records_path("posts"))).json()
-    counts = [c.name for c in mongo_commands.commands if c.collection == record_store.records_mongo_name(posts["id"])]
+    counts = [c.name for c in mongo_commands.commands if c.collection == records_mongo_name(posts["id"])]
     assert page["total"] == 3 and sorted(counts) == ["count", "find"], counts  # one metadata count, no scan
     filtered = await (await client.get(records_path("posts"), params={"filter": "title = 't4'"})).json()
     assert filtered["total"] == 1
@@ -149,7 +150,7 @@ async def test_the_created_sorts_walk_the_created_index_and_ties_reverse_exactly
     assert response.status == 200
     assert config.mongodb_url
     mongo = open_client(config.mongodb_url)
-    store = mongo[config.mongodb_db][record_store.records_mongo_name(created["id"])]
+    store = mongo[config.mongodb_db][records_mongo_name(created["id"])]
     pages = {}
     try:
         for sort in (None, "created", "-created"):

@@ -23,7 +23,7 @@ import pytest
 from cms.admin_ui.session import SESSION_COOKIE
 from cms.errors import NotFound
 from cms.store.client import open_client
-from cms.store.records import records_mongo_name
+from cms.store.documents import records_mongo_name
 from cms.wiring import Services
 from tests.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, bearer, create_collection, login, records_path
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from cms.admin_ui.common import PREFIX, admin_page, flash, page_number, redirect, render
 from cms.errors import NotFound
 from cms.models import CollectionUser, Page, Principal
-from cms.services.identity.systems import CollectionUsers
+from cms.services.identity.collection_users import CollectionUsers
 from cms.web.context import services
 
 BASE = PREFIX + "/collections/{collection_name}/users"

@@ -18,7 +18,8 @@ from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, Col
 from cms.services.operations.settings import SettingsService
 from cms.store.backups import STAGING_PREFIX, staging_started
 from cms.store.collections import CollectionRepository
-from cms.store.records import RECORDS_PREFIX, RecordRepository, collection_id_of, records_mongo_name
+from cms.store.documents import RECORDS_PREFIX, collection_id_of, records_mongo_name
+from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.collections")
 

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 
 from cms.models import Collection, Record
 from cms.services.caching.definition_cache import request_scope
+from cms.store.bulk import DUPLICATE_KEY, InsertFailure
 from cms.store.errors import already_exists
-from cms.store.records import DUPLICATE_KEY, InsertFailure, RecordRepository
+from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.group_commit")
 

@@ -29,7 +29,8 @@ from cms.services.content.csv_io import (
     render_row,
 )
 from cms.services.content.record_writer import UNKNOWN_RELATION, RecordWriter
-from cms.store.records import DUPLICATE_KEY, InsertFailure, RecordRepository
+from cms.store.bulk import DUPLICATE_KEY, InsertFailure
+from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.records")
 

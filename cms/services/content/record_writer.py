@@ -40,7 +40,8 @@ from cms.services.content.fields import RecordSchemas, value_list
 from cms.services.content.group_commit import InsertGroups
 from cms.services.content.record_reads import record_json
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
-from cms.store.records import InsertFailure, RecordRepository
+from cms.store.bulk import InsertFailure
+from cms.store.records import RecordRepository
 from cms.store.transactions import Transactions, current_session
 
 log = logging.getLogger("cms.records")

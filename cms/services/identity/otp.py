@@ -18,9 +18,10 @@ from cms.models import CollectionUser, LoginResult, OtpCode
 from cms.security.codes import constant_time_equals, hash_token, new_otp_code
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.delivery.mail import Mailer
+from cms.services.identity.collection_users import CollectionUsers
 from cms.services.identity.credentials import normalize_email
 from cms.services.identity.login import Login
-from cms.services.identity.systems import CollectionUsers, UserSystems
+from cms.services.identity.systems import UserSystems
 from cms.services.origin import current_origin
 from cms.store.otp_codes import OtpCodeRepository
 
