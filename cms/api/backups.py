@@ -7,7 +7,7 @@ from aiohttp import web
 
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
-from cms.api.schemas import BackupSchema, MessageSchema
+from cms.services import representation as represent
 from cms.web.context import client_ip, services, user_agent
 from cms.web.files import backup_file_response
 
@@ -17,14 +17,14 @@ async def create_backup(request: web.Request) -> web.Response:
     principal = await require_admin(request)
     backup = await services(request).backups.create(principal, ip=client_ip(request),
                                                     user_agent=user_agent(request))
-    return json_response(BackupSchema().dump(backup), status=201)
+    return json_response(represent.backup(backup), status=201)
 
 
 async def list_backups(request: web.Request) -> web.Response:
     """GET /backups: `[{filename, size, created}]`, newest first. 401/403 unless admin."""
     principal = await require_admin(request)
     backups = await services(request).backups.list(principal)
-    return json_response(BackupSchema(many=True).dump(backups))
+    return json_response(represent.backups(backups))
 
 
 async def restore_backup(request: web.Request) -> web.Response:
@@ -32,7 +32,7 @@ async def restore_backup(request: web.Request) -> web.Response:
     principal = await require_admin(request)
     result = await services(request).backups.restore(principal, request.match_info["filename"],
                                                      ip=client_ip(request), user_agent=user_agent(request))
-    return json_response(MessageSchema().dump({"message": result.message}))
+    return json_response(represent.message(result.message))
 
 
 async def download_backup(request: web.Request) -> web.StreamResponse:

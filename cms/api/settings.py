@@ -6,7 +6,8 @@ from aiohttp import web
 
 from cms.api.guards import require_admin
 from cms.api.responses import json_response
-from cms.api.schemas import SettingSchema, SettingUpdateSchema
+from cms.api.schemas import SettingUpdateSchema
+from cms.services import representation as represent
 from cms.web.context import client_ip, parse_body, services, user_agent
 
 
@@ -14,7 +15,7 @@ async def list_settings(request: web.Request) -> web.Response:
     """GET /api/v1/settings: every setting as `{key, value, category}`, `value` a string."""
     principal = await require_admin(request)
     settings = await services(request).settings.list(principal)
-    return json_response(SettingSchema(many=True).dump(settings))
+    return json_response(represent.settings(settings))
 
 
 async def update_setting(request: web.Request) -> web.Response:
@@ -26,4 +27,4 @@ async def update_setting(request: web.Request) -> web.Response:
         principal, body["key"], body["value"], category=body["category"],
         ip=client_ip(request), user_agent=user_agent(request),
     )
-    return json_response(SettingSchema().dump(setting))
+    return json_response(represent.setting(setting))
