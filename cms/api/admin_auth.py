@@ -15,7 +15,7 @@ from cms.api.schemas import (
     ResetPasswordSchema,
     TokenBodySchema,
 )
-from cms.api.user_auth import admin_user_json
+from cms.services import representation as represent
 from cms.services.identity.password_reset import RESET_REQUESTED_MESSAGE
 from cms.web.context import parse_body, services
 from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
@@ -32,7 +32,7 @@ async def register(request: web.Request) -> web.Response:
         identity.systems.admin, body["email"], body["password"], body["password_confirm"], {"name": body["name"]},
     )
     message = "Registered. A verification link has been sent to your email address."
-    return json_response({"user": admin_user_json(user), "message": message}, status=201)
+    return json_response(represent.ADMIN_USERS.registered(user, message), status=201)
 
 
 async def verify_email(request: web.Request) -> web.Response:
@@ -41,7 +41,7 @@ async def verify_email(request: web.Request) -> web.Response:
     422 (no token)."""
     body = await parse_body(request, TokenBodySchema())
     await services(request).identity.verification.verify_any(body["token"])
-    return json_response({"message": "Email verified"})
+    return json_response(represent.message("Email verified"))
 
 
 async def request_password_reset(request: web.Request) -> web.Response:
@@ -58,7 +58,7 @@ async def request_password_reset(request: web.Request) -> web.Response:
     await services(request).identity.password_reset.request(
         body["email"], body["collection"]
     )
-    return json_response({"message": RESET_REQUESTED_MESSAGE})
+    return json_response(represent.message(RESET_REQUESTED_MESSAGE))
 
 
 async def forgot_password(request: web.Request) -> web.Response:
@@ -70,7 +70,7 @@ async def forgot_password(request: web.Request) -> web.Response:
     await services(request).identity.password_reset.request(
         body["email"], None
     )
-    return json_response({"message": RESET_REQUESTED_MESSAGE})
+    return json_response(represent.message(RESET_REQUESTED_MESSAGE))
 
 
 async def reset_password(request: web.Request) -> web.Response:
@@ -83,4 +83,4 @@ async def reset_password(request: web.Request) -> web.Response:
     await services(request).identity.password_reset.reset(
         body["token"], body["new_password"], body["password_confirm"],
     )
-    return json_response({"message": "Password changed. Please log in with the new password."})
+    return json_response(represent.message("Password changed. Please log in with the new password."))

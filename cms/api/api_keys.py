@@ -7,7 +7,8 @@ from aiohttp import web
 
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
-from cms.api.schemas import ApiKeyCreateSchema, ApiKeySchema
+from cms.api.schemas import ApiKeyCreateSchema
+from cms.services import representation as represent
 from cms.web.context import parse_body, services
 
 
@@ -17,13 +18,13 @@ async def create_api_key(request: web.Request) -> web.Response:
     body = await parse_body(request, ApiKeyCreateSchema())
     key, secret = await services(request).api_keys.create(
         principal, body["name"], body["scopes"], body["expires_at"])
-    return json_response({**ApiKeySchema().dump(key), "key": secret}, status=201)
+    return json_response(represent.api_key_created(key, secret), status=201)
 
 
 async def list_api_keys(request: web.Request) -> web.Response:
     """GET /api-keys: the caller's keys (an admin's: every key), without secrets. 401 without a user."""
     principal = signed_in_principal(request)
-    return json_response(ApiKeySchema(many=True).dump(await services(request).api_keys.list_keys(principal)))
+    return json_response(represent.api_keys(await services(request).api_keys.list_keys(principal)))
 
 
 async def delete_api_key(request: web.Request) -> web.Response:

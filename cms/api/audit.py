@@ -6,7 +6,7 @@ from aiohttp import web
 
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
-from cms.api.schemas import AuditPageSchema, AuditStatisticsSchema
+from cms.services import representation as represent
 from cms.web.context import parse_query, services
 from cms.web.schemas import AuditListQuerySchema, AuditSecurityQuerySchema
 
@@ -16,7 +16,7 @@ async def list_audit(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     query = parse_query(request, AuditListQuerySchema())
     page = await services(request).audit.list(principal, **query)
-    return json_response(AuditPageSchema().dump(page))
+    return json_response(represent.audit_page(page))
 
 
 async def security_audit(request: web.Request) -> web.Response:
@@ -24,11 +24,11 @@ async def security_audit(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     query = parse_query(request, AuditSecurityQuerySchema())
     page = await services(request).audit.security(principal, **query)
-    return json_response(AuditPageSchema().dump(page))
+    return json_response(represent.audit_page(page))
 
 
 async def audit_statistics(request: web.Request) -> web.Response:
     """GET /api/v1/audit/statistics: `{total, by_event_type, by_severity, last_24h}`."""
     principal = signed_in_principal(request)
     statistics = await services(request).audit.statistics(principal)
-    return json_response(AuditStatisticsSchema().dump(statistics))
+    return json_response(represent.audit_statistics(statistics))

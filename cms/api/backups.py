@@ -7,7 +7,7 @@ from aiohttp import web
 
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
-from cms.api.schemas import BackupSchema, MessageSchema
+from cms.services import representation as represent
 from cms.web.context import services
 from cms.web.files import backup_file_response
 
@@ -16,21 +16,21 @@ async def create_backup(request: web.Request) -> web.Response:
     """POST /backups: 201 `{filename, size, created}` once the archive is written. 401/403 unless admin."""
     principal = signed_in_principal(request)
     backup = await services(request).backups.create(principal)
-    return json_response(BackupSchema().dump(backup), status=201)
+    return json_response(represent.backup(backup), status=201)
 
 
 async def list_backups(request: web.Request) -> web.Response:
     """GET /backups: `[{filename, size, created}]`, newest first. 401/403 unless admin."""
     principal = signed_in_principal(request)
     backups = await services(request).backups.list(principal)
-    return json_response(BackupSchema(many=True).dump(backups))
+    return json_response(represent.backups(backups))
 
 
 async def restore_backup(request: web.Request) -> web.Response:
     """POST /backups/{filename}/restore: `{message}` once restored. 400 (bad archive or name), 404, 401/403."""
     principal = signed_in_principal(request)
     result = await services(request).backups.restore(principal, request.match_info["filename"])
-    return json_response(MessageSchema().dump({"message": result.message}))
+    return json_response(represent.message(result.message))
 
 
 async def download_backup(request: web.Request) -> web.StreamResponse:

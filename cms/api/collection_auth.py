@@ -21,7 +21,8 @@ from cms.api.schemas import (
     OtpVerifySchema,
     TokenBodySchema,
 )
-from cms.api.user_auth import caller, collection_user_json, limit_prefix, login_json, signed_in
+from cms.api.user_auth import caller, limit_prefix, signed_in
+from cms.services import representation as represent
 from cms.services.identity.collection_users import CollectionUsers
 from cms.services.identity.otp import OTP_REQUESTED_MESSAGE
 from cms.web.context import client_ip, parse_body, services, user_agent
@@ -48,7 +49,7 @@ async def register(request: web.Request) -> web.Response:
         await _system(request), body["email"], body["password"], body["password_confirm"], data,
     )
     message = "Registered. A verification link has been sent to your email address."
-    return json_response({"user": collection_user_json(user), "message": message}, status=201)
+    return json_response(represent.COLLECTION_USERS.registered(user, message), status=201)
 
 
 async def request_email_change(request: web.Request) -> web.Response:
@@ -63,7 +64,7 @@ async def request_email_change(request: web.Request) -> web.Response:
     await services(request).identity.email_change.request(
         entry.system, user, body["new_email"], body["password"],
     )
-    return json_response({"message": "A confirmation link has been sent to the new address."})
+    return json_response(represent.message("A confirmation link has been sent to the new address."))
 
 
 async def confirm_email_change(request: web.Request) -> web.Response:
@@ -72,7 +73,7 @@ async def confirm_email_change(request: web.Request) -> web.Response:
     token_invalid / token_expired / already_exists, 404, 422."""
     body = await parse_body(request, TokenBodySchema())
     await services(request).identity.email_change.confirm(await _system(request), body["token"])
-    return json_response({"message": "Email address changed. Please log in again."})
+    return json_response(represent.message("Email address changed. Please log in again."))
 
 
 async def verify_email(request: web.Request) -> web.Response:
@@ -80,7 +81,7 @@ async def verify_email(request: web.Request) -> web.Response:
     token_invalid / token_expired (24 h), 404, 422."""
     body = await parse_body(request, TokenBodySchema())
     await services(request).identity.verification.verify(await _system(request), body["token"])
-    return json_response({"message": "Email verified"})
+    return json_response(represent.message("Email verified"))
 
 
 async def otp_request(request: web.Request) -> web.Response:
@@ -91,7 +92,7 @@ async def otp_request(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "otp_request", limit_prefix(request) + body["email"])
     await enforce_mail_limit(request, f"{limit_prefix(request)}otp_request", body["email"])
     await services(request).identity.otp.request(await _system(request), body["email"])
-    return json_response({"message": OTP_REQUESTED_MESSAGE})
+    return json_response(represent.message(OTP_REQUESTED_MESSAGE))
 
 
 async def otp_verify(request: web.Request) -> web.Response:
@@ -102,4 +103,4 @@ async def otp_verify(request: web.Request) -> web.Response:
     system = await _system(request)
     result = await services(request).identity.otp.verify(system, body["email"], body["code"],
                                                          ip=client_ip(request), user_agent=user_agent(request))
-    return json_response(login_json(result, collection_user_json))
+    return json_response(represent.COLLECTION_USERS.login(result))

@@ -8,7 +8,7 @@ from aiohttp import web
 
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
-from cms.api.schemas import CollectionSchema
+from cms.services import representation as represent
 from cms.web.context import parse_body, services
 from cms.web.schemas import RULE_NAMES, CollectionCreateSchema, CollectionUpdateSchema
 
@@ -16,13 +16,13 @@ from cms.web.schemas import RULE_NAMES, CollectionCreateSchema, CollectionUpdate
 async def list_collections(request: web.Request) -> web.Response:
     """`GET /collections`: every collection with its schema and rules (public)."""
     collections = await services(request).collections.list()
-    return json_response(CollectionSchema(many=True).dump(collections))
+    return json_response(represent.collections(collections))
 
 
 async def get_collection(request: web.Request) -> web.Response:
     """`GET /collections/{collection_id}`: one collection. 404 when unknown."""
     collection = await services(request).catalog.by_id(request.match_info["collection_id"])
-    return json_response(CollectionSchema().dump(collection))
+    return json_response(represent.collection(collection))
 
 
 def _rules(body: dict[str, Any]) -> dict[str, str | None]:
@@ -38,7 +38,7 @@ async def create_collection(request: web.Request) -> web.Response:
         principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"],
         mfa_enabled=body["mfa_enabled"], oauth_enabled=body["oauth_enabled"], rules=_rules(body),
     )
-    return json_response(CollectionSchema().dump(collection), status=201)
+    return json_response(represent.collection(collection), status=201)
 
 
 async def update_collection(request: web.Request) -> web.Response:
@@ -50,7 +50,7 @@ async def update_collection(request: web.Request) -> web.Response:
     rules = _rules(body)
     collection = await services(request).collections.update(
         principal, request.match_info["collection_id"], rules=rules, **body)
-    return json_response(CollectionSchema().dump(collection))
+    return json_response(represent.collection(collection))
 
 
 async def delete_collection(request: web.Request) -> web.Response:

@@ -13,7 +13,7 @@ from aiohttp import web
 
 from cms.api.guards import principal_of
 from cms.api.responses import json_response
-from cms.api.schemas import FileSchema
+from cms.services import representation as represent
 from cms.web.context import REQUEST_ID, services
 from cms.web.files import etag_matches, file_headers, if_range_holds, parse_range
 from cms.web.uploads import form_parts
@@ -25,7 +25,7 @@ async def upload_file(request: web.Request) -> web.Response:
     """201 with the stored file (FileSchema); the multipart body is streamed into the service."""
     principal = principal_of(request)
     file = await services(request).files.upload(principal, form_parts(request))
-    return json_response(FileSchema().dump(file), status=201)
+    return json_response(represent.file(file), status=201)
 
 
 async def delete_file(request: web.Request) -> web.Response:

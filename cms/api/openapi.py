@@ -11,6 +11,8 @@ from typing import Any, assert_never
 from aiohttp import web
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
+from apispec.ext.marshmallow.openapi import OpenAPIConverter
+from marshmallow import fields
 
 from cms import __version__
 from cms.api.responses import json_response
@@ -19,6 +21,7 @@ from cms.api.schemas import ErrorSchema
 from cms.services.access import Policy
 from cms.services.content.fields import IsoDateTime
 from cms.services.operations.backups import BACKUP_NAME
+from cms.services.representation.base import Rendered, Timestamp
 
 PATH_PARAM = re.compile(r"{(\w+)}")
 PATH_PARAM_PATTERNS = {"filename": f"^{BACKUP_NAME.pattern}$"}
@@ -92,6 +95,14 @@ def _path_schema(name: str) -> dict[str, Any]:
     return schema
 
 
+def _rendered_property(self: OpenAPIConverter, field: fields.Field[Any], **kwargs: Any) -> dict[str, Any]:
+    """apispec attribute function: a `Rendered` field is documented as its shape, or `oneOf` its shapes."""
+    if not isinstance(field, Rendered):
+        return {}
+    refs = [self.resolve_nested_schema(shape) for shape in field.shapes]  # type: ignore[no-untyped-call]
+    return refs[0] if len(refs) == 1 else {"oneOf": refs}
+
+
 @cache
 def openapi_document() -> dict[str, Any]:
     """The whole document as a dict (built once per process)."""
@@ -104,6 +115,9 @@ def openapi_document() -> dict[str, Any]:
         info={"description": "Headless CMS backend: collections, records, auth. Errors are `{detail, code}`."},
     )
     marshmallow_plugin.map_to_openapi_type(IsoDateTime, "string", "date-time")  # type: ignore[no-untyped-call]
+    marshmallow_plugin.map_to_openapi_type(Timestamp, "string", "date-time")  # type: ignore[no-untyped-call]
+    assert marshmallow_plugin.converter is not None  # set by APISpec(plugins=...)
+    marshmallow_plugin.converter.add_attribute_function(_rendered_property)  # type: ignore[no-untyped-call]
     spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"})
     spec.components.schema("Error", schema=ErrorSchema)
     paths: dict[str, dict[str, Any]] = {}

@@ -6,7 +6,8 @@ from aiohttp import web
 
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
-from cms.api.schemas import SettingSchema, SettingUpdateSchema
+from cms.api.schemas import SettingUpdateSchema
+from cms.services import representation as represent
 from cms.web.context import parse_body, services
 
 
@@ -14,7 +15,7 @@ async def list_settings(request: web.Request) -> web.Response:
     """GET /api/v1/settings: every setting as `{key, value, category}`, `value` a string."""
     principal = signed_in_principal(request)
     settings = await services(request).settings.list(principal)
-    return json_response(SettingSchema(many=True).dump(settings))
+    return json_response(represent.settings(settings))
 
 
 async def update_setting(request: web.Request) -> web.Response:
@@ -25,4 +26,4 @@ async def update_setting(request: web.Request) -> web.Response:
     setting = await services(request).settings.change(
         principal, body["key"], body["value"], category=body["category"],
     )
-    return json_response(SettingSchema().dump(setting))
+    return json_response(represent.setting(setting))

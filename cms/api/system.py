@@ -8,13 +8,14 @@ from aiohttp import web
 
 from cms.api.guards import principal_of
 from cms.api.responses import json_response
+from cms.services import representation as represent
 from cms.web.context import HTTP_STATS, services
 
 
 async def health(request: web.Request) -> web.Response:
     """GET /health: 200 when MongoDB and Redis answer, else 503; the body names each dependency's state."""
     healthy, body = await services(request).system.health()
-    return json_response(body, status=200 if healthy else 503)
+    return json_response(represent.health(body), status=200 if healthy else 503)
 
 
 async def stats(request: web.Request) -> web.Response:

@@ -10,7 +10,6 @@ a mail endpoint counts per collection (`<collection>:<email>`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,38 +18,21 @@ from aiohttp import web
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
 from cms.api.schemas import (
-    AdminUserSchema,
     ChangePasswordSchema,
     OAuthCallbackSchema,
-    OAuthProviderSchema,
     OAuthProvidersQuerySchema,
-    RecoveryCodesSchema,
     RefreshSchema,
-    SessionSchema,
-    TokenSchema,
     TwoFactorCodeSchema,
     TwoFactorDisableSchema,
-    TwoFactorSetupSchema,
 )
-from cms.models import CollectionUser, LoginResult, Principal
-from cms.services.content.records import record_json
+from cms.models import LoginResult, Principal
+from cms.services import representation as represent
 from cms.services.identity.systems import UserSystem
 from cms.web.context import client_ip, parse_body, parse_query, services, user_agent
 from cms.web.ratelimit import enforce_auth_limit, enforce_mail_limit
 from cms.web.schemas import LoginSchema, TwoFactorVerifySchema
 
 COLLECTION_PARAM = "collection_name"
-
-
-def collection_user_json(user: CollectionUser) -> dict[str, Any]:
-    """A collection user as the API shows it: its record `{id, created, updated, email, verified, ...fields}`."""
-    return record_json(user.record)
-
-
-def admin_user_json(user: Any) -> dict[str, Any]:
-    """An admin-table user as the API shows it (no password hash)."""
-    result: dict[str, Any] = AdminUserSchema().dump(user)
-    return result
 
 
 def limit_prefix(request: web.Request) -> str:
@@ -61,27 +43,20 @@ def limit_prefix(request: web.Request) -> str:
     return "" if name is None else f"{name}:"
 
 
-def login_json(result: LoginResult, user_json: Callable[[Any], dict[str, Any]]) -> dict[str, Any]:
-    """The login response `{user, token, message, requires_2fa}`, the user shown by `user_json`;
-    with `requires_2fa`, `user` is only `{id, email}`, `token` null, and `mfa_token` is added
-    (decisions.md, Two-factor login)."""
-    if result.requires_2fa:
-        return {"user": {"id": result.user.id, "email": result.user.email}, "token": None,
-                "message": result.message, "requires_2fa": True, "mfa_token": result.mfa_token}
-    return {"user": user_json(result.user), "token": TokenSchema().dump(result.token),
-            "message": result.message, "requires_2fa": result.requires_2fa}
-
-
 @dataclass(frozen=True)
 class Door:
-    """The user system a request's path names, with its JSON shape of a user."""
+    """The user system a request's path names, with how it shows its users (`represent.UserShape`)."""
 
     system: UserSystem[Any]
-    user_json: Callable[[Any], dict[str, Any]]
+    shape: represent.UserShape
+
+    def user_json(self, user: Any) -> dict[str, Any]:
+        """A user of this system as the API shows it."""
+        return self.shape.user(user)
 
     def login_json(self, result: LoginResult) -> dict[str, Any]:
-        """`login_json` with this system's user shape."""
-        return login_json(result, self.user_json)
+        """The login answer with this system's user shape."""
+        return self.shape.login(result)
 
 
 async def door(request: web.Request) -> Door:
@@ -89,8 +64,8 @@ async def door(request: web.Request) -> Door:
     systems = services(request).identity.systems
     name = request.match_info.get(COLLECTION_PARAM)
     if name is None:
-        return Door(systems.admin, admin_user_json)
-    return Door(await systems.collection(name), collection_user_json)
+        return Door(systems.admin, represent.ADMIN_USERS)
+    return Door(await systems.collection(name), represent.COLLECTION_USERS)
 
 
 async def caller(request: web.Request) -> Principal:
@@ -128,7 +103,7 @@ async def refresh(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "refresh", body["refresh_token"])
     entry = await door(request)
     pair = await services(request).identity.login.refresh(entry.system, body["refresh_token"])
-    return json_response(TokenSchema().dump(pair))
+    return json_response(represent.token(pair))
 
 
 async def me(request: web.Request) -> web.Response:
@@ -147,7 +122,7 @@ async def change_password(request: web.Request) -> web.Response:
     entry, _, user = await signed_in(request, principal)
     await services(request).identity.credentials.change_password(
         entry.system, principal, user, body["old_password"], body["new_password"], body["password_confirm"])
-    return json_response({"message": "Password changed. Your other sessions have been signed out."})
+    return json_response(represent.message("Password changed. Your other sessions have been signed out."))
 
 
 async def resend_verification(request: web.Request) -> web.Response:
@@ -159,14 +134,14 @@ async def resend_verification(request: web.Request) -> web.Response:
         await enforce_mail_limit(request, f"{limit_prefix(request)}resend_verification", user.email, user_id=user.id)
     sent = await services(request).identity.verification.resend(entry.system, user)
     message = "A new verification link has been sent" if sent else "Email is already verified"
-    return json_response({"message": message})
+    return json_response(represent.message(message))
 
 
 async def logout(request: web.Request) -> web.Response:
     """POST .../auth/logout: 200 `{message}`; the session is revoked, its access and refresh tokens
     stop working on every replica. 401."""
     await services(request).identity.sessions.logout(await caller(request))
-    return json_response({"message": "Logged out"})
+    return json_response(represent.message("Logged out"))
 
 
 async def list_sessions(request: web.Request) -> web.Response:
@@ -174,9 +149,7 @@ async def list_sessions(request: web.Request) -> web.Response:
     active sessions, newest first. 401, 404 (collection)."""
     entry, principal, user = await signed_in(request)
     sessions = await services(request).identity.sessions.active(entry.system, user)
-    return json_response(
-        [SessionSchema().dump({**vars(s), "current": s.id == principal.session_id}) for s in sessions]
-    )
+    return json_response(represent.sessions(sessions, principal.session_id))
 
 
 async def revoke_session(request: web.Request) -> web.Response:
@@ -204,7 +177,7 @@ async def two_factor_setup(request: web.Request) -> web.Response:
     first code; nothing is enabled yet. 400 (2FA already on), 401, 404 (collection)."""
     entry, _, user = await signed_in(request)
     setup = await services(request).identity.two_factor.setup(entry.system, user)
-    return json_response(TwoFactorSetupSchema().dump(setup))
+    return json_response(represent.two_factor_setup(setup))
 
 
 async def two_factor_enable(request: web.Request) -> web.Response:
@@ -215,7 +188,7 @@ async def two_factor_enable(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "2fa", principal.user_id)
     entry, _, user = await signed_in(request, principal)
     codes = await services(request).identity.two_factor.enable(entry.system, user, body["code"])
-    return json_response(RecoveryCodesSchema().dump({"recovery_codes": codes}))
+    return json_response(represent.recovery_codes(codes))
 
 
 async def two_factor_disable(request: web.Request) -> web.Response:
@@ -226,7 +199,7 @@ async def two_factor_disable(request: web.Request) -> web.Response:
     await enforce_auth_limit(request, "2fa", principal.user_id)
     entry, _, user = await signed_in(request, principal)
     await services(request).identity.two_factor.disable(entry.system, user, body["password"], body["code"])
-    return json_response({"message": "Two-factor authentication is off."})
+    return json_response(represent.message("Two-factor authentication is off."))
 
 
 async def two_factor_verify(request: web.Request) -> web.Response:
@@ -251,7 +224,7 @@ async def oauth_providers(request: web.Request) -> web.Response:
     query = parse_query(request, OAuthProvidersQuerySchema())
     entry = await door(request)
     links = await services(request).identity.oauth.providers(entry.system, query["redirect_uri"])
-    return json_response(OAuthProviderSchema(many=True).dump(links))
+    return json_response(represent.oauth_providers(links))
 
 
 async def oauth_callback(request: web.Request) -> web.Response:

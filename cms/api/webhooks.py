@@ -4,19 +4,12 @@ Admin-table users of either role; the service checks the principal."""
 from __future__ import annotations
 
 from aiohttp import web
-from marshmallow import Schema, fields
 
 from cms.api.guards import signed_in_principal
 from cms.api.responses import json_response
-from cms.api.schemas import (
-    DeliveryAttemptSchema,
-    DeliveryQuerySchema,
-    Timestamp,
-    WebhookCreateSchema,
-    WebhookListQuerySchema,
-    WebhookSchema,
-    WebhookUpdateSchema,
-)
+from cms.api.schemas import DeliveryQuerySchema, WebhookCreateSchema, WebhookListQuerySchema, WebhookUpdateSchema
+from cms.services import representation as represent
+from cms.services.representation.delivery import RedeliverySchema as RedeliverySchema  # routes.py names it here
 from cms.web.context import parse_body, parse_query, services
 
 
@@ -25,7 +18,7 @@ async def create_webhook(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     body = await parse_body(request, WebhookCreateSchema())
     webhook = await services(request).webhooks.create(principal, **body)
-    return json_response(WebhookSchema().dump(webhook), status=201)
+    return json_response(represent.webhook(webhook), status=201)
 
 
 async def list_webhooks(request: web.Request) -> web.Response:
@@ -33,14 +26,14 @@ async def list_webhooks(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     query = parse_query(request, WebhookListQuerySchema())
     webhooks = await services(request).webhooks.list_webhooks(principal, collection_name=query["collection_name"])
-    return json_response(WebhookSchema(many=True).dump(webhooks))
+    return json_response(represent.webhooks(webhooks))
 
 
 async def get_webhook(request: web.Request) -> web.Response:
     """GET /webhooks/{webhook_id}: the webhook. 404 when unknown or not the caller's."""
     principal = signed_in_principal(request)
     webhook = await services(request).webhooks.get(principal, request.match_info["webhook_id"])
-    return json_response(WebhookSchema().dump(webhook))
+    return json_response(represent.webhook(webhook))
 
 
 async def update_webhook(request: web.Request) -> web.Response:
@@ -48,7 +41,7 @@ async def update_webhook(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     body = await parse_body(request, WebhookUpdateSchema(), required=True)
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"], body)
-    return json_response(WebhookSchema().dump(webhook))
+    return json_response(represent.webhook(webhook))
 
 
 async def delete_webhook(request: web.Request) -> web.Response:
@@ -73,19 +66,7 @@ async def _deliveries(request: web.Request, webhook_id: str | None) -> web.Respo
     query = parse_query(request, DeliveryQuerySchema())
     items, total = await services(request).webhooks.deliveries(principal, webhook_id, skip=query["skip"],
                                                                limit=query["limit"])
-    return json_response({"items": DeliveryAttemptSchema(many=True).dump(items), "total": total})
-
-
-class RedeliverySchema(Schema):
-    """The delivery "send again" queued (spec addition, issue 15)."""
-
-    delivery_id = fields.String(attribute="id", metadata={"description": "the new delivery's id "
-                                                          "(`X-Webhook-Delivery`, the id of its first log entry)"})
-    webhook_id = fields.String()
-    event = fields.String()
-    collection = fields.String()
-    record_id = fields.String()
-    created = Timestamp()
+    return json_response(represent.deliveries(items, total))
 
 
 async def redeliver(request: web.Request) -> web.Response:
@@ -95,4 +76,4 @@ async def redeliver(request: web.Request) -> web.Response:
     or its body no longer kept: 7 days after it finished)."""
     principal = signed_in_principal(request)
     delivery = await services(request).webhooks.redeliver(principal, request.match_info["delivery_id"])
-    return json_response(RedeliverySchema().dump(delivery), status=202)
+    return json_response(represent.redelivery(delivery), status=202)

@@ -11,6 +11,7 @@ from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.filters.rules import ACTIONS
 from cms.services.content.fields import IsoDateTime, StrictBoolean
 from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
+from cms.services.representation.content import rule_description
 
 MAX_PASSWORD = 256
 """Longest password accepted, in characters (argon2 hashes anything; this bounds the work)."""
@@ -42,15 +43,11 @@ RULE_NAMES = tuple(f"{action}_rule" for action in ACTIONS)
 """The five rule attributes of a collection, in order."""
 
 
-def rule_field(action: str, *, dump: bool = False) -> fields.String:
-    """The schema field of the `action` rule (list, view, create, update, delete): loaded as a
-    string up to MAX_FILTER_LENGTH characters or null, or with `dump` read from `rules.<action>_rule`."""
-    description = (f"Who may {action} records: null = admins only, \"\" = everyone, or a rule expression "
-                   "(filter grammar with @request.auth.* and, for create/update, @request.data.*)")
-    if dump:
-        return fields.String(attribute=f"rules.{action}_rule", allow_none=True, metadata={"description": description})
+def rule_field(action: str) -> fields.String:
+    """The schema field of the `action` rule (list, view, create, update, delete): a string up to
+    MAX_FILTER_LENGTH characters or null."""
     return fields.String(allow_none=True, validate=validate.Length(max=MAX_FILTER_LENGTH),
-                         metadata={"description": description})
+                         metadata={"description": rule_description(action)})
 
 
 SCHEMA_DOC = {

@@ -1,0 +1,91 @@
+"""The marshmallow schemas of the API, one module per resource: request bodies and queries here
+(validated by `cms.web.context.parse_body`/`parse_query`), response shapes in
+`cms.services.representation` (they dump the answers). This package gathers both under one name
+for the route table (`from cms.api import schemas as s`), which apispec documents (/openapi.json).
+"""
+
+from __future__ import annotations
+
+from cms.api.schemas.api_keys import ApiKeyCreateSchema
+from cms.api.schemas.auth import (
+    AUTH_REGISTER_KEYS,
+    NEW_PASSWORD_DOC,
+    ChangePasswordSchema,
+    CollectionRegisterSchema,
+    EmailChangeRequestSchema,
+    ForgotPasswordSchema,
+    OAuthCallbackSchema,
+    OAuthProvidersQuerySchema,
+    OtpRequestSchema,
+    OtpVerifySchema,
+    PasswordResetRequestSchema,
+    RefreshSchema,
+    RegisterSchema,
+    ResetPasswordSchema,
+    TokenBodySchema,
+    TwoFactorCodeSchema,
+    TwoFactorDisableSchema,
+)
+from cms.api.schemas.errors import ErrorSchema
+from cms.api.schemas.records import (
+    BulkDeletedSchema,
+    BulkDeleteSchema,
+    BulkUpdatedSchema,
+    BulkUpdateSchema,
+    CsvImportFailureSchema,
+    CsvImportResultSchema,
+    RecordExportQuerySchema,
+    RecordListQuerySchema,
+    RecordPageSchema,
+    RecordSchema,
+    RecordWriteSchema,
+)
+from cms.api.schemas.settings import SettingUpdateSchema
+from cms.api.schemas.webhooks import (
+    MAX_DELIVERY_SKIP,
+    DeliveryQuerySchema,
+    WebhookCreateSchema,
+    WebhookListQuerySchema,
+    WebhookUpdateSchema,
+)
+from cms.services.representation.content import CollectionSchema, FileSchema
+from cms.services.representation.delivery import DeliveryPageSchema, RedeliverySchema, WebhookSchema
+from cms.services.representation.identity import (
+    AdminUserSchema,
+    ApiKeyCreatedSchema,
+    ApiKeySchema,
+    CollectionLoginResponseSchema,
+    CollectionRegisterResponseSchema,
+    CollectionUserSchema,
+    LoginResponseSchema,
+    OAuthProviderSchema,
+    RecoveryCodesSchema,
+    RegisterResponseSchema,
+    SessionSchema,
+    TokenSchema,
+    TwoFactorSetupSchema,
+)
+from cms.services.representation.operations import (
+    AuditPageSchema,
+    AuditStatisticsSchema,
+    BackupSchema,
+    HealthSchema,
+    MessageSchema,
+    SettingSchema,
+)
+
+__all__ = [
+    "AUTH_REGISTER_KEYS", "MAX_DELIVERY_SKIP", "NEW_PASSWORD_DOC",
+    "AdminUserSchema", "ApiKeyCreateSchema", "ApiKeyCreatedSchema", "ApiKeySchema", "AuditPageSchema",
+    "AuditStatisticsSchema", "BackupSchema", "BulkDeleteSchema", "BulkDeletedSchema", "BulkUpdateSchema",
+    "BulkUpdatedSchema", "ChangePasswordSchema", "CollectionLoginResponseSchema", "CollectionRegisterResponseSchema",
+    "CollectionRegisterSchema", "CollectionSchema", "CollectionUserSchema", "CsvImportFailureSchema",
+    "CsvImportResultSchema", "DeliveryPageSchema", "DeliveryQuerySchema", "EmailChangeRequestSchema", "ErrorSchema",
+    "FileSchema", "ForgotPasswordSchema", "HealthSchema", "LoginResponseSchema", "MessageSchema",
+    "OAuthCallbackSchema", "OAuthProviderSchema", "OAuthProvidersQuerySchema", "OtpRequestSchema", "OtpVerifySchema",
+    "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordListQuerySchema", "RecordPageSchema",
+    "RecordSchema", "RecordWriteSchema", "RecoveryCodesSchema", "RedeliverySchema", "RefreshSchema",
+    "RegisterResponseSchema", "RegisterSchema", "ResetPasswordSchema", "SessionSchema", "SettingSchema",
+    "SettingUpdateSchema", "TokenBodySchema", "TokenSchema", "TwoFactorCodeSchema", "TwoFactorDisableSchema",
+    "TwoFactorSetupSchema", "WebhookCreateSchema", "WebhookListQuerySchema", "WebhookSchema", "WebhookUpdateSchema",
+]

@@ -1,0 +1,49 @@
+"""How each resource becomes JSON: one function per shape, used by every caller (REST handlers,
+and later events, webhooks and the admin UI), so a resource looks the same wherever it is shown.
+
+Each fixed shape is a `Representation` schema (base.py) that both dumps the models and is what
+`/openapi.json` documents (cms/api/routes.py names the same classes), so the document and the
+bytes cannot drift; tests/api/test_representation.py validates real answers against the document.
+Modules per group: identity (users, login and register answers, tokens, sessions, 2FA, OAuth2
+providers, API keys), content (collections, files), delivery (webhooks, deliveries), operations
+(audit, settings, backups, health, `{message}`).
+
+    from cms.services import representation as represent
+    return json_response(represent.webhook(webhook), status=201)
+"""
+
+from __future__ import annotations
+
+from cms.services.representation.content import collection, collections, file
+from cms.services.representation.delivery import deliveries, redelivery, webhook, webhooks
+from cms.services.representation.identity import (
+    ADMIN_USERS,
+    COLLECTION_USERS,
+    UserShape,
+    admin_user,
+    api_key_created,
+    api_keys,
+    collection_user,
+    oauth_providers,
+    recovery_codes,
+    sessions,
+    token,
+    two_factor_setup,
+)
+from cms.services.representation.operations import (
+    audit_page,
+    audit_statistics,
+    backup,
+    backups,
+    health,
+    message,
+    setting,
+    settings,
+)
+
+__all__ = [
+    "ADMIN_USERS", "COLLECTION_USERS", "UserShape", "admin_user", "api_key_created", "api_keys", "audit_page",
+    "audit_statistics", "backup", "backups", "collection", "collection_user", "collections", "deliveries", "file",
+    "health", "message", "oauth_providers", "recovery_codes", "redelivery", "sessions", "setting", "settings",
+    "token", "two_factor_setup", "webhook", "webhooks",
+]

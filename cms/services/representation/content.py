@@ -1,0 +1,107 @@
+"""How collections and files become JSON (decisions.md, Response shapes: collection, file). Records
+keep `record_json` (content/record_reads.py) until they move here."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from marshmallow import fields
+
+from cms.models import Collection, StoredFile
+from cms.services.representation.base import Representation, SameObject, Timestamp, dump_many, dump_one
+
+FIELD_TYPES = ["text", "editor", "bool", "email", "url", "number", "date", "select", "json", "relation", "file"]
+
+
+def rule_description(action: str) -> str:
+    """What the `<action>_rule` of a collection means, for the document (requests and responses)."""
+    return (f"Who may {action} records: null = admins only, \"\" = everyone, or a rule expression "
+            "(filter grammar with @request.auth.* and, for create/update, @request.data.*)")
+
+
+class FieldValidationSchema(Representation):
+    """A field's validation: `{required, min, max, pattern, unique}`."""
+
+    required = fields.Boolean()
+    min = fields.Raw(allow_none=True, metadata={"type": "number"})
+    max = fields.Raw(allow_none=True, metadata={"type": "number"})
+    pattern = fields.String(allow_none=True)
+    unique = fields.Boolean()
+
+
+class FieldSpecSchema(Representation):
+    """A field of a collection's schema."""
+
+    name = fields.String()
+    type = fields.String(metadata={"enum": FIELD_TYPES})
+    validation = fields.Nested(FieldValidationSchema)
+    values = fields.List(fields.String(), allow_none=True)
+    max_select = fields.Integer(allow_none=True)
+    collection_id = fields.String(allow_none=True)
+    cascade_delete = fields.Boolean(metadata={"description": "relation: deleting a target record deletes the "
+                                              "records pointing to it (else the reference is removed)"})
+
+
+class CollectionSchemaSchema(Representation):
+    """A collection's `schema`: `{fields: [...]}`."""
+
+    fields_ = fields.List(fields.Nested(FieldSpecSchema), data_key="fields", attribute="fields")
+
+
+def _rule(action: str) -> fields.String:
+    return fields.String(attribute=f"rules.{action}_rule", allow_none=True,
+                         metadata={"description": rule_description(action)})
+
+
+class CollectionSchema(Representation):
+    """A collection: `schema` is always an object `{fields: [...]}`; the five rules sit at the top."""
+
+    id = fields.String()
+    name = fields.String()
+    type = fields.String(metadata={"enum": ["base", "auth"]})
+    schema = SameObject(CollectionSchemaSchema)
+    otp_enabled = fields.Boolean()
+    mfa_enabled = fields.Boolean()
+    oauth_enabled = fields.Boolean()
+    list_rule = _rule("list")
+    view_rule = _rule("view")
+    create_rule = _rule("create")
+    update_rule = _rule("update")
+    delete_rule = _rule("delete")
+    created = Timestamp()
+    updated = Timestamp()
+
+
+class FileSchema(Representation):
+    """A stored file: `{id, filename, content_type, size, collection, record_id, created}`."""
+
+    id = fields.String()
+    filename = fields.String(metadata={"description": "the uploaded name without path parts or control "
+                                                      "characters, at most 255 characters"})
+    content_type = fields.String(metadata={"description": "from the part's Content-Type (`type/subtype`), "
+                                                          "else application/octet-stream"})
+    size = fields.Integer(metadata={"description": "bytes"})
+    collection = fields.String(metadata={"description": "collection name"})
+    record_id = fields.String()
+    created = Timestamp()
+
+
+_COLLECTION = CollectionSchema()
+_FILE = FileSchema()
+
+
+def collection(c: Collection) -> dict[str, Any]:
+    """`{id, name, type, schema: {fields}, otp_enabled, mfa_enabled, oauth_enabled, <action>_rule x5,
+    created, updated}`."""
+    return dump_one(_COLLECTION, c)
+
+
+def collections(items: Sequence[Collection]) -> list[dict[str, Any]]:
+    """Each collection as `collection` shows it, in order."""
+    return dump_many(_COLLECTION, items)
+
+
+def file(f: StoredFile) -> dict[str, Any]:
+    """`{id, filename, content_type, size (bytes), collection (name), record_id, created}`."""
+    return dump_one(_FILE, f)

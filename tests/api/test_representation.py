@@ -1,0 +1,192 @@
+"""Every JSON answer the API documents validates against /openapi.json (cms/services/representation:
+the response schemas dump the answers and are what the document shows, so the two cannot drift).
+
+One journey calls each route that has a documented JSON response for real (both user systems with
+2FA, OAuth2, OTP, email change and password reset; collections, records, CSV, files, webhooks with
+a delivery, API keys, audit, settings, backups, health) and validates each answer against the
+document's schema of its status: OpenAPI 3.0 with `$ref`, `nullable` and `oneOf`, each shape's
+fields `required` and no others allowed. A route added with a documented response and no call here
+fails the test, so a new answer is checked from its first day."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+import pyotp
+from openapi_schema_validator import OAS30Validator
+
+from cms.api.routes import ROUTES
+from tests.api.test_collection_auth import mail_with_subject
+from tests.api.test_oauth import configure, provider, providers_value  # noqa: F401
+from tests.api.test_webhooks import config, make_webhook, receiver  # noqa: F401
+from tests.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, bearer, link_token, text_body
+
+V1 = "/api/v1"
+MEMBERS = V1 + "/collections/{collection_name}/auth"
+RECORDS = V1 + "/collections/{collection_name}/records"
+PASSWORD, NEW_PASSWORD = "person-password-1", "person-password-2"
+REDIRECT_URI = "https://app.example.com/oauth-return"
+
+DOCUMENTED = {(r.method, r.path) for r in ROUTES
+              if r.in_docs and r.response is not None and r.produces == "application/json"}
+"""(method, path template) of every route whose success answer the document describes."""
+
+
+@dataclass
+class Contract:
+    """Calls routes by their template and checks each answer against the document."""
+
+    client: Any
+    document: dict[str, Any]
+    checked: set[tuple[str, str]] = field(default_factory=set)
+
+    async def call(self, method: str, template: str, token: str | None = None, *,
+                   args: dict[str, str] | None = None, **request: Any) -> Any:
+        """Send the request (`args` fill the template's path parameters), assert the route's
+        documented success status and that the JSON answer validates; return the answer."""
+        route = next(r for r in ROUTES if (r.method, r.path) == (method, template))
+        headers = {**bearer(token)} if token else {}
+        response = await self.client.request(method, template.format(**(args or {})), headers=headers, **request)
+        assert response.status == route.status, f"{method} {template}: {response.status} {await response.text()}"
+        body = await response.json()
+        responses = self.document["paths"][template][method.lower()]["responses"]
+        schema = responses[str(route.status)]["content"]["application/json"]["schema"]
+        errors = list(OAS30Validator({**schema, "components": self.document["components"]}).iter_errors(body))
+        assert not errors, f"{method} {template} answered off its documented shape: {errors[0].message}\n{body}"
+        self.checked.add((method, template))
+        return body
+
+
+async def mail_token(run_jobs: Any, mailbox: Any, address: str, subject: str) -> str:
+    await run_jobs()
+    return link_token(mail_with_subject(mailbox, address, subject))
+
+
+async def user_system(c: Contract, auth: str, args: dict[str, str], email: str, clock: Any, oidc: Any,
+                      run_jobs: Any, mailbox: Any) -> str:
+    """Every route both user systems share, under `auth` (a template); returns an access token."""
+    await c.call("POST", auth + "/register", json={"email": email, "password": PASSWORD}, args=args)
+    token = await mail_token(run_jobs, mailbox, email, "Verify your email address")
+    await c.call("POST", auth + "/verify-email", json={"token": token}, args=args)
+    login = await c.call("POST", auth + "/login", json={"email": email, "password": PASSWORD}, args=args)
+    access = login["token"]["access_token"]
+    await c.call("POST", auth + "/refresh", json={"refresh_token": login["token"]["refresh_token"]}, args=args)
+    await c.call("GET", auth + "/me", access, args=args)
+    await c.call("POST", auth + "/resend-verification", access, args=args)
+    assert await c.call("GET", auth + "/sessions", access, args=args)
+    await c.call("POST", auth + "/me/change-password", access, args=args,
+                 json={"old_password": PASSWORD, "new_password": NEW_PASSWORD})
+    # two-factor: the pending login answer has a shape of its own
+    setup = await c.call("POST", auth + "/2fa/setup", access, args=args)
+    code = pyotp.TOTP(setup["secret"]).at(clock())
+    codes = (await c.call("POST", auth + "/2fa/enable", access, args=args, json={"code": code}))["recovery_codes"]
+    pending = await c.call("POST", auth + "/login", json={"email": email, "password": NEW_PASSWORD}, args=args)
+    assert pending["requires_2fa"] is True and set(pending["user"]) == {"id", "email"}
+    await c.call("POST", auth + "/2fa/verify", args=args, json={"mfa_token": pending["mfa_token"], "code": codes[0]})
+    await c.call("POST", auth + "/2fa/disable", access, args=args, json={"password": NEW_PASSWORD, "code": codes[1]})
+    # OAuth2: a provider account with another address signs in as a new user
+    links = await c.call("GET", auth + "/oauth2/providers", args=args, params={"redirect_uri": REDIRECT_URI})
+    oauth_code, state = await oidc.authorize(links[0]["auth_url"])
+    await c.call("POST", auth + "/oauth2/callback", args=args, json={
+        "provider": "local", "code": oauth_code, "code_verifier": links[0]["code_verifier"], "state": state,
+        "redirect_uri": REDIRECT_URI})
+    return str(access)
+
+
+async def test_every_documented_answer_validates_against_the_document(client, services, clock, mailbox, run_jobs,
+                                                                     provider, receiver):  # noqa: F811
+    await services.settings.set("rate_limit_enabled", False)
+    await services.settings.set("mfa_enabled", True)
+    await services.identity.registration.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+    c = Contract(client, await (await client.get("/openapi.json")).json())
+    admin = (await c.call("POST", V1 + "/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD}))
+    admin_token = admin["token"]["access_token"]
+    assert (await configure(client, admin_token, providers_value(provider))).status == 200
+
+    # collections
+    posts = await c.call("POST", V1 + "/collections", admin_token, json={"name": "posts", "schema": [
+        {"name": "title", "type": "text", "validation": {"max": 200}}, {"name": "views", "type": "number"}]})
+    await c.call("GET", V1 + "/collections")
+    await c.call("GET", V1 + "/collections/{collection_id}", args={"collection_id": posts["id"]})
+    await c.call("PATCH", V1 + "/collections/{collection_id}", admin_token, args={"collection_id": posts["id"]},
+                 json={"list_rule": ""})
+    await c.call("POST", V1 + "/collections", admin_token, json={
+        "name": "members", "type": "auth", "schema": [{"name": "nickname", "type": "text"}],
+        "otp_enabled": True, "mfa_enabled": True})
+
+    # both user systems, then what only one of them has
+    await user_system(c, V1 + "/auth", {}, "person@example.com", clock, provider, run_jobs, mailbox)
+    clock.advance(seconds=30)  # a new TOTP step for the second system's codes
+    provider.user = type(provider.user)(sub="provider-subject-2", email="oidc.member@example.com")
+    members = {"collection_name": "members"}
+    member = await user_system(c, MEMBERS, members, "member@example.com", clock, provider, run_jobs, mailbox)
+    await c.call("POST", MEMBERS + "/me/request-email-change", member, args=members,
+                 json={"new_email": "member2@example.com", "password": NEW_PASSWORD})
+    token = await mail_token(run_jobs, mailbox, "member2@example.com", "Confirm your new email address")
+    await c.call("POST", MEMBERS + "/me/confirm-email-change", args=members, json={"token": token})
+    await c.call("POST", MEMBERS + "/otp/request", args=members, json={"email": "member2@example.com"})
+    await run_jobs()
+    otp = re.search(r"^\s*(\d{6})\s*$", text_body(mail_with_subject(mailbox, "member2@example.com", "Your login code")),
+                    re.MULTILINE)
+    assert otp
+    await c.call("POST", MEMBERS + "/otp/verify", args=members, json={"email": "member2@example.com", "code": otp[1]})
+    await c.call("POST", V1 + "/auth/request-password-reset", json={"email": "person@example.com"})
+    await c.call("POST", V1 + "/auth/forgot-password", json={"email": "person@example.com"})
+    token = await mail_token(run_jobs, mailbox, "person@example.com", "Reset your password")
+    await c.call("POST", V1 + "/auth/reset-password", json={"token": token, "new_password": PASSWORD})
+    logout = await c.call("POST", V1 + "/auth/login", json={"email": ADMIN_EMAIL, "password": ADMIN_PASSWORD})
+    await c.call("POST", V1 + "/auth/logout", logout["token"]["access_token"])
+
+    # webhooks (with one delivery in the log), records, files
+    hook = await make_webhook(client, admin_token, receiver.url, secret="s3cret")
+    hook_args = {"webhook_id": hook["id"]}
+    await c.call("POST", V1 + "/webhooks", admin_token, json={"url": receiver.url, "collection_name": "posts",
+                                                             "events": ["delete"]})
+    posts_args = {"collection_name": "posts"}
+    record = await c.call("POST", RECORDS, admin_token, args=posts_args, json={"data": {"title": "a", "views": 1}})
+    await run_jobs()
+    record_args = {**posts_args, "record_id": record["id"]}
+    await c.call("GET", RECORDS, args=posts_args)
+    await c.call("GET", RECORDS + "/{record_id}", args=record_args)
+    await c.call("PATCH", RECORDS + "/{record_id}", admin_token, args=record_args, json={"data": {"views": 2}})
+    await c.call("POST", RECORDS + "/bulk-update", admin_token, args=posts_args,
+                 json={"record_ids": [record["id"]], "data": {"views": 3}})
+    csv = aiohttp.FormData()
+    csv.add_field("file", b"title,views\nb,1\n,x\n", filename="rows.csv", content_type="text/csv")
+    imported = await c.call("POST", RECORDS + "/import/csv", admin_token, args=posts_args, data=csv)
+    assert imported["imported"] == 1 and imported["failed"]
+    upload = aiohttp.FormData()
+    upload.add_field("collection", "posts")
+    upload.add_field("record_id", record["id"])
+    upload.add_field("file", b"hello", filename="hello.txt", content_type="text/plain")
+    await c.call("POST", V1 + "/files", admin_token, data=upload)
+    await c.call("GET", V1 + "/webhooks", admin_token)
+    await c.call("GET", V1 + "/webhooks/{webhook_id}", admin_token, args=hook_args)
+    await c.call("PATCH", V1 + "/webhooks/{webhook_id}", admin_token, args=hook_args, json={"retry_count": 2})
+    log = await c.call("GET", V1 + "/webhooks/{webhook_id}/deliveries", admin_token, args=hook_args)
+    assert log["items"], "no delivery to check the shape of"
+    await c.call("GET", V1 + "/webhooks/deliveries/recent", admin_token)
+    await c.call("POST", V1 + "/webhooks/deliveries/{delivery_id}/redeliver", admin_token,
+                 args={"delivery_id": log["items"][0]["id"]})
+    await c.call("POST", RECORDS + "/bulk-delete", admin_token, args=posts_args, json={"record_ids": [record["id"]]})
+
+    # API keys, audit, settings, health, backups
+    await c.call("POST", V1 + "/api-keys", admin_token, json={"name": "ci", "scopes": ["read"]})
+    await c.call("POST", V1 + "/api-keys", admin_token, json={
+        "name": "expiring", "scopes": ["read", "write"], "expires_at": (clock() + timedelta(days=1)).isoformat()})
+    assert len(await c.call("GET", V1 + "/api-keys", admin_token)) == 2
+    assert (await c.call("GET", V1 + "/audit", admin_token))["items"]
+    await c.call("GET", V1 + "/audit/security", admin_token)
+    await c.call("GET", V1 + "/audit/statistics", admin_token)
+    await c.call("GET", V1 + "/settings", admin_token)
+    await c.call("POST", V1 + "/settings", admin_token, json={"key": "password_min_length", "value": "8"})
+    await c.call("GET", "/health")
+    backup = await c.call("POST", V1 + "/backups", admin_token)
+    await c.call("GET", V1 + "/backups", admin_token)
+    await c.call("POST", V1 + "/backups/{filename}/restore", admin_token, args={"filename": backup["filename"]})
+
+    assert c.checked == DOCUMENTED, f"not called here: {sorted(DOCUMENTED - c.checked)}"
