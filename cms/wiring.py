@@ -32,6 +32,7 @@ from cms.services.content.files import FileService
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
+from cms.services.delivery.webhook_outbox import WebhookOutbox
 from cms.services.delivery.webhook_sender import WebhookSender, address_check
 from cms.services.delivery.webhooks import WebhookService
 from cms.services.identity import Identity
@@ -92,6 +93,7 @@ class Services:
     system: SystemService
     identity: Identity
     webhooks: WebhookService
+    webhook_outbox: WebhookOutbox
     backups: BackupService
     api_keys: ApiKeyService
     authenticator: Authenticator
@@ -259,30 +261,34 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     return identity, api_keys, Authenticator(p.codec, sessions, api_keys)
 
 
-async def build_webhooks(infra: Infra, platform: Platform, content: Content, identity: Identity) -> WebhookService:
-    """The webhook service, attached to the event bus as its outbox; the SSRF rule is on in
+async def build_webhooks(infra: Infra, platform: Platform, content: Content,
+                         identity: Identity) -> tuple[WebhookService, WebhookOutbox]:
+    """The webhook service and its outbox, attached to the event bus; the SSRF rule is on in
     production mode unless WEBHOOK_ALLOW_PRIVATE."""
     config, db = infra.config, infra.db
     allow_private = config.embedded or config.webhook_allow_private
-    repositories = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
-    for repository in repositories:
+    webhook_repository, delivery_outbox, delivery_log = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
+    for repository in (webhook_repository, delivery_outbox, delivery_log):
         await repository.ensure_indexes()
     sender = WebhookSender(infra.http, allow_private=allow_private, timeout_s=config.webhook_timeout_s)
-    webhooks = WebhookService(*repositories, content.catalog, platform.jobs, sender,
+    outbox = WebhookOutbox(webhook_repository, delivery_outbox, delivery_log, content.catalog, platform.jobs,
+                           sender, clock=infra.clock, creator=identity.systems.admin.principal_of,
+                           definitions=content.definitions)
+    webhooks = WebhookService(webhook_repository, delivery_log, content.catalog, outbox,
                               address_check(allow_private=allow_private), clock=infra.clock,
-                              creator=identity.systems.admin.principal_of, definitions=content.definitions)
-    platform.events.attach_outbox(webhooks)
+                              definitions=content.definitions)
+    platform.events.attach_outbox(outbox)
     platform.events.subscribe(webhooks.on_collection_events, CollectionEvent)
-    return webhooks
+    return webhooks, outbox
 
 
-def build_system(infra: Infra, webhooks: WebhookService) -> SystemService:
+def build_system(infra: Infra, outbox: WebhookOutbox) -> SystemService:
     """Health pings and the figures of /stats: MongoDB, Redis (with the queue depth) and the
     webhook outbox backlog."""
     config, db, redis = infra.config, infra.db, infra.redis
 
     async def webhook_stats() -> dict[str, Any]:
-        return {"outbox_backlog": await webhooks.backlog()}
+        return {"outbox_backlog": await outbox.backlog()}
 
     return SystemService(
         pings={"mongodb": lambda: infra.mongo.admin.command("ping"), "redis": redis.ping},
@@ -304,12 +310,12 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
         platform = await build_platform(infra)
         content = await build_content(infra, platform)
         identity, api_keys, authenticator = await build_identity(infra, platform, content)
-        webhooks = await build_webhooks(infra, platform, content, identity)
+        webhooks, webhook_outbox = await build_webhooks(infra, platform, content, identity)
         read_cache = build_read_cache(infra, platform)
         files = await build_files(infra, platform, content)
         transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
         records = RecordService(content.catalog, content.record_repository, content.schemas, platform.events,
-                                clock=clock, transactions=transactions, needs_transaction=webhooks.wants,
+                                clock=clock, transactions=transactions, needs_transaction=webhook_outbox.wants,
                                 settings=platform.settings, cache=read_cache, group_commit=True, files=files)
         yield Services(
             config=config,
@@ -323,9 +329,10 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
             catalog=content.catalog,
             collections=content.collections,
             records=records,
-            system=build_system(infra, webhooks),
+            system=build_system(infra, webhook_outbox),
             identity=identity,
             webhooks=webhooks,
+            webhook_outbox=webhook_outbox,
             backups=BackupService(DumpRepository(infra.db), platform.events, config.backups_path, clock=clock,
                                   on_restored=[read_cache.bump_all, platform.settings.invalidate,
                                                platform.sessions.invalidate]),

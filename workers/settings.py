@@ -50,7 +50,7 @@ async def on_startup(ctx: dict[str, Any]) -> None:
     # Deliveries whose enqueue was lost (a web process died after writing them) go out now; a burst
     # worker, which runs no cron jobs, relies on this.
     try:
-        await ctx["services"].webhooks.relay()
+        await ctx["services"].webhook_outbox.relay()
     except Exception:
         logging.getLogger("cms.workers").warning("webhook relay at start-up failed", exc_info=True)
 

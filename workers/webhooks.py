@@ -1,7 +1,7 @@
 """Webhook jobs: `deliver_webhooks` (one attempt of each delivery of a batch),
 `relay_webhook_outbox` (hands on deliveries whose enqueue was lost) and `deliver_webhook` (the
 one-delivery job of earlier versions, run as a batch of one). No business rules here:
-WebhookService decides."""
+WebhookOutbox decides."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ RELAY_EVERY_S = 5
 
 
 async def deliver_webhooks(ctx: dict[str, Any], batch_id: str) -> str:
-    """Run an outbox batch (see WebhookService.deliver_batch); a failure (MongoDB or Redis down)
+    """Run an outbox batch (see WebhookOutbox.deliver_batch); a failure (MongoDB or Redis down)
     runs it again after RERUN_DELAY_S, and that run, like one after a crash, completes what the
     earlier one left. Returns a summary for arq's result."""
     services: Services = ctx["services"]
     try:
-        outcome = await services.webhooks.deliver_batch(batch_id, rerun=int(ctx.get("job_try", 1)) > 1)
+        outcome = await services.webhook_outbox.deliver_batch(batch_id, rerun=int(ctx.get("job_try", 1)) > 1)
     except Exception as exc:
         if int(ctx.get("job_try", 1)) >= BATCH_MAX_TRIES:
             raise
@@ -45,11 +45,11 @@ async def deliver_webhook(ctx: dict[str, Any], delivery_id: str) -> str:
     after an upgrade: the outbox document of that delivery is a batch of one, and it may have been
     attempted already, so the log is read first."""
     services: Services = ctx["services"]
-    outcome = await services.webhooks.deliver_batch(delivery_id, rerun=True)
+    outcome = await services.webhook_outbox.deliver_batch(delivery_id, rerun=True)
     return f"sent {outcome.sent}, delivered {outcome.delivered}, retrying {outcome.retrying}"
 
 
 async def relay_webhook_outbox(ctx: dict[str, Any]) -> int:
-    """Hand on pending deliveries (see WebhookService.relay); returns how many."""
+    """Hand on pending deliveries (see WebhookOutbox.relay); returns how many."""
     services: Services = ctx["services"]
-    return await services.webhooks.relay()
+    return await services.webhook_outbox.relay()

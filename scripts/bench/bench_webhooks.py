@@ -299,7 +299,7 @@ def summarize_profile(path: Path, top: int = PROFILE_TOP) -> list[tuple[str, flo
 
 
 def _frame_name(frame: str) -> str:
-    """`deliver (cms/services/delivery/webhooks.py:262)` -> `deliver (cms/services/delivery/webhooks.py)`."""
+    """`stage (cms/services/delivery/webhook_outbox.py:9)` -> `stage (cms/services/delivery/webhook_outbox.py)`."""
     name, _, where = frame.partition(" (")
     where = where.rstrip(")").rsplit(":", 1)[0]
     for marker in ("site-packages/", "/work/main/", "lib/python3"):
@@ -391,7 +391,7 @@ def settle(phase: Phase, receiver: Receiver, rounds: range, responses: dict[int,
 
 async def wait_for_backlog(services: Services) -> int:
     deadline = time.monotonic() + BACKLOG_WAIT_S
-    while (backlog := await services.webhooks.backlog()) and time.monotonic() < deadline:
+    while (backlog := await services.webhook_outbox.backlog()) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     return backlog
 

@@ -18,15 +18,15 @@ from aiohttp import web
 from cms.clock import new_id, utcnow
 from cms.jobs import DELIVER_WEBHOOK
 from cms.models import DeliveryAttempt, Record, Webhook, WebhookDelivery
-from cms.services.delivery.webhook_sender import WebhookSender
-from cms.services.delivery.webhooks import (
+from cms.services.delivery.webhook_outbox import (
     DELIVERY_BATCH,
     RELAY_STALE_S,
-    WebhookService,
+    WebhookOutbox,
     attempt_id,
     batches_of,
     continued_batch_id,
 )
+from cms.services.delivery.webhook_sender import WebhookSender
 from cms.store.documents import to_document
 from cms.store.webhooks import ENQUEUED
 from cms.wiring import Services, open_services
@@ -102,7 +102,7 @@ async def bulk_update(client: Any, token: str, ids: list[str]) -> None:
 async def open_batches(services: Services) -> list[int]:
     """The sizes of the batches queued and not finished, oldest first."""
     future = utcnow().replace(year=utcnow().year + 10)
-    return [len(b.deliveries) for b in await services.webhooks._outbox.waiting(ENQUEUED, future, 1000)]
+    return [len(b.deliveries) for b in await services.webhook_outbox._outbox.waiting(ENQUEUED, future, 1000)]
 
 
 async def run_workers(config: Any, *services: Services) -> None:
@@ -139,7 +139,7 @@ async def test_one_batch_with_mixed_outcomes_logs_each_attempt(services, client,
         "ok 1": [(1, 200, True)], "ok 2": [(1, 200, True)],
         "flaky 1": [(1, 500, False), (2, 200, True)], "flaky 2": [(1, 500, False), (2, 200, True)],
         "gone 1": [(1, 404, False)], "gone 2": [(1, 404, False)]}
-    assert await services.webhooks.backlog() == 0
+    assert await services.webhook_outbox.backlog() == 0
 
 
 async def test_bulk_updates_are_split_into_batches_of_100(services, client, admin_token, receiver, run_jobs):
@@ -147,10 +147,10 @@ async def test_bulk_updates_are_split_into_batches_of_100(services, client, admi
     ids = await seed(services, [f"ok {n}" for n in range(2 * DELIVERY_BATCH + 50)])
     await bulk_update(client, admin_token, ids)
     assert await open_batches(services) == [DELIVERY_BATCH, DELIVERY_BATCH, 50]
-    assert await services.webhooks.backlog() == len(ids)
+    assert await services.webhook_outbox.backlog() == len(ids)
     await run_jobs()
     assert sorted(receiver.count().values()) == [1] * len(ids)
-    assert await services.webhooks.backlog() == 0
+    assert await services.webhook_outbox.backlog() == 0
 
 
 async def test_two_workers_and_two_relays_drain_one_backlog_once(services, config, client, admin_token, receiver,
@@ -163,14 +163,14 @@ async def test_two_workers_and_two_relays_drain_one_backlog_once(services, confi
     await bulk_update(client, admin_token, ids[DELIVERY_BATCH * 2:])
     clock.advance(seconds=RELAY_STALE_S + 1)
     async with open_services(config, clock=clock) as second:
-        handed = await asyncio.gather(services.webhooks.relay(), second.webhooks.relay())
+        handed = await asyncio.gather(services.webhook_outbox.relay(), second.webhook_outbox.relay())
         assert list(handed) == [len(ids), len(ids)]
         await run_workers(config, services, second)
     assert sorted(receiver.count().values()) == [1] * len(ids)
     log = await (await client.get(f"{WEBHOOKS}/{hook}/deliveries", headers=bearer(admin_token),
                                   params={"limit": 200})).json()
     assert log["total"] == len(ids)
-    assert await services.webhooks.backlog() == 0
+    assert await services.webhook_outbox.backlog() == 0
 
 
 async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, client, admin_token, receiver, clock):
@@ -182,18 +182,18 @@ async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, clie
                                   record_id=f"r{n}", body=json.dumps({"data": {"title": f"ok {n}"}}),
                                   created=clock()) for n in range(4)]
     [batch] = batches_of(deliveries, clock())
-    await services.webhooks._outbox.insert([batch])
+    await services.webhook_outbox._outbox.insert([batch])
     for delivery, status in zip(deliveries[:2], (200, 500), strict=True):
         await services.webhooks._log.insert_many([DeliveryAttempt(
             id=attempt_id(delivery.id, 1), webhook_id=hook_id, delivery_id=delivery.id, event_type="update",
             record_id=delivery.record_id, url=receiver.url, status_code=status, response_body="",
             attempt=1, success=status == 200, duration_ms=1, error=None, created=clock())])
-    outcome = await services.webhooks.deliver_batch(batch.id, rerun=True)
+    outcome = await services.webhook_outbox.deliver_batch(batch.id, rerun=True)
     assert (outcome.sent, outcome.delivered, outcome.retrying, outcome.failed) == (2, 3, 1, 0)
     assert sorted(receiver.count()) == sorted(d.id for d in deliveries[2:])
-    again = await services.webhooks.deliver_batch(batch.id, rerun=True)  # finished: nothing happens
+    again = await services.webhook_outbox.deliver_batch(batch.id, rerun=True)  # finished: nothing happens
     assert again.sent == 0 and len(receiver.requests) == 2
-    retry = await services.webhooks._outbox.get(f"{batch.id}>2")
+    retry = await services.webhook_outbox._outbox.get(f"{batch.id}>2")
     assert retry is not None and [d.id for d in retry.deliveries] == [deliveries[1].id] and retry.attempt == 2
 
 
@@ -203,12 +203,12 @@ async def test_a_job_of_an_earlier_version_still_delivers(services, config, clie
     delivery = WebhookDelivery(id=new_id(), webhook_id=hook_id, event="update", collection="posts",
                                record_id="r1", body=json.dumps({"data": {"title": "ok"}}), created=clock(),
                                status=ENQUEUED, enqueued_at=clock())
-    await services.webhooks._outbox._mongo_coll.insert_one(to_document(delivery))
+    await services.webhook_outbox._outbox._mongo_coll.insert_one(to_document(delivery))
     await services.redis.enqueue_job(DELIVER_WEBHOOK, delivery.id, _job_id=f"webhook:{delivery.id}",
                                      _queue_name=config.queue_name)
     await run_workers(config, services)
     assert list(receiver.count().items()) == [(delivery.id, 1)]
-    assert await services.webhooks.backlog() == 0
+    assert await services.webhook_outbox.backlog() == 0
 
 
 def test_batches_are_bounded_by_count_and_bytes():
@@ -254,22 +254,22 @@ async def test_requests_that_cannot_start_in_time_go_to_a_continuation_batch(
     deliveries = [WebhookDelivery(id=new_id(), webhook_id=hook_id, event="update", collection="posts",
                                   record_id=f"r{n}", body="{}", created=clock()) for n in range(3)]
     [batch] = batches_of(deliveries, clock())
-    await services.webhooks._outbox.insert([batch])
-    own = services.webhooks
+    await services.webhook_outbox._outbox.insert([batch])
+    own = services.webhook_outbox
     async with aiohttp.ClientSession() as session:
-        narrow = WebhookService(own._webhooks, own._outbox, own._log, services.catalog, own._jobs,
-                                WebhookSender(session, allow_private=True, timeout_s=5.0, max_in_flight=1),
-                                own._address_check, clock=clock, batch_start_within_s=0.2)
+        narrow = WebhookOutbox(own._webhooks, own._outbox, own._log, services.catalog, own._jobs,
+                               WebhookSender(session, allow_private=True, timeout_s=5.0, max_in_flight=1),
+                               clock=clock, batch_start_within_s=0.2)
         outcome = await narrow.deliver_batch(batch.id)
     assert (outcome.sent, outcome.delivered, outcome.continued) == (1, 1, 2)
-    continued = await services.webhooks._outbox.get(continued_batch_id(batch.id))
+    continued = await services.webhook_outbox._outbox.get(continued_batch_id(batch.id))
     assert continued is not None and continued.attempt == 1
     assert [d.id for d in continued.deliveries] == [d.id for d in deliveries[1:]]
     await run_jobs()
     assert sorted(slow_receiver.count().values()) == [1, 1, 1]
     log, total = await services.webhooks._log.page(webhook_ids=[hook_id], skip=0, limit=10)
     assert total == 3 and {(e.attempt, e.success) for e in log} == {(1, True)}
-    assert await services.webhooks.backlog() == 0
+    assert await services.webhook_outbox.backlog() == 0
 
 
 async def test_a_slot_given_up_on_is_not_lost(slow_receiver):

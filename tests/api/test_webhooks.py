@@ -17,7 +17,7 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 from cms.clock import new_id
 from cms.models import Webhook, WebhookDelivery
 from cms.security.signing import standard_key, verify
-from cms.services.delivery.webhooks import batches_of
+from cms.services.delivery.webhook_outbox import batches_of
 from cms.wiring import open_services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from workers.settings import build_worker
@@ -279,15 +279,15 @@ async def test_a_delivery_written_before_a_crash_still_arrives(services, client,
     delivery = WebhookDelivery(id=new_id(), webhook_id=hook["id"], event="create", collection="posts",
                                record_id="r1", body='{"event":"create","record_id":"r1"}', created=clock())
     [batch] = batches_of([delivery], clock())
-    await services.webhooks._outbox.insert([batch])
+    await services.webhook_outbox._outbox.insert([batch])
     assert (await client.get("/api/v1/stats", headers=bearer(admin_token))).status == 200
     stats = await (await client.get("/api/v1/stats", headers=bearer(admin_token))).json()
     assert stats["webhooks"]["outbox_backlog"] == 1
     clock.advance(seconds=5)
     await run_jobs()
     assert [h["X-Webhook-Delivery"] for h, _, _ in receiver.requests] == [delivery.id]
-    assert (await services.webhooks._outbox.get(batch.id)).status == "done"
-    assert await services.webhooks.backlog() == 0
+    assert (await services.webhook_outbox._outbox.get(batch.id)).status == "done"
+    assert await services.webhook_outbox.backlog() == 0
 
 
 async def test_two_workers_and_two_relays_deliver_each_delivery_once(services, config, client, admin_token, posts,
@@ -295,9 +295,9 @@ async def test_two_workers_and_two_relays_deliver_each_delivery_once(services, c
     hook = await make_webhook(client, admin_token, receiver.url)
     deliveries = [WebhookDelivery(id=new_id(), webhook_id=hook["id"], event="create", collection="posts",
                                   record_id=f"r{n}", body="{}", created=clock()) for n in range(20)]
-    await services.webhooks._outbox.insert(batches_of(deliveries, clock()))
+    await services.webhook_outbox._outbox.insert(batches_of(deliveries, clock()))
     clock.advance(seconds=5)
-    await asyncio.gather(services.webhooks.relay(), services.webhooks.relay())
+    await asyncio.gather(services.webhook_outbox.relay(), services.webhook_outbox.relay())
     async with open_services(config, clock=clock) as second:
         workers = [build_worker(config, services=s, burst=True, handle_signals=False, poll_delay_s=0.01)
                    for s in (services, second)]
@@ -344,8 +344,8 @@ async def test_delivery_time_refusal_when_dns_points_inward(config, admin_token,
             delivery = WebhookDelivery(id=new_id(), webhook_id=webhook.id, event="create", collection="posts",
                                        record_id="r", body="{}", created=clock())
             [batch] = batches_of([delivery], clock())
-            await production.webhooks._outbox.insert([batch])
-            outcome = await production.webhooks.deliver_batch(batch.id)
+            await production.webhook_outbox._outbox.insert([batch])
+            outcome = await production.webhook_outbox.deliver_batch(batch.id)
             assert (outcome.sent, outcome.failed, outcome.retrying) == (1, 1, 0)
             items, _ = await production.webhooks._log.page(webhook_ids=[webhook.id], skip=0, limit=10)
             assert items[0].error is not None and items[0].error.startswith("refused")
@@ -384,7 +384,7 @@ async def test_without_webhooks_writes_take_no_transaction(services, client, adm
     """Record events still reach subscribers after the write when no webhook wants them."""
     record = await create_record(client, admin_token, "posts", {"title": "plain"})
     assert [(e.event, e.record_id) for e in seen] == [("create", record["id"])]
-    assert await services.webhooks.wants(posts["id"]) is False
+    assert await services.webhook_outbox.wants(posts["id"]) is False
 
 
 @pytest.mark.parametrize("query", ["skip=35136006418180637458432", "skip=-1", "limit=0", "limit=201"],

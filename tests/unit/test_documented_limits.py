@@ -18,7 +18,7 @@ from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache
 from cms.services.content import collections, csv_io, group_commit, records, relations
-from cms.services.delivery import webhook_sender, webhooks
+from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.identity import otp
 from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, VERSION_CHECK_INTERVAL_S
@@ -64,7 +64,7 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "restore-staging-an-hour": (collections.RESTORE_STAGING_MAX_S, 3600),
     "webhook-50-at-a-time-per-batch": (webhook_sender.SEND_CONCURRENCY, 50),
     "webhook-100-per-worker": (webhook_sender.CONNECTION_LIMIT, 100),
-    "webhook-batch-starts-within-60-s": (webhooks.BATCH_START_WITHIN_S, 60),
+    "webhook-batch-starts-within-60-s": (webhook_outbox.BATCH_START_WITHIN_S, 60),
     "redis-200-connections": (REDIS_MAX_CONNECTIONS, 200),
     "mongodb-found-within-10-s": (MONGODB_CONNECT_TIMEOUT_S, 10),
     "settings-version-every-0.5-s": (VERSION_CHECK_INTERVAL_S, 0.5),

@@ -12,7 +12,7 @@ from standardwebhooks.webhooks import Webhook as StandardWebhook
 
 from cms.security.addresses import is_public_address
 from cms.security.signing import sign_standard, standard_key
-from cms.services.delivery.webhooks import attempt_id, retry_delay_s
+from cms.services.delivery.webhook_outbox import attempt_id, retry_delay_s
 
 
 @pytest.mark.parametrize("address, public", [

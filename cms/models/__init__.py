@@ -1,0 +1,50 @@
+"""Domain values passed between store, services and api: frozen dataclasses, no I/O.
+
+Datetimes are aware UTC. Ids are UUID4 strings (`cms.clock.new_id`). The values are grouped by
+domain: `identity` (principals, users, sessions, tokens, API keys), `content` (collections, rules,
+records, pages, files), `delivery` (webhooks, deliveries) and `operations` (audit entries). They are
+the shared vocabulary of every layer, so this package re-exports every name: import them from
+`cms.models`.
+"""
+
+from cms.models.content import (
+    AUTH_RULES,
+    BASE_RULES,
+    OWN_RECORD_RULE,
+    SIGNED_IN_RULE,
+    AccessRules,
+    Collection,
+    FieldSpec,
+    Page,
+    Record,
+    StoredFile,
+    Validation,
+    default_rules,
+)
+from cms.models.delivery import DeliveryAttempt, Webhook, WebhookDelivery
+from cms.models.identity import (
+    ADMIN_AUDIENCE,
+    ROLE_ADMIN,
+    ROLE_USER,
+    AdminUser,
+    ApiKey,
+    CollectionUser,
+    LoginResult,
+    OneTimeToken,
+    OtpCode,
+    Principal,
+    PrincipalKind,
+    Session,
+    TokenPair,
+    audience_collection_id,
+    collection_audience,
+)
+from cms.models.operations import AuditEntry
+
+__all__ = [
+    "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "OWN_RECORD_RULE", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE",
+    "AccessRules", "AdminUser", "ApiKey", "AuditEntry", "Collection", "CollectionUser", "DeliveryAttempt",
+    "FieldSpec", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind", "Record",
+    "Session", "StoredFile", "TokenPair", "Validation", "Webhook", "WebhookDelivery", "audience_collection_id",
+    "collection_audience", "default_rules",
+]

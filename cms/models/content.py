@@ -1,0 +1,143 @@
+"""Collections and what they hold: field definitions, access rules, records, pages of a list, files.
+
+Frozen dataclasses, no I/O; re-exported by `cms.models`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Validation keys of a field definition (decisions.md, Records).
+
+    `min`/`max` bound the length of text and the value of numbers; `pattern` is a regex for text.
+    """
+
+    required: bool = False
+    min: float | None = None
+    max: float | None = None
+    pattern: str | None = None
+    unique: bool = False
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a collection schema.
+
+    `type` is one of `cms.services.content.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
+    `collection_id`/`max_select`/`cascade_delete` to relation, `max_select` to file.
+    `cascade_delete`: deleting a target record deletes the records that point to it (otherwise
+    the reference is removed from them).
+    """
+
+    name: str
+    type: str
+    validation: Validation = Validation()
+    values: tuple[str, ...] | None = None
+    max_select: int | None = None
+    collection_id: str | None = None
+    cascade_delete: bool = False
+
+
+SIGNED_IN_RULE = '@request.auth.id != ""'
+"""The default create, update and delete rule of a base collection: any signed-in principal."""
+OWN_RECORD_RULE = "id = @request.auth.id"
+"""The default list, view, update and delete rule of an auth collection: the user's own record."""
+
+
+@dataclass(frozen=True)
+class AccessRules:
+    """The five access rules of a collection (decisions.md, Access rules): each is None (admins
+    only), "" (everyone, anonymous callers included) or an expression of the rule grammar
+    (`filters.grammar.parse_rule`), kept verbatim as it was set."""
+
+    list_rule: str | None = ""
+    view_rule: str | None = ""
+    create_rule: str | None = SIGNED_IN_RULE
+    update_rule: str | None = SIGNED_IN_RULE
+    delete_rule: str | None = SIGNED_IN_RULE
+
+    def rule(self, action: str) -> str | None:
+        """The rule of `action` (list, view, create, update or delete). Raises AttributeError
+        for another action."""
+        value: str | None = getattr(self, f"{action}_rule")
+        return value
+
+
+BASE_RULES = AccessRules()
+"""The rules of a base collection created without rules: today's behaviour (public reads,
+signed-in writes)."""
+AUTH_RULES = AccessRules(list_rule=OWN_RECORD_RULE, view_rule=OWN_RECORD_RULE, create_rule=None,
+                         update_rule=OWN_RECORD_RULE, delete_rule=OWN_RECORD_RULE)
+"""The rules of an auth collection created without rules: each user reaches only their own record;
+users come from register."""
+
+
+def default_rules(collection_type: str) -> AccessRules:
+    """The rules a collection of `collection_type` (`base` or `auth`) gets when none are given."""
+    return AUTH_RULES if collection_type == "auth" else BASE_RULES
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A user-defined collection; `version` grows by one on every update (schema cache key)."""
+
+    id: str
+    name: str
+    type: str
+    fields: tuple[FieldSpec, ...]
+    created: datetime
+    updated: datetime
+    version: int = 1
+    otp_enabled: bool = False
+    mfa_enabled: bool = False
+    oauth_enabled: bool = False
+    rules: AccessRules = BASE_RULES
+
+    def field(self, name: str) -> FieldSpec | None:
+        """The schema field called `name`, or None."""
+        return next((f for f in self.fields if f.name == name), None)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record: system fields plus the values of its collection's fields in `data`."""
+
+    id: str
+    created: datetime
+    updated: datetime
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a list: `page` is 1-based, `total` counts every match."""
+
+    items: list[T]
+    total: int
+    page: int
+    per_page: int
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file attached to a record (spec: Files), its bytes in GridFS.
+
+    `size` is in bytes; `sha256` is the hex SHA-256 of the bytes, computed while uploading;
+    `collection` is the collection's name and `collection_id` its id; `content_type` is a
+    validated `type/subtype` (with an optional charset)."""
+
+    id: str
+    filename: str
+    content_type: str
+    size: int
+    collection_id: str
+    collection: str
+    record_id: str
+    sha256: str
+    created: datetime
