@@ -36,7 +36,7 @@ from cms.security import passwords
 from cms.services.delivery.events import RecordEvent
 from cms.store.client import open_client
 from cms.wiring import Services, open_services
-from tests.fixtures import mongo_commands, mongo_db, tokens, user  # noqa: F401 - fixtures any module may request
+from tests.fixtures import cache_server, mongo_commands, mongo_db, sync_cache, sync_db, tokens, user  # noqa: F401 - fixtures any module may request
 from workers.settings import build_worker
 
 ADMIN_EMAIL = "admin@example.com"
@@ -162,8 +162,12 @@ def clock() -> MovableClock:
 
 
 @pytest.fixture
-def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], tmp_path: Path) -> Config:
+def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], tmp_path: Path,
+           request: pytest.FixtureRequest) -> Config:
+    """The test's Config: its own database and queue name on the session's servers; a test that
+    requests `cache_server` gets that server as its cache Redis."""
     smtp_port, _ = smtp_server
+    own_cache = request.getfixturevalue("cache_server").url if "cache_server" in request.fixturenames else None
     return Config(
         secret_key="test-secret-key-" + "x" * 32,
         mongodb_url=mongodb_url,
@@ -176,6 +180,7 @@ def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], t
         smtp_starttls=False,
         smtp_timeout_s=5.0,
         queue_name=f"cms:test:{uuid.uuid4().hex[:12]}",
+        cache_redis_url=own_cache,
     )
 
 
