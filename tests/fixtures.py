@@ -173,6 +173,16 @@ async def catalog_epoch(config: Config) -> str:
         await client.aclose()
 
 
+async def bump_catalog_epoch(config: Config) -> None:
+    """Move the catalog epoch of `config`'s database (INCR, as a collection change or a restore
+    does on any replica): every cached definition and read becomes stale."""
+    client = Redis.from_url(config.cache_redis_url or config.redis_url or "")
+    try:
+        await client.incr(keys.catalog_epoch(config.mongodb_db))
+    finally:
+        await client.aclose()
+
+
 @pytest.fixture
 def cache_server(tmp_path: Path) -> Iterator[ChildServer]:
     """A redis-server of this test's own, which the `config` fixture makes the cache Redis

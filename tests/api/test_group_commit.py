@@ -10,7 +10,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
 
 from cms.clock import new_id
 from cms.config import Config
@@ -22,7 +21,7 @@ from cms.store.client import Database
 from cms.store.records import collection_id_of, records_mongo_name
 from cms.wiring import Services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
-from tests.fixtures import Command, CommandLog, catalog_epoch, wait_until
+from tests.fixtures import Command, CommandLog, bump_catalog_epoch, catalog_epoch, wait_until
 from workers.maintenance import sweep_orphaned_records
 
 
@@ -206,11 +205,7 @@ async def test_creates_check_their_collection_through_the_epoch_not_the_database
     found, epoch = await service.current_by_name("checked")
     assert epoch is not None and found.id == collection["id"]
     assert await service.exists_since(found.id, epoch) and id_lookups(mongo_commands) == 0
-    cache_redis = Redis.from_url(config.redis_url or "")
-    try:
-        await cache_redis.incr(keys.catalog_epoch(config.mongodb_db))  # any catalog change: the check asks
-    finally:
-        await cache_redis.aclose()
+    await bump_catalog_epoch(config)  # any catalog change: the check asks the database
     assert await service.exists_since(found.id, epoch) and id_lookups(mongo_commands) == 1
     assert await service.exists_since(found.id, None) and id_lookups(mongo_commands) == 2  # epoch unknown
     assert not await service.exists_since(new_id(), None) and id_lookups(mongo_commands) == 3
