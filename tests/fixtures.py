@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from cms.config import Config
 from cms.runtime.children import ChildServer
 from cms.runtime.embedded import start_redis
+from cms.security import passwords
 from cms.services.caching import keys
 from cms.services.caching.counters import counter_text
 from cms.store.client import Database, open_client
@@ -190,6 +191,13 @@ def cache_server(tmp_path: Path) -> Iterator[ChildServer]:
     outage: counters and epochs fail open) without touching the suite's shared Redis."""
     with start_redis(tmp_path / "cache-redis") as server:
         yield server
+
+
+def dummy_verifications() -> int:
+    """How many dummy password verifications (`passwords.verify_dummy`: the argon2 work a login
+    for an unknown email spends) this process has run so far."""
+    info = passwords.dummy_hash.cache_info()
+    return info.hits + info.misses
 
 
 # --- waiting -----------------------------------------------------------------------------------

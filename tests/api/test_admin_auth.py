@@ -12,6 +12,7 @@ from cms.security import passwords
 from cms.store.admin_users import AdminUserRepository
 from cms.store.client import open_client
 from tests.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, bearer, login
+from tests.fixtures import dummy_verifications
 
 REGISTER = "/api/v1/auth/register"
 LOGIN = "/api/v1/auth/login"
@@ -272,19 +273,15 @@ async def test_login_for_unknown_email_spends_a_dummy_verification(client):
     verification, against the dummy hash; a wrong password for a known email runs the real one."""
     await register(client, email="known@example.com")
 
-    def dummy_uses() -> int:
-        info = passwords._dummy_hash.cache_info()
-        return info.hits + info.misses
-
-    before = dummy_uses()
+    before = dummy_verifications()
     response = await client.post(LOGIN, json={"email": "nobody@example.com", "password": PASSWORD})
     assert response.status == 401
-    assert dummy_uses() == before + 1
+    assert dummy_verifications() == before + 1
 
-    before = dummy_uses()
+    before = dummy_verifications()
     response = await client.post(LOGIN, json={"email": "known@example.com", "password": "wrong-password"})
     assert response.status == 401
-    assert dummy_uses() == before
+    assert dummy_verifications() == before
 
 
 async def test_login_password_is_case_sensitive_and_exact(client):

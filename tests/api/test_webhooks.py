@@ -288,7 +288,8 @@ async def test_a_delivery_written_before_a_crash_still_arrives(services, client,
     clock.advance(seconds=5)
     await run_jobs()
     assert [h["X-Webhook-Delivery"] for h, _, _ in receiver.requests] == [delivery.id]
-    assert (await outbox.get(batch.id)).status == "done"
+    done = await outbox.get(batch.id)
+    assert done is not None and done.status == "done"
     assert await services.webhooks.backlog() == 0
 
 
