@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,13 @@ from typing import Any
 import pymongo
 import pytest
 import redis
+from aiohttp import web
 from pymongo import monitoring
 from redis.asyncio import Redis
 
 from cms.config import Config
 from cms.runtime.children import ChildServer
-from cms.runtime.embedded import start_redis
+from cms.runtime.embedded import free_port, start_redis
 from cms.security import passwords
 from cms.services.caching import keys
 from cms.services.caching.counters import counter_text
@@ -184,6 +186,16 @@ async def bump_catalog_epoch(config: Config) -> None:
         await client.aclose()
 
 
+@pytest.fixture(name="redis")
+async def redis_client(redis_url: str) -> AsyncIterator[Redis]:
+    """A client of the suite's Redis, closed after the test."""
+    client = Redis.from_url(redis_url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
 @pytest.fixture
 def cache_server(tmp_path: Path) -> Iterator[ChildServer]:
     """A redis-server of this test's own, which the `config` fixture makes the cache Redis
@@ -198,6 +210,25 @@ def dummy_verifications() -> int:
     for an unknown email spends) this process has run so far."""
     info = passwords.dummy_hash.cache_info()
     return info.hits + info.misses
+
+
+# --- servers a test runs itself ------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def served(app: web.Application, path: str, *, shutdown_timeout_s: float = 60.0) -> AsyncIterator[str]:
+    """Serve `app` on a free loopback port (reachable from processes the test starts, which the
+    `aiohttp_server` fixture's server is too, but with a fixed shutdown time-out); yields the URL of
+    `path` on it. The server is cleaned up on exit, waiting at most `shutdown_timeout_s` seconds
+    for requests still running."""
+    runner = web.AppRunner(app, shutdown_timeout=shutdown_timeout_s)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}{path}"
+    finally:
+        await runner.cleanup()
 
 
 # --- waiting -----------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from aiohttp import web
 from cms.config import Config
 from cms.runtime.embedded import free_port
 from cms.wiring import open_services
+from tests.fixtures import served
 
 ADMIN_EMAIL = "replicas-admin@example.com"
 ADMIN_PASSWORD = "replicas-password-1"
@@ -385,14 +386,8 @@ async def receiver() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 
     app = web.Application()
     app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/hook", received
-    finally:
-        await runner.cleanup()
+    async with served(app, "/hook") as url:
+        yield url, received
 
 
 async def test_a_record_created_on_a_is_delivered_once_by_the_worker(
