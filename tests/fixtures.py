@@ -212,6 +212,17 @@ def dummy_verifications() -> int:
     return info.hits + info.misses
 
 
+# --- requests --------------------------------------------------------------------------------------
+
+JSON = {"Content-Type": "application/json"}
+
+
+async def post_raw_json(client: Any, path: str, data: bytes | str) -> Any:
+    """POST `data` as it is (malformed JSON, bytes that are not UTF-8, ...) with the JSON content
+    type; returns the response."""
+    return await client.post(path, data=data, headers=JSON)
+
+
 # --- servers a test runs itself ------------------------------------------------------------------
 
 

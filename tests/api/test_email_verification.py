@@ -12,7 +12,8 @@ from cms.security.codes import hash_token
 from cms.services.identity.one_time_tokens import PASSWORD_RESET, VERIFY_EMAIL, OneTimeTokens
 from cms.store.client import open_client
 from cms.store.one_time_tokens import OneTimeTokenRepository
-from tests.conftest import bearer, link_token, login, text_body
+from tests.conftest import bearer, error_of, link_token, login, text_body
+from tests.fixtures import post_raw_json
 
 REGISTER = "/api/v1/auth/register"
 VERIFY = "/api/v1/auth/verify-email"
@@ -130,9 +131,7 @@ async def test_verify_email_bad_input(client, body, status):
 
 
 async def test_verify_email_malformed_json_is_400(client):
-    response = await client.post(VERIFY, data=b'{"token": ', headers={"Content-Type": "application/json"})
-    assert response.status == 400
-    assert (await response.json())["code"] == "bad_request"
+    await error_of(await post_raw_json(client, VERIFY, b'{"token": '), 400, "bad_request")
 
 
 async def test_a_token_of_another_purpose_is_refused_and_not_spent(client, one_time, registered):
