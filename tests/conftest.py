@@ -31,12 +31,22 @@ from argon2.low_level import Type
 from cms.app import create_app
 from cms.clock import utcnow
 from cms.config import Config
+from cms.runtime.children import ChildServer
 from cms.runtime.embedded import free_port, start_mongodb, start_redis
 from cms.security import passwords
 from cms.services.delivery.events import RecordEvent
 from cms.store.client import open_client
 from cms.wiring import Services, open_services
-from tests.fixtures import mongo_commands, mongo_db, tokens, user  # noqa: F401 - fixtures any module may request
+from tests.fixtures import (  # noqa: F401 - fixtures any module may request
+    cache_server,
+    mongo_commands,
+    mongo_db,
+    redis_client,
+    sync_cache,
+    sync_db,
+    tokens,
+    user,
+)
 from workers.settings import build_worker
 
 ADMIN_EMAIL = "admin@example.com"
@@ -57,22 +67,24 @@ Client: TypeAlias = TestClient[web.Request, web.Application]
 # --- servers (once per session) --------------------------------------------------------------
 
 
+def server_url(variable: str, start: Callable[[Path], ChildServer], data_dir: Path) -> Iterator[str]:
+    """The URL in environment variable `variable` if set, else that of a server `start`ed on `data_dir`
+    (stopped after)."""
+    if os.environ.get(variable):
+        yield os.environ[variable]
+        return
+    with start(data_dir) as server:
+        yield server.url
+
+
 @pytest.fixture(scope="session")
 def mongodb_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if os.environ.get("MONGODB_URL"):
-        yield os.environ["MONGODB_URL"]
-        return
-    with start_mongodb(tmp_path_factory.mktemp("mongodb") / "db") as server:
-        yield server.url
+    yield from server_url("MONGODB_URL", start_mongodb, tmp_path_factory.mktemp("mongodb") / "db")
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if os.environ.get("REDIS_URL"):
-        yield os.environ["REDIS_URL"]
-        return
-    with start_redis(tmp_path_factory.mktemp("redis") / "data") as server:
-        yield server.url
+    yield from server_url("REDIS_URL", start_redis, tmp_path_factory.mktemp("redis") / "data")
 
 
 @dataclass
@@ -94,14 +106,14 @@ class Mailbox:
         return found[-1]
 
 
-def text_body(message: Message) -> str:
-    """The text/plain part of a received message."""
+def text_body(message: Message, content_type: str = "text/plain") -> str:
+    """The `content_type` part (text/plain unless told) of a received message, decoded."""
     for part in message.walk():
-        if part.get_content_type() == "text/plain":
+        if part.get_content_type() == content_type:
             payload = part.get_payload(decode=True)
             assert isinstance(payload, bytes)
             return payload.decode()
-    raise AssertionError("no text/plain part")
+    raise AssertionError(f"no {content_type} part")
 
 
 def link_token(message: Message) -> str:
@@ -162,8 +174,12 @@ def clock() -> MovableClock:
 
 
 @pytest.fixture
-def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], tmp_path: Path) -> Config:
+def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], tmp_path: Path,
+           request: pytest.FixtureRequest) -> Config:
+    """The test's Config: its own database and queue name on the session's servers; a test that
+    requests `cache_server` gets that server as its cache Redis."""
     smtp_port, _ = smtp_server
+    own_cache = request.getfixturevalue("cache_server").url if "cache_server" in request.fixturenames else None
     return Config(
         secret_key="test-secret-key-" + "x" * 32,
         mongodb_url=mongodb_url,
@@ -176,6 +192,7 @@ def config(mongodb_url: str, redis_url: str, smtp_server: tuple[int, Mailbox], t
         smtp_starttls=False,
         smtp_timeout_s=5.0,
         queue_name=f"cms:test:{uuid.uuid4().hex[:12]}",
+        cache_redis_url=own_cache,
     )
 
 

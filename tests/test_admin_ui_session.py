@@ -55,9 +55,9 @@ async def test_a_refused_refresh_signs_out_on_every_replica(
 
 def test_a_shared_pair_opens_only_with_the_spent_token() -> None:
     pair = TokenPair(access_token="a.b.c", refresh_token="d.e.f", expires_in=60)
-    sealed = ui_session._seal("spent-token", pair)  # noqa: SLF001 - the sealing under test
+    sealed = ui_session.seal_pair("spent-token", pair)
     assert b"a.b.c" not in sealed and b"d.e.f" not in sealed
-    assert ui_session._open("spent-token", sealed) == pair  # noqa: SLF001
-    assert ui_session._open("another-token", sealed) is None  # noqa: SLF001
-    assert ui_session._open("spent-token", b"not base64!") is None  # noqa: SLF001
-    assert ui_session._open("spent-token", sealed[:-4]) is None  # noqa: SLF001
+    assert ui_session.open_pair("spent-token", sealed) == pair
+    assert ui_session.open_pair("another-token", sealed) is None
+    assert ui_session.open_pair("spent-token", b"not base64!") is None
+    assert ui_session.open_pair("spent-token", sealed[:-4]) is None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,6 @@ from cms.services.caching.counters import (
 from tests.test_stalled_database import paused
 
 log = logging.getLogger("tests.counters")
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 def fresh(name: str) -> str:

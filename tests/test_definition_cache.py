@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
@@ -12,15 +11,6 @@ from redis.asyncio import Redis
 from cms.runtime.embedded import free_port
 from cms.services.caching import counters, definition_cache
 from cms.services.caching.definition_cache import DefinitionCache, request_scope
-
-
-@pytest.fixture
-async def redis(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    try:
-        yield client
-    finally:
-        await client.aclose()
 
 
 class Loader:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import multiprocessing
 import sys
 import time
 from dataclasses import replace
@@ -202,6 +203,8 @@ def test_request_ids_are_unique_hex_and_differ_between_processes() -> None:
     ids = [middlewares.new_request_id() for _ in range(10_000)]
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
-    before = middlewares.new_request_id()[:20]
-    middlewares._renew_request_id_prefix()  # what a forked child runs
-    assert middlewares.new_request_id()[:20] != before
+    here = middlewares.new_request_id()[:20]
+    forked = multiprocessing.get_context("fork")  # a child as `cms serve --workers N` forks it
+    with forked.Pool(1) as pool:
+        there = pool.apply(middlewares.new_request_id)[:20]
+    assert there != here and middlewares.new_request_id()[:20] == here

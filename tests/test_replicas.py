@@ -28,6 +28,7 @@ from aiohttp import web
 from cms.config import Config
 from cms.runtime.embedded import free_port
 from cms.wiring import open_services
+from tests.fixtures import served
 
 ADMIN_EMAIL = "replicas-admin@example.com"
 ADMIN_PASSWORD = "replicas-password-1"
@@ -214,6 +215,16 @@ async def set_setting(client: Client, key: str, value: Any, *, ip: str | None = 
 # --- sessions and tokens -------------------------------------------------------------------------
 
 
+async def signed_out(http: Client, replica: str, tokens: dict[str, Any], auth: str = V1 + "/auth") -> None:
+    """The tokens of one login under `auth` (the admin table's, or an auth collection's) are refused
+    on `replica`: its access token is 401, and so is its refresh token."""
+    status, body = await http.call(replica, "GET", auth + "/me", token=tokens["access_token"])
+    assert status == 401, body
+    status, body = await http.call(replica, "POST", auth + "/refresh", token="",
+                                   json={"refresh_token": tokens["refresh_token"]})
+    assert status == 401, body
+
+
 async def test_a_session_revoked_through_a_is_refused_by_b_at_once(http: Client) -> None:
     name = (await new_collection(http, [], type="auth"))["name"]
     auth = f"{V1}/collections/{name}/auth"
@@ -228,11 +239,7 @@ async def test_a_session_revoked_through_a_is_refused_by_b_at_once(http: Client)
 
     status, body = await http.call("a", "DELETE", f"{auth}/sessions/{current['id']}", token=first["access_token"])
     assert status == 204, body
-    status, body = await http.call("b", "GET", auth + "/me", token=second["access_token"])
-    assert status == 401, body
-    status, body = await http.call("b", "POST", auth + "/refresh", token="",
-                                   json={"refresh_token": second["refresh_token"]})
-    assert status == 401, body
+    await signed_out(http, "b", second, auth)
     status, body = await http.call("b", "GET", auth + "/me", token=first["access_token"])
     assert status == 200, body
 
@@ -244,11 +251,7 @@ async def test_logout_on_a_refuses_access_and_refresh_on_b(http: Client) -> None
 
     status, body = await http.call("a", "POST", V1 + "/auth/logout", token=tokens["access_token"])
     assert status == 200, body
-    status, body = await http.call("b", "GET", V1 + "/auth/me", token=tokens["access_token"])
-    assert status == 401, body
-    status, body = await http.call("b", "POST", V1 + "/auth/refresh", token="",
-                                   json={"refresh_token": tokens["refresh_token"]})
-    assert status == 401, body
+    await signed_out(http, "b", tokens)
 
 
 async def test_an_api_key_revoked_on_a_is_refused_by_b(http: Client) -> None:
@@ -385,14 +388,8 @@ async def receiver() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 
     app = web.Application()
     app.router.add_post("/hook", hook)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/hook", received
-    finally:
-        await runner.cleanup()
+    async with served(app, "/hook") as url:
+        yield url, received
 
 
 async def test_a_record_created_on_a_is_delivered_once_by_the_worker(

@@ -24,6 +24,7 @@ import redis
 from aiohttp import web
 
 from cms.runtime.embedded import free_port
+from tests.fixtures import served
 from tests.test_replicas import ADMIN_EMAIL, ADMIN_PASSWORD, Processes, _env, _wait_healthy, eventually
 
 V1 = "/api/v1"
@@ -194,15 +195,11 @@ async def receiver() -> AsyncIterator[tuple[str, Receiver]]:
     state = Receiver()
     app = web.Application()
     app.router.add_post("/hook", state.hook)
-    runner = web.AppRunner(app, shutdown_timeout=0.5)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
-        yield f"http://127.0.0.1:{port}/hook", state
-    finally:
-        state.release.set()
-        await runner.cleanup()
+    async with served(app, "/hook", shutdown_timeout_s=0.5) as url:
+        try:
+            yield url, state
+        finally:
+            state.release.set()
 
 
 async def test_sigterm_to_a_worker_finishes_or_requeues_its_jobs(

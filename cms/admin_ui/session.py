@@ -156,7 +156,7 @@ async def _shared_refresh(services: Services, refresh_token: str, digest: str) -
     try:
         sealed = await redis.get(key)
         if sealed is not None:
-            return _open(refresh_token, sealed)
+            return open_pair(refresh_token, sealed)
         leader = await redis.set(lock, b"1", nx=True, ex=REFRESH_LOCK_S)
     except Exception:  # fail open: a lone refresh is what happened before sharing
         log.warning("refresh sharing unavailable; refreshing without it", exc_info=True)
@@ -167,7 +167,7 @@ async def _shared_refresh(services: Services, refresh_token: str, digest: str) -
             if pair is None:
                 await redis.delete(lock)  # refused: waiters stop waiting
             else:
-                await redis.set(key, _seal(refresh_token, pair), ex=REFRESH_SHARE_S)
+                await redis.set(key, seal_pair(refresh_token, pair), ex=REFRESH_SHARE_S)
         except Exception:
             log.warning("refresh result not shared", exc_info=True)
         return pair
@@ -177,7 +177,7 @@ async def _shared_refresh(services: Services, refresh_token: str, digest: str) -
         try:
             sealed = await redis.get(key)
             if sealed is not None:
-                return _open(refresh_token, sealed)
+                return open_pair(refresh_token, sealed)
             if not await redis.exists(lock):
                 return None  # the other replica's refresh was refused
         except Exception:
@@ -197,15 +197,18 @@ def _sealing_key(refresh_token: str) -> bytes:
     return hashlib.sha256(b"cms-admin-ui-refresh-share:" + refresh_token.encode()).digest()
 
 
-def _seal(refresh_token: str, pair: TokenPair) -> bytes:
-    """`pair` as AES-256-GCM ciphertext under a key derived from `refresh_token` (nonce first, base64)."""
+def seal_pair(refresh_token: str, pair: TokenPair) -> bytes:
+    """`pair` as AES-256-GCM ciphertext under a key derived from `refresh_token` (nonce first, base64):
+    what one replica leaves in Redis for the others after the refresh it made (`_shared_refresh`),
+    which only a holder of the spent refresh token can open (`open_pair`)."""
     nonce = secrets.token_bytes(12)
     sealed = AESGCM(_sealing_key(refresh_token)).encrypt(nonce, orjson.dumps(asdict(pair)), None)
     return base64.b64encode(nonce + sealed)
 
 
-def _open(refresh_token: str, sealed: bytes) -> TokenPair | None:
-    """The pair `_seal` sealed, or None when it does not open with `refresh_token` or is malformed."""
+def open_pair(refresh_token: str, sealed: bytes) -> TokenPair | None:
+    """The pair `seal_pair` sealed, or None when it does not open with `refresh_token` or is
+    malformed (never raises)."""
     try:
         raw = base64.b64decode(sealed, validate=True)
         return TokenPair(**orjson.loads(AESGCM(_sealing_key(refresh_token)).decrypt(raw[:12], raw[12:], None)))

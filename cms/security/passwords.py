@@ -26,7 +26,7 @@ def use_parameters(parameters: Parameters) -> None:
     parameters still verify; `needs_rehash` answers True for them, so a login upgrades them."""
     global _HASHER
     _HASHER = PasswordHasher.from_parameters(parameters)
-    _dummy_hash.cache_clear()
+    dummy_hash.cache_clear()
 
 # Used only by verify_dummy(); any fixed text works, its hash just has to exist.
 _DUMMY_PASSWORD = "cms-dummy-password-for-unknown-accounts"
@@ -53,8 +53,11 @@ def verify_password(password_hash: str, password: str) -> bool:
 
 
 @functools.cache
-def _dummy_hash() -> str:
-    # Hashed lazily with the same hasher, so its parameters (and cost) match real hashes.
+def dummy_hash() -> str:
+    """The PHC hash `verify_dummy` verifies against: made once per hasher (lazily, with the current
+    parameters, so its verification costs what a real one does). Each `verify_dummy` calls it once,
+    so `dummy_hash.cache_info()` (hits + misses) counts the dummy verifications of this process
+    (decisions.md, Identity and tokens: a failed login is the same for an unknown email)."""
     return _HASHER.hash(_DUMMY_PASSWORD)
 
 
@@ -63,7 +66,7 @@ def verify_dummy(password: str) -> None:
 
     Called for an unknown email so a login takes as long as for a known one (no timing oracle).
     The first call also computes the dummy hash once per process."""
-    verify_password(_dummy_hash(), password)
+    verify_password(dummy_hash(), password)
 
 
 def needs_rehash(password_hash: str) -> bool:

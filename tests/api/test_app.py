@@ -12,6 +12,7 @@ from cms.app import create_app
 from cms.runtime.embedded import start_redis
 from cms.wiring import open_services
 from tests.conftest import bearer
+from tests.fixtures import post_raw_json
 
 
 async def test_unknown_path_is_404_in_error_model(client):
@@ -30,7 +31,7 @@ async def test_wrong_method_is_405_in_error_model(client):
 
 
 async def test_malformed_json_is_400(client):
-    response = await client.post("/api/v1/auth/login", data=b'{"email": ', headers={"Content-Type": "application/json"})
+    response = await post_raw_json(client, "/api/v1/auth/login", b'{"email": ')
     assert response.status == 400
     body = await response.json()
     assert body["code"] == "bad_request"
@@ -38,8 +39,7 @@ async def test_malformed_json_is_400(client):
 
 
 async def test_non_utf8_body_is_400(client):
-    response = await client.post("/api/v1/auth/login", data=b'\xff\xfe{"a"',
-                                 headers={"Content-Type": "application/json"})
+    response = await post_raw_json(client, "/api/v1/auth/login", b'\xff\xfe{"a"')
     assert response.status == 400
 
 
@@ -191,8 +191,7 @@ async def test_openapi_document_is_generated_from_schemas(client):
 
 
 async def test_lone_surrogate_in_json_is_400(client):
-    response = await client.post("/api/v1/auth/login", data=b'{"email": "a@b.co", "password": "\\ud800"}',
-                                 headers={"Content-Type": "application/json"})
+    response = await post_raw_json(client, "/api/v1/auth/login", b'{"email": "a@b.co", "password": "\\ud800"}')
     assert response.status == 400
     assert "not valid Unicode" in (await response.json())["detail"]
 

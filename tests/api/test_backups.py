@@ -9,7 +9,7 @@ import logging
 import os
 import re
 import tarfile
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,10 @@ from pymongo import MongoClient
 
 from cms.cli import main as cli_main
 from cms.config import Config
-from cms.store.client import Database, open_client
+from cms.runtime.children import ChildServer
+from cms.services.caching import keys
+from cms.services.caching.counters import counter_text
+from cms.store.client import Database
 from cms.wiring import Services
 from tests.conftest import (
     ADMIN_EMAIL,
@@ -32,6 +35,7 @@ from tests.conftest import (
     error_of,
     records_path,
 )
+from tests.fixtures import Command, CommandLog
 
 BACKUPS = "/api/v1/backups"
 NAME = re.compile(r"backup-\d{8}-\d{6}\.tar\.gz")
@@ -45,12 +49,10 @@ Snapshot = dict[str, tuple[list[dict[str, Any]], MutableMapping[str, Any]]]
 
 
 @pytest.fixture
-async def db(config: Config, services: Services) -> AsyncIterator[Database]:
-    """The test database through a client of its own (to look at what is stored)."""
-    assert config.mongodb_url
-    client = open_client(config.mongodb_url)
-    yield client[config.mongodb_db]
-    await client.close()
+def db(mongo_db: Database, services: Services) -> Database:
+    """The test database through a client of its own (to look at what is stored), once the
+    services are open."""
+    return mongo_db
 
 
 async def snapshot(db: Database) -> Snapshot:
@@ -441,7 +443,8 @@ def test_openapi_documents_the_backup_routes():
 
 
 async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_lacks(
-        client: Client, admin_token: str, db: Database, services: Services):
+        client: Client, admin_token: str, db: Database, services: Services, config: Config,
+        mongo_commands: CommandLog, sync_db: Any, sync_cache: Any):
     """The order `Catalog.exists` relies on: the restore hooks (the catalog epoch
     among them) run once the backup's collections are live and before the others are dropped, so a
     create whose insert lands after a drop sees the moved epoch."""
@@ -453,18 +456,13 @@ async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_l
     _, epoch = await services.catalog.by_name_and_epoch("kept")
     seen: dict[str, Any] = {}
 
-    async def watch() -> None:
-        seen["names"] = set(await db.list_collection_names())
-        seen["catalog"] = {c["name"] async for c in db["collections"].find({}, {"name": 1})}
-        cache = services.catalog._cache  # noqa: SLF001
-        assert cache is not None
-        seen["epoch"] = await cache.current_epoch()
+    def watch(_: Command) -> None:  # just before the drop of `gone` is sent
+        seen["names"] = set(sync_db.list_collection_names())
+        seen["catalog"] = {c["name"] for c in sync_db["collections"].find({}, {"name": 1})}
+        seen["epoch"] = counter_text(sync_cache.get(keys.catalog_epoch(config.mongodb_db)))
 
-    services.backups._on_restored.append(watch)  # noqa: SLF001 - watch the switch from inside
-    try:
-        assert (await restore(client, admin_token, backup["filename"])).status == 200
-    finally:
-        services.backups._on_restored.remove(watch)  # noqa: SLF001
+    mongo_commands.before(lambda c: c.name == "drop" and c.collection == gone, watch)
+    assert (await restore(client, admin_token, backup["filename"])).status == 200
     assert "gone" not in seen["catalog"] and "kept" in seen["catalog"]  # the backup's catalog is live
     assert gone in seen["names"]  # and what it lacks is not dropped yet
     assert seen["epoch"] not in (None, epoch)  # but the epoch has moved already
@@ -472,21 +470,15 @@ async def test_restore_moves_the_catalog_epoch_before_it_drops_what_the_backup_l
 
 
 async def test_a_restore_whose_epoch_bump_fails_leaves_records_collections_to_the_sweep(
-        client: Client, admin_token: str, db: Database, services: Services):
+        client: Client, admin_token: str, db: Database, services: Services, cache_server: ChildServer):
     await create_collection(client, admin_token, "kept", [{"name": "title", "type": "text"}])
     backup = await create_backup(client, admin_token)
     extra = await create_collection(client, admin_token, "gone", [{"name": "title", "type": "text"}])
     gone = f"records_{extra['id'].replace('-', '')}"
     await db["not_in_the_backup"].insert_one({"_id": 1})
 
-    async def fails() -> bool:
-        return False
-
-    services.backups._on_restored.append(fails)  # noqa: SLF001
-    try:
-        assert (await restore(client, admin_token, backup["filename"])).status == 200
-    finally:
-        services.backups._on_restored.remove(fails)  # noqa: SLF001
+    cache_server.stop()  # the cache Redis (the catalog epoch) is down; the queue's Redis is not
+    assert (await restore(client, admin_token, backup["filename"])).status == 200
     names = await db.list_collection_names()
     assert gone in names and "not_in_the_backup" not in names  # only records collections wait
     assert (await client.get(records_path("gone"))).status == 404

@@ -12,7 +12,8 @@ from cms.security.codes import hash_token
 from cms.services.identity.one_time_tokens import PASSWORD_RESET, VERIFY_EMAIL, OneTimeTokens
 from cms.store.client import open_client
 from cms.store.one_time_tokens import OneTimeTokenRepository
-from tests.conftest import bearer, link_token, login, text_body
+from tests.conftest import bearer, error_of, link_token, login, text_body
+from tests.fixtures import post_raw_json
 
 REGISTER = "/api/v1/auth/register"
 VERIFY = "/api/v1/auth/verify-email"
@@ -21,15 +22,6 @@ ME = "/api/v1/auth/me"
 EMAIL = "verify@example.com"
 PASSWORD = "password-1"
 LINK = re.compile(r"http://cms\.test/_/verify-email\?token=([A-Za-z0-9_\-]+)")
-
-
-def html_body(message) -> str:
-    for part in message.walk():
-        if part.get_content_type() == "text/html":
-            payload = part.get_payload(decode=True)
-            assert isinstance(payload, bytes)
-            return payload.decode()
-    raise AssertionError("no text/html part")
 
 
 @pytest.fixture
@@ -80,7 +72,7 @@ async def test_register_sends_a_verification_email(client, mailbox, run_jobs, co
     assert match, text
     token = match.group(1)
     assert "24 hours" in text
-    html = html_body(message)
+    html = text_body(message, "text/html")
     assert f'href="http://cms.test/_/verify-email?token={token}"' in html
     assert link_token(message) == token
 
@@ -139,9 +131,7 @@ async def test_verify_email_bad_input(client, body, status):
 
 
 async def test_verify_email_malformed_json_is_400(client):
-    response = await client.post(VERIFY, data=b'{"token": ', headers={"Content-Type": "application/json"})
-    assert response.status == 400
-    assert (await response.json())["code"] == "bad_request"
+    await error_of(await post_raw_json(client, VERIFY, b'{"token": '), 400, "bad_request")
 
 
 async def test_a_token_of_another_purpose_is_refused_and_not_spent(client, one_time, registered):

@@ -8,22 +8,20 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-from unittest.mock import AsyncMock
 
 import pytest
-from redis.asyncio import Redis
 
 from cms.clock import new_id
-from cms.models import Collection
-from cms.runtime.embedded import free_port
+from cms.config import Config
+from cms.runtime.children import ChildServer
+from cms.services.caching import keys
+from cms.services.caching.counters import counter_text
 from cms.services.delivery.events import CREATE, RecordEvent
 from cms.store.client import Database
-from cms.store.collections import CollectionRepository
-from cms.store.documents import records_mongo_name
-from cms.store.records import RecordRepository
+from cms.store.documents import collection_id_of, records_mongo_name
 from cms.wiring import Services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
-from tests.fixtures import CommandLog, wait_until
+from tests.fixtures import Command, CommandLog, bump_catalog_epoch, catalog_epoch, wait_until
 from workers.maintenance import sweep_orphaned_records
 
 
@@ -175,65 +173,53 @@ async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answe
 # --- the check after an insert (records.drop_if_deleted) and its backstop --------------------------
 
 
-class CountingCollections(CollectionRepository):
-    """The real collection repository, counting `_id` look-ups."""
+def watch_drops(mongo_commands: CommandLog, sync_db: Any, sync_cache: Any, config: Config,
+                seen: list[tuple[str, bool]]) -> None:
+    """Record, just before each drop of a records collection is sent, the catalog epoch and whether
+    its collection is still defined (read with blocking clients of their own: `CommandLog.before`)."""
 
-    lookups: int = 0
+    def look(command: Command) -> None:
+        seen.append((counter_text(sync_cache.get(keys.catalog_epoch(config.mongodb_db))),
+                     sync_db["collections"].find_one({"_id": collection_id_of(command.collection)}) is not None))
 
-    async def get(self, collection_id: str) -> Collection | None:
-        self.lookups += 1
-        return await super().get(collection_id)
-
-
-def count_lookups(services: Services) -> CountingCollections:
-    repository = services.catalog._collections  # noqa: SLF001 - the seam under test
-    repository.__class__ = CountingCollections
-    return repository  # type: ignore[return-value]
+    mongo_commands.before(lambda c: c.name == "drop" and collection_id_of(c.collection) is not None, look,
+                          times=None)
 
 
-def watch_drops(services: Services, seen: list[tuple[str | None, bool]]) -> None:
-    """Record, at each drop of a collection's records, the catalog epoch and whether the
-    collection is still defined."""
-    catalog = services.catalog
-
-    class WatchedRecords(RecordRepository):
-        async def drop(self, collection_id: str) -> None:
-            cache = catalog._cache  # noqa: SLF001
-            assert cache is not None
-            seen.append((await cache.current_epoch(), await catalog.exists(collection_id)))
-            await super().drop(collection_id)
-
-    services.collections._records.__class__ = WatchedRecords  # noqa: SLF001
+def id_lookups(mongo_commands: CommandLog) -> int:
+    """The `_id` look-ups of collection definitions sent so far."""
+    return len(mongo_commands.finds("collections", "_id"))
 
 
 async def test_creates_check_their_collection_through_the_epoch_not_the_database(
-        client: Any, admin_token: str, services: Services) -> None:
+        client: Any, admin_token: str, services: Services, mongo_commands: CommandLog, config: Config) -> None:
     collection = await create_collection(client, admin_token, "checked", [{"name": "title", "type": "text"}])
     await create_record(client, admin_token, "checked", {"title": "warm"})  # the definition is cached
-    repository = count_lookups(services)
+    mongo_commands.commands.clear()
     answers = await asyncio.gather(*(client.post(records_path("checked"), headers=bearer(admin_token),
                                                  json={"data": {"title": f"t{i}"}}) for i in range(20)))
     assert [a.status for a in answers] == [201] * 20
-    assert repository.lookups == 0  # the epoch held: no `_id` look-up after any insert
+    assert id_lookups(mongo_commands) == 0  # the epoch held: no `_id` look-up after any insert
 
     catalog = services.catalog
     found, epoch = await catalog.by_name_and_epoch("checked")
     assert epoch is not None and found.id == collection["id"]
-    assert await catalog.exists(found.id, since_epoch=epoch) and repository.lookups == 0
-    assert await catalog.move_epoch()  # any catalog change: the check asks the database
-    assert await catalog.exists(found.id, since_epoch=epoch) and repository.lookups == 1
-    assert await catalog.exists(found.id, since_epoch=None) and repository.lookups == 2  # epoch unknown
-    assert not await catalog.exists(new_id(), since_epoch=None) and repository.lookups == 3
-    assert await catalog.exists(found.id) and repository.lookups == 4  # the sweep's check: never cached
+    assert await catalog.exists(found.id, since_epoch=epoch) and id_lookups(mongo_commands) == 0
+    await bump_catalog_epoch(config)  # any catalog change: the check asks the database
+    assert await catalog.exists(found.id, since_epoch=epoch) and id_lookups(mongo_commands) == 1
+    assert await catalog.exists(found.id, since_epoch=None) and id_lookups(mongo_commands) == 2  # epoch unknown
+    assert not await catalog.exists(new_id(), since_epoch=None) and id_lookups(mongo_commands) == 3
+    assert await catalog.exists(found.id) and id_lookups(mongo_commands) == 4  # the sweep's check: never cached
 
 
 async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
-        client: Any, admin_token: str, services: Services) -> None:
+        client: Any, admin_token: str, services: Services, mongo_commands: CommandLog, sync_db: Any,
+        sync_cache: Any, config: Config) -> None:
     collection = await create_collection(client, admin_token, "ordered", [{"name": "title", "type": "text"}])
     await create_record(client, admin_token, "ordered", {"title": "kept until the drop"})
     _, epoch = await services.catalog.by_name_and_epoch("ordered")
-    seen: list[tuple[str | None, bool]] = []
-    watch_drops(services, seen)
+    seen: list[tuple[str, bool]] = []
+    watch_drops(mongo_commands, sync_db, sync_cache, config, seen)
     response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
     assert response.status == 204
     [(epoch_at_drop, defined_at_drop)] = seen
@@ -242,7 +228,8 @@ async def test_a_delete_moves_the_epoch_between_the_definition_and_the_records(
 
 
 async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made(
-        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database) -> None:
+        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database,
+        mongo_commands: CommandLog, sync_db: Any, sync_cache: Any, config: Config) -> None:
     records = services.records.repository
     made: list[str] = []
 
@@ -251,12 +238,10 @@ async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made
         await mongo_db[records_mongo_name(collection_id)].insert_one({"_id": "left"})
         raise RuntimeError("index build failed")
 
-    seen: list[tuple[str | None, bool]] = []
-    watch_drops(services, seen)
+    seen: list[tuple[str, bool]] = []
+    watch_drops(mongo_commands, sync_db, sync_cache, config, seen)
     monkeypatch.setattr(records, "sync_indexes", half_made)
-    cache = services.catalog._cache  # noqa: SLF001
-    assert cache is not None
-    before = await cache.current_epoch()
+    before = await catalog_epoch(config)
     response = await client.post("/api/v1/collections", headers=bearer(admin_token),
                                  json={"name": "halfway", "type": "base", "schema": [{"name": "t", "type": "text"}]})
     assert response.status == 500
@@ -266,7 +251,8 @@ async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made
 
 
 async def test_the_sweep_drops_records_collections_without_a_collection(
-        client: Any, admin_token: str, services: Services, monkeypatch: pytest.MonkeyPatch, mongo_db: Database) -> None:
+        client: Any, admin_token: str, services: Services, mongo_db: Database, mongo_commands: CommandLog,
+        sync_db: Any) -> None:
     """The backstop for records a delete left behind (see the next test)."""
     live = await create_collection(client, admin_token, "live", [{"name": "title", "type": "text"}])
     record = await create_record(client, admin_token, "live", {"title": "stays"})
@@ -286,9 +272,15 @@ async def test_the_sweep_drops_records_collections_without_a_collection(
     await db.drop_collection(staging)
     leftover = f"_restore.{int(time.time()) - 2 * 3600}-0123abcd.collections"  # an interrupted restore's
     await db[leftover].insert_one({"_id": "left"})
-    with monkeypatch.context() as patched:  # a definition the catalog read missed (renamed meanwhile)
-        patched.setattr(collections._collections, "list", AsyncMock(return_value=[]))  # noqa: SLF001
-        assert await collections.sweep_orphans(confirm_after_s=0) == (orphan,)  # the `_id` look-up saves live
+    # a definition the catalog read misses (renamed meanwhile): out of the catalog just before the
+    # sweep lists it, back just before the sweep's `_id` look-up
+    definition = await db["collections"].find_one({"_id": live["id"]})
+    mongo_commands.before(lambda c: c.name == "find" and c.collection == "collections" and not c.filter,
+                          lambda _: sync_db["collections"].delete_one({"_id": live["id"]}))
+    mongo_commands.before(lambda c: c.name == "find" and c.collection == "collections" and "_id" in c.filter,
+                          lambda _: sync_db["collections"].insert_one(definition))
+    assert await collections.sweep_orphans(confirm_after_s=0) == (orphan,)  # the `_id` look-up saves live
+    assert [b.times for b in mongo_commands.actions] == [0, 0]  # both happened
     stored = await records.database_names()
     assert orphan not in stored and records_mongo_name(live["id"]) in stored
     assert {"recordsless", "records_not-an-id"} <= stored  # only names of the form it makes
@@ -299,28 +291,14 @@ async def test_the_sweep_drops_records_collections_without_a_collection(
         await records.drop_stored("recordsless")
 
 
-def dead_redis(cache: Any) -> Any:
-    """Point `cache` (a DefinitionCache or ReadCache) at a port nobody listens on; returns the
-    live client, to put back."""
-    live = cache._redis  # noqa: SLF001
-    cache._redis = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)  # noqa: SLF001
-    return live
-
-
 async def test_a_delete_whose_epoch_bump_fails_leaves_the_records_to_the_sweep(
-        client: Any, admin_token: str, services: Services) -> None:
+        client: Any, admin_token: str, services: Services, cache_server: ChildServer) -> None:
     """An unmoved epoch must keep meaning "not dropped yet", so the drop waits for the sweep."""
     collection = await create_collection(client, admin_token, "unbumped", [{"name": "title", "type": "text"}])
     await create_record(client, admin_token, "unbumped", {"title": "left for the sweep"})
-    cache = services.catalog._cache  # noqa: SLF001
-    assert cache is not None
-    live = dead_redis(cache)
-    try:
-        response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
-        assert response.status == 204
-    finally:
-        await cache._redis.aclose()  # noqa: SLF001
-        cache._redis = live  # noqa: SLF001
+    cache_server.stop()  # the cache Redis (epochs) is down; the queue's Redis is not
+    response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
+    assert response.status == 204
     name = records_mongo_name(collection["id"])
     assert name in await services.records.repository.database_names()
     assert (await client.get(records_path("unbumped"))).status == 404

@@ -25,6 +25,7 @@ from cms.store.client import Capabilities, open_client
 from cms.store.documents import records_mongo_name
 from cms.store.records import RecordRepository
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from tests.fixtures import post_raw_json
 
 MAX_REGEX_LENGTH = 512  # README, Filter: "at most 512 characters once escaped for a regex"
 MAX_JSON_DEPTH = 64  # README, Hostile input: "nesting arrays and objects deeper than 64 levels" is a 400
@@ -104,14 +105,14 @@ async def test_a_query_the_server_refuses_becomes_invalid_filter(services, clien
 
 async def test_deeply_nested_login_body_is_a_400(client):
     body = '{"email": ' + "[" * 1000 + "]" * 1000 + ', "password": "x"}'
-    response = await client.post("/api/v1/auth/login", data=body, headers={"Content-Type": "application/json"})
+    response = await post_raw_json(client, "/api/v1/auth/login", body)
     error = await error_of(response, 400, "bad_request")
     assert f"nested deeper than {MAX_JSON_DEPTH} levels" in error["detail"]
 
 
 async def test_json_nested_up_to_the_limit_reaches_validation(client):
     body = '{"email": ' + "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1) + ', "password": "x"}'
-    response = await client.post("/api/v1/auth/login", data=body, headers={"Content-Type": "application/json"})
+    response = await post_raw_json(client, "/api/v1/auth/login", body)
     await error_of(response, 422, "validation_error")
 
 

@@ -13,12 +13,13 @@ from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
 from cms.app import create_app
+from cms.services.caching import keys
 from cms.services.caching.read_cache import ReadCache, canonical, entry_key
 from cms.services.caching.single_flight import SingleFlight
 from cms.store.client import open_client
 from cms.wiring import open_services
 from tests.conftest import ADMIN_PASSWORD, bearer, create_collection, create_record, login, records_path
-from tests.fixtures import CommandLog
+from tests.fixtures import CommandLog, bump_catalog_epoch
 
 POSTS = [{"name": "title", "type": "text"}, {"name": "owner", "type": "text"}, {"name": "views", "type": "number"}]
 
@@ -96,7 +97,7 @@ async def test_etag_and_304(client, admin_token, posts):
     assert (await client.get(records_path("posts"), params={"page": 2})).headers["ETag"] != changed.headers["ETag"]
 
 
-async def test_every_kind_of_write_makes_cached_reads_fresh(client, services, admin_token, posts):
+async def test_every_kind_of_write_makes_cached_reads_fresh(client, services, admin_token, posts, config):
     async def titles() -> list[str]:
         page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
         return [r["title"] for r in page["items"]]
@@ -126,7 +127,7 @@ async def test_every_kind_of_write_makes_cached_reads_fresh(client, services, ad
     assert all("title" not in r for r in page["items"])
     # a restore bumps the epoch (`on_restored`): every cached read gets a new ETag
     before = (await client.get(records_path("posts"))).headers["ETag"]
-    await services.records._cache.bump_all()
+    await bump_catalog_epoch(config)
     assert (await client.get(records_path("posts"))).headers["ETag"] != before
 
 
@@ -287,25 +288,27 @@ async def test_no_read_after_a_write_returns_older_data_across_two_instances(
             assert one["title"] == f"v{n}"
 
 
-async def test_a_version_lost_by_redis_never_serves_an_entry_stamped_before(client, services, admin_token, posts):
+async def test_a_version_lost_by_redis_never_serves_an_entry_stamped_before(client, admin_token, posts, config):
     """A cache Redis with `allkeys-lru` may evict a collection's version while its entries stay:
     the version comes back at a random value, so a page stamped before is not taken for current,
     even after as many writes as were made before it (three creates: counted from zero, the version
     would be back at the old page's value)."""
-    cache = services.records._cache  # noqa: SLF001 - the Redis keys under the service
-    version_key = cache._version_key("posts")  # noqa: SLF001
-    redis: Redis = cache._redis  # noqa: SLF001
-    page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
-    assert [r["title"] for r in page["items"]] == ["t0", "t1", "t2"]
-    before = int(await redis.get(version_key))
-    await redis.delete(version_key)  # evicted; the cached page stays
-    for n in range(3):
-        patched = await client.patch(records_path("posts", posts[0]["id"]), headers=bearer(admin_token),
-                                     json={"data": {"title": f"changed {n}"}})
-        assert patched.status == 200
-    assert int(await redis.get(version_key)) != before
-    page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
-    assert [r["title"] for r in page["items"]] == ["changed 2", "t1", "t2"]
+    version_key = keys.read_cache_version(keys.read_cache_prefix(config.mongodb_db), "posts")
+    redis = Redis.from_url(config.redis_url)  # the cache Redis too (no CACHE_REDIS_URL here)
+    try:
+        page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
+        assert [r["title"] for r in page["items"]] == ["t0", "t1", "t2"]
+        before = int(await redis.get(version_key))
+        await redis.delete(version_key)  # evicted; the cached page stays
+        for n in range(3):
+            patched = await client.patch(records_path("posts", posts[0]["id"]), headers=bearer(admin_token),
+                                         json={"data": {"title": f"changed {n}"}})
+            assert patched.status == 200
+        assert int(await redis.get(version_key)) != before
+        page = await (await client.get(records_path("posts"), params={"sort": "views"})).json()
+        assert [r["title"] for r in page["items"]] == ["changed 2", "t1", "t2"]
+    finally:
+        await redis.aclose()
 
 
 def redis_db(url: str, db: int) -> str:
@@ -329,9 +332,7 @@ async def test_cache_redis_url_keeps_the_cache_and_epochs_apart_from_the_queue(c
                 await create_record(client, token, "posts", {"title": "t"})
                 assert (await client.get(records_path("posts"))).status == 200
                 assert (await client.get(records_path("posts"))).status == 200
-            read_cache = services.records._cache  # noqa: SLF001 - where the keys go
-            assert read_cache is not None
-            prefix = read_cache._prefix  # noqa: SLF001
+        prefix = keys.read_cache_prefix(split.mongodb_db)
         in_cache = [key.decode() async for key in cache.scan_iter(f"{prefix}:*")]
         assert any(":e:" in key for key in in_cache) and any(":v:" in key for key in in_cache)
         assert f"{prefix}:epoch" in in_cache

@@ -12,8 +12,8 @@ from cms.app import create_app
 from cms.models import ADMIN_AUDIENCE
 from cms.security.tokens import ACCESS, REFRESH, TokenCodec
 from cms.wiring import open_services
-from tests.conftest import bearer, login
-from tests.fixtures import REGISTERED_EMAIL, REGISTERED_PASSWORD
+from tests.conftest import bearer, error_of, login
+from tests.fixtures import REGISTERED_EMAIL, REGISTERED_PASSWORD, post_raw_json
 
 REGISTER = "/api/v1/auth/register"
 REFRESH_PATH = "/api/v1/auth/refresh"
@@ -143,9 +143,7 @@ async def test_refresh_bad_input(client, body, status):
 
 
 async def test_refresh_malformed_json_is_400(client):
-    response = await client.post(REFRESH_PATH, data=b"{refresh", headers={"Content-Type": "application/json"})
-    assert response.status == 400
-    assert (await response.json())["code"] == "bad_request"
+    await error_of(await post_raw_json(client, REFRESH_PATH, b"{refresh"), 400, "bad_request")
 
 
 # --- forged and foreign tokens -----------------------------------------------------------------

@@ -27,8 +27,9 @@ from cms.services.delivery.webhook_outbox import (
     continued_batch_id,
 )
 from cms.services.delivery.webhook_sender import WebhookSender
+from cms.store.client import Database
 from cms.store.documents import to_document
-from cms.store.webhooks import ENQUEUED
+from cms.store.webhooks import ENQUEUED, DeliveryLog, DeliveryOutbox, WebhookRepository
 from cms.wiring import Services, open_services
 from tests.conftest import bearer, create_collection, records_path
 from workers.settings import build_worker
@@ -99,10 +100,10 @@ async def bulk_update(client: Any, token: str, ids: list[str]) -> None:
     assert response.status == 200, await response.text()
 
 
-async def open_batches(services: Services) -> list[int]:
+async def open_batches(mongo_db: Database) -> list[int]:
     """The sizes of the batches queued and not finished, oldest first."""
     future = utcnow().replace(year=utcnow().year + 10)
-    return [len(b.deliveries) for b in await services.webhook_outbox._outbox.waiting(ENQUEUED, future, 1000)]
+    return [len(b.deliveries) for b in await DeliveryOutbox(mongo_db).waiting(ENQUEUED, future, 1000)]
 
 
 async def run_workers(config: Any, *services: Services) -> None:
@@ -116,12 +117,13 @@ async def run_workers(config: Any, *services: Services) -> None:
             await worker.close()
 
 
-async def test_one_batch_with_mixed_outcomes_logs_each_attempt(services, client, admin_token, receiver, run_jobs):
+async def test_one_batch_with_mixed_outcomes_logs_each_attempt(services, client, admin_token, receiver, run_jobs,
+                                                                mongo_db):
     hook = await setup_hook(client, admin_token, receiver.url)
     titles = ["ok 1", "flaky 1", "gone 1", "ok 2", "flaky 2", "gone 2"]
     ids = await seed(services, titles)
     await bulk_update(client, admin_token, ids)
-    assert await open_batches(services) == [6]  # one bulk update of 6 records: one batch, one job
+    assert await open_batches(mongo_db) == [6]  # one bulk update of 6 records: one batch, one job
     await run_jobs()
     sent = Counter(title.split()[0] for _, title, _ in receiver.requests)
     assert sorted(sent.items()) == [("flaky", 4), ("gone", 2), ("ok", 2)]  # 500 then 200; 404 final; 200
@@ -142,11 +144,11 @@ async def test_one_batch_with_mixed_outcomes_logs_each_attempt(services, client,
     assert await services.webhook_outbox.backlog() == 0
 
 
-async def test_bulk_updates_are_split_into_batches_of_100(services, client, admin_token, receiver, run_jobs):
+async def test_bulk_updates_are_split_into_batches_of_100(services, client, admin_token, receiver, run_jobs, mongo_db):
     await setup_hook(client, admin_token, receiver.url)
     ids = await seed(services, [f"ok {n}" for n in range(2 * DELIVERY_BATCH + 50)])
     await bulk_update(client, admin_token, ids)
-    assert await open_batches(services) == [DELIVERY_BATCH, DELIVERY_BATCH, 50]
+    assert await open_batches(mongo_db) == [DELIVERY_BATCH, DELIVERY_BATCH, 50]
     assert await services.webhook_outbox.backlog() == len(ids)
     await run_jobs()
     assert sorted(receiver.count().values()) == [1] * len(ids)
@@ -173,7 +175,8 @@ async def test_two_workers_and_two_relays_drain_one_backlog_once(services, confi
     assert await services.webhook_outbox.backlog() == 0
 
 
-async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, client, admin_token, receiver, clock):
+async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, client, admin_token, receiver, clock,
+                                                                   mongo_db):
     """A run died after logging some attempts and before finishing the batch: the re-run does not
     send those again, uses their logged outcome (a logged 500 still gets its retry batch), and
     sends the rest."""
@@ -182,9 +185,10 @@ async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, clie
                                   record_id=f"r{n}", body=json.dumps({"data": {"title": f"ok {n}"}}),
                                   created=clock()) for n in range(4)]
     [batch] = batches_of(deliveries, clock())
-    await services.webhook_outbox._outbox.insert([batch])
+    outbox = DeliveryOutbox(mongo_db)
+    await outbox.insert([batch])
     for delivery, status in zip(deliveries[:2], (200, 500), strict=True):
-        await services.webhooks._log.insert_many([DeliveryAttempt(
+        await DeliveryLog(mongo_db).insert_many([DeliveryAttempt(
             id=attempt_id(delivery.id, 1), webhook_id=hook_id, delivery_id=delivery.id, event_type="update",
             record_id=delivery.record_id, url=receiver.url, status_code=status, response_body="",
             attempt=1, success=status == 200, duration_ms=1, error=None, created=clock())])
@@ -193,17 +197,18 @@ async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, clie
     assert sorted(receiver.count()) == sorted(d.id for d in deliveries[2:])
     again = await services.webhook_outbox.deliver_batch(batch.id, rerun=True)  # finished: nothing happens
     assert again.sent == 0 and len(receiver.requests) == 2
-    retry = await services.webhook_outbox._outbox.get(f"{batch.id}>2")
+    retry = await outbox.get(f"{batch.id}>2")
     assert retry is not None and [d.id for d in retry.deliveries] == [deliveries[1].id] and retry.attempt == 2
 
 
-async def test_a_job_of_an_earlier_version_still_delivers(services, config, client, admin_token, receiver, clock):
+async def test_a_job_of_an_earlier_version_still_delivers(services, config, client, admin_token, receiver, clock,
+                                                           mongo_db):
     """An outbox document of one delivery and its `deliver_webhook` job, queued before an upgrade."""
     hook_id = await setup_hook(client, admin_token, receiver.url)
     delivery = WebhookDelivery(id=new_id(), webhook_id=hook_id, event="update", collection="posts",
                                record_id="r1", body=json.dumps({"data": {"title": "ok"}}), created=clock(),
                                status=ENQUEUED, enqueued_at=clock())
-    await services.webhook_outbox._outbox._mongo_coll.insert_one(to_document(delivery))
+    await mongo_db["webhook_outbox"].insert_one(to_document(delivery))  # the document of one delivery
     await services.redis.enqueue_job(DELIVER_WEBHOOK, delivery.id, _job_id=f"webhook:{delivery.id}",
                                      _queue_name=config.queue_name)
     await run_workers(config, services)
@@ -246,7 +251,7 @@ async def slow_receiver(aiohttp_server) -> Receiver:
 
 
 async def test_requests_that_cannot_start_in_time_go_to_a_continuation_batch(
-        services, config, client, admin_token, slow_receiver, clock, run_jobs):
+        services, config, client, admin_token, slow_receiver, clock, run_jobs, mongo_db):
     """Slow receivers hold every in-flight slot (here: one): what a batch could not start within its
     budget is handed, unsent and unlogged, to a continuation batch for the same attempt, so the job
     ends well within arq's time-out; the continuation delivers it."""
@@ -254,20 +259,20 @@ async def test_requests_that_cannot_start_in_time_go_to_a_continuation_batch(
     deliveries = [WebhookDelivery(id=new_id(), webhook_id=hook_id, event="update", collection="posts",
                                   record_id=f"r{n}", body="{}", created=clock()) for n in range(3)]
     [batch] = batches_of(deliveries, clock())
-    await services.webhook_outbox._outbox.insert([batch])
-    own = services.webhook_outbox
-    async with aiohttp.ClientSession() as session:
-        narrow = WebhookOutbox(own._webhooks, own._outbox, own._log, services.catalog, own._jobs,
+    outbox, log_of = DeliveryOutbox(mongo_db), DeliveryLog(mongo_db)
+    await outbox.insert([batch])
+    async with aiohttp.ClientSession() as session:  # a service of one in-flight slot, on the same data
+        narrow = WebhookOutbox(WebhookRepository(mongo_db), outbox, log_of, services.catalog, services.jobs,
                                WebhookSender(session, allow_private=True, timeout_s=5.0, max_in_flight=1),
                                clock=clock, batch_start_within_s=0.2)
         outcome = await narrow.deliver_batch(batch.id)
     assert (outcome.sent, outcome.delivered, outcome.continued) == (1, 1, 2)
-    continued = await services.webhook_outbox._outbox.get(continued_batch_id(batch.id))
+    continued = await outbox.get(continued_batch_id(batch.id))
     assert continued is not None and continued.attempt == 1
     assert [d.id for d in continued.deliveries] == [d.id for d in deliveries[1:]]
     await run_jobs()
     assert sorted(slow_receiver.count().values()) == [1, 1, 1]
-    log, total = await services.webhooks._log.page(webhook_ids=[hook_id], skip=0, limit=10)
+    log, total = await log_of.page(webhook_ids=[hook_id], skip=0, limit=10)
     assert total == 3 and {(e.attempt, e.success) for e in log} == {(1, True)}
     assert await services.webhook_outbox.backlog() == 0
 

@@ -18,6 +18,7 @@ from cms.clock import new_id
 from cms.models import Webhook, WebhookDelivery
 from cms.security.signing import standard_key, verify
 from cms.services.delivery.webhook_outbox import batches_of
+from cms.store.webhooks import DeliveryLog, DeliveryOutbox, WebhookRepository
 from cms.wiring import open_services
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from workers.settings import build_worker
@@ -272,30 +273,32 @@ async def test_bulk_update_and_csv_import_deliver_one_per_record(client, admin_t
 
 
 async def test_a_delivery_written_before_a_crash_still_arrives(services, client, admin_token, posts, receiver,
-                                                               run_jobs, clock):
+                                                               run_jobs, clock, mongo_db):
     """The web process died after writing the outbox entry and before handing it to the queue: the
     relay (at worker start) hands it on."""
     hook = await make_webhook(client, admin_token, receiver.url)
     delivery = WebhookDelivery(id=new_id(), webhook_id=hook["id"], event="create", collection="posts",
                                record_id="r1", body='{"event":"create","record_id":"r1"}', created=clock())
     [batch] = batches_of([delivery], clock())
-    await services.webhook_outbox._outbox.insert([batch])
+    outbox = DeliveryOutbox(mongo_db)  # the outbox's own repository, on the test's client
+    await outbox.insert([batch])
     assert (await client.get("/api/v1/stats", headers=bearer(admin_token))).status == 200
     stats = await (await client.get("/api/v1/stats", headers=bearer(admin_token))).json()
     assert stats["webhooks"]["outbox_backlog"] == 1
     clock.advance(seconds=5)
     await run_jobs()
     assert [h["X-Webhook-Delivery"] for h, _, _ in receiver.requests] == [delivery.id]
-    assert (await services.webhook_outbox._outbox.get(batch.id)).status == "done"
+    done = await outbox.get(batch.id)
+    assert done is not None and done.status == "done"
     assert await services.webhook_outbox.backlog() == 0
 
 
 async def test_two_workers_and_two_relays_deliver_each_delivery_once(services, config, client, admin_token, posts,
-                                                                     receiver, clock):
+                                                                     receiver, clock, mongo_db):
     hook = await make_webhook(client, admin_token, receiver.url)
     deliveries = [WebhookDelivery(id=new_id(), webhook_id=hook["id"], event="create", collection="posts",
                                   record_id=f"r{n}", body="{}", created=clock()) for n in range(20)]
-    await services.webhook_outbox._outbox.insert(batches_of(deliveries, clock()))
+    await DeliveryOutbox(mongo_db).insert(batches_of(deliveries, clock()))
     clock.advance(seconds=5)
     await asyncio.gather(services.webhook_outbox.relay(), services.webhook_outbox.relay())
     async with open_services(config, clock=clock) as second:
@@ -332,7 +335,7 @@ async def test_production_mode_refuses_private_addresses(aiohttp_client, config,
 
 
 async def test_delivery_time_refusal_when_dns_points_inward(config, admin_token, services, client, posts,
-                                                            receiver, clock):
+                                                            receiver, clock, mongo_db):
     """A webhook saved while its name was public, now resolving to loopback: refused at delivery, not
     retried, logged."""
     strict = replace(config, webhook_allow_private=False)
@@ -340,14 +343,14 @@ async def test_delivery_time_refusal_when_dns_points_inward(config, admin_token,
         for url in (receiver.url, receiver.url.replace("127.0.0.1", "localhost")):
             webhook = Webhook(id=new_id(), url=url, collection_name="posts", collection_id=posts["id"],
                               events=("create",), active=True, retry_count=3, created=clock(), updated=clock())
-            await production.webhooks._webhooks.insert(webhook)
+            await WebhookRepository(mongo_db).insert(webhook)  # saved when its name was public
             delivery = WebhookDelivery(id=new_id(), webhook_id=webhook.id, event="create", collection="posts",
                                        record_id="r", body="{}", created=clock())
             [batch] = batches_of([delivery], clock())
-            await production.webhook_outbox._outbox.insert([batch])
+            await DeliveryOutbox(mongo_db).insert([batch])
             outcome = await production.webhook_outbox.deliver_batch(batch.id)
             assert (outcome.sent, outcome.failed, outcome.retrying) == (1, 1, 0)
-            items, _ = await production.webhooks._log.page(webhook_ids=[webhook.id], skip=0, limit=10)
+            items, _ = await DeliveryLog(mongo_db).page(webhook_ids=[webhook.id], skip=0, limit=10)
             assert items[0].error is not None and items[0].error.startswith("refused")
     assert receiver.requests == []
 
