@@ -5,14 +5,18 @@ and address, and session revocation on sign-out."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 
 from cms.admin_ui.common import (
     LOGIN_PATH,
     NEXT_PATH,
     PREFIX,
+    Handler,
     error_page,
-    flash,
+    flash_redirect,
     redirect,
     render,
     signed_in_page,
@@ -29,6 +33,9 @@ MAX_EMAIL = 254
 """Longest address echoed back into the form (LoginSchema's bound)."""
 MAX_TOKEN = 4096
 """Longest mfa_token echoed back into the 2FA form (TwoFactorVerifySchema's bound)."""
+
+SignInStep = Callable[[web.Request, dict[str, str], str], Awaitable[web.StreamResponse]]
+"""A sign-in POST handler after the CSRF check: `(request, form fields as text, next path)`."""
 
 
 def _next(value: object) -> str:
@@ -50,16 +57,32 @@ async def login_page(request: web.Request) -> web.StreamResponse:
     return await _form_page(request, "login/login.html", email="", error=None, next=_next(request.query.get("next")))
 
 
-async def login_submit(request: web.Request) -> web.StreamResponse:
+def _sign_in_step(fields: tuple[str, ...]) -> Callable[[SignInStep], Handler]:
+    """The decorator of a sign-in form's POST handler: the login CSRF check (403 page when it fails),
+    then `step(request, values, target)` with the form's `fields` as text (missing: "") and the
+    checked `next` path to go to afterwards."""
+    def decorate(step: SignInStep) -> Handler:
+        @functools.wraps(step)
+        async def handler(request: web.Request) -> web.StreamResponse:
+            form = await request.post()
+            if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
+                return await error_page(request, 403,
+                                        "The sign-in form has expired (CSRF check failed). Reload and retry.")
+            return await step(request, {name: _text(form.get(name)) for name in fields}, _next(form.get("next")))
+
+        return handler
+
+    return decorate
+
+
+@_sign_in_step(("email", "password"))
+async def login_submit(request: web.Request, form: dict[str, str], target: str) -> web.StreamResponse:
     """POST /_/login `email, password, csrf_token, next`: a session cookie and a redirect, the 2FA
     form when the user has 2FA on, or the form again with the error (401 wrong credentials, 429)."""
-    form = await request.post()
-    if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
-        return await error_page(request, 403, "The sign-in form has expired (CSRF check failed). Reload and retry.")
-    email, password, target = _text(form.get("email")), _text(form.get("password")), _next(form.get("next"))
+    email, password = form["email"], form["password"]
     identity = services(request).identity
     try:
-        load(LoginSchema(), {"email": email, "password": password})  # the API's bounds
+        load(LoginSchema(), form)  # the API's bounds
         await enforce_auth_limit(request, "login", email)
         result = await identity.login.password(identity.systems.admin, email, password, ip=client_ip(request),
                                                user_agent=user_agent(request))
@@ -70,16 +93,14 @@ async def login_submit(request: web.Request) -> web.StreamResponse:
     return await _signed_in(request, result, target)
 
 
-async def two_factor_submit(request: web.Request) -> web.StreamResponse:
+@_sign_in_step(("mfa_token", "code"))
+async def two_factor_submit(request: web.Request, form: dict[str, str], target: str) -> web.StreamResponse:
     """POST /_/login/2fa `mfa_token, code, csrf_token, next`: completes a 2FA login (the second step
     of `/api/v1/auth/2fa/verify`); a wrong code shows the form again while the mfa_token lasts."""
-    form = await request.post()
-    if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
-        return await error_page(request, 403, "The sign-in form has expired (CSRF check failed). Reload and retry.")
-    mfa_token, code, target = _text(form.get("mfa_token")), _text(form.get("code")), _next(form.get("next"))
+    mfa_token, code = form["mfa_token"], form["code"]
     identity = services(request).identity
     try:
-        load(TwoFactorVerifySchema(), {"mfa_token": mfa_token, "code": code})  # the API's bounds
+        load(TwoFactorVerifySchema(), form)  # the API's bounds
         await enforce_auth_limit(request, "2fa_verify", mfa_token)
         result = await identity.login.second_step(identity.systems.admin, mfa_token, code.strip(),
                                                   ip=client_ip(request), user_agent=user_agent(request))
@@ -105,9 +126,7 @@ async def logout(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST /_/logout (CSRF): revoke the session (as `/api/v1/auth/logout`) and clear the cookie."""
     await services(request).identity.sessions.logout(principal)
     request[COOKIE_CHANGE_KEY] = None
-    response = redirect(LOGIN_PATH, request)
-    flash(response, request, "You are signed out.", "success")
-    return response
+    return flash_redirect(request, LOGIN_PATH, "You are signed out.")
 
 
 def _text(value: object) -> str:

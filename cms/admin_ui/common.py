@@ -162,6 +162,20 @@ def redirect(location: str, request: web.Request | None = None) -> web.Response:
     return web.Response(status=303, headers={"Location": location})
 
 
+def flash_redirect(request: web.Request, location: str, message: str, level: str = "success") -> web.Response:
+    """The answer of a completed action: `redirect` to `location` (303, or `HX-Redirect` for htmx) with
+    `message` flashed on the page it lands on (`level`: info, success or error)."""
+    response = redirect(location, request)
+    flash(response, request, message, level)
+    return response
+
+
+def confirmed_action(path: str, confirm: Handler, act: Handler, *, name: str | None = None) -> list[web.RouteDef]:
+    """A destructive action at `path`: GET shows `confirm` (the "are you sure?" page, whose form posts
+    back to the same path; route `name`, if given) and POST runs `act`."""
+    return [web.get(path, confirm, name=name), web.post(path, act)]
+
+
 async def render(request: web.Request, template: str, *, status: int = 200, **context: Any) -> web.Response:
     """Render `template` (a path under templates/, autoescaped) as an HTML page. The context also
     has `principal` (or None), `csrf_token` (session token, or the value the page passes),

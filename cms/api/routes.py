@@ -4,6 +4,7 @@ documents the same table."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -67,6 +68,17 @@ V1 = "/api/v1"
 RECORDS = V1 + "/collections/{collection_name}/records"
 OPTIONAL, PRINCIPAL = Policy.OPTIONAL, Policy.PRINCIPAL
 ADMIN_USER, COLLECTION_USER, ADMIN = Policy.ADMIN_USER, Policy.COLLECTION_USER, Policy.ADMIN
+COLLECTION_AUTH = V1 + "/collections/{collection_name}/auth"
+collection_auth_route = functools.partial(Route, tag="collection auth")
+"""A route of an auth collection's users (`/collections/{collection_name}/auth/...`)."""
+API_KEYS = V1 + "/api-keys"
+WEBHOOKS = V1 + "/webhooks"
+api_key_route = functools.partial(Route, tag="api keys", policy=PRINCIPAL)
+"""A route of the API keys resource: every one is for a signed-in principal (the service then allows
+admin-table users only: `access.require_admin_table`)."""
+webhook_route = functools.partial(Route, tag="webhooks", policy=PRINCIPAL)
+"""A route of the webhooks resource: every one is for a signed-in principal (admin-table users and
+ownership: `access.py`)."""
 
 def user_system_routes(prefix: str, tag: str, user: type[Schema], login: type[Schema],
                        signed_in: Policy) -> tuple[Route, ...]:
@@ -203,34 +215,32 @@ ROUTES: tuple[Route, ...] = (
           policy=PRINCIPAL, response=s.CsvImportResultSchema, upload_field="file"),
     # --- end records: bulk and CSV
     # --- API keys (issue 9)
-    Route("POST", V1 + "/api-keys", api_keys.create_api_key,
-          "Create an API key (admin-table users); the secret `key` is returned only here", "api keys",
-          policy=PRINCIPAL, body=s.ApiKeyCreateSchema, response=s.ApiKeyCreatedSchema, status=201),
-    Route("GET", V1 + "/api-keys", api_keys.list_api_keys, "List API keys (yours; an admin sees all)", "api keys",
-          policy=PRINCIPAL, response=s.ApiKeySchema, many=True),
-    Route("DELETE", V1 + "/api-keys/{key_id}", api_keys.delete_api_key, "Revoke an API key", "api keys",
-          policy=PRINCIPAL, status=204),
+    api_key_route("POST", API_KEYS, api_keys.create_api_key,
+                  "Create an API key (admin-table users); the secret `key` is returned only here",
+                  body=s.ApiKeyCreateSchema, response=s.ApiKeyCreatedSchema, status=201),
+    api_key_route("GET", API_KEYS, api_keys.list_api_keys, "List API keys (yours; an admin sees all)",
+                  response=s.ApiKeySchema, many=True),
+    api_key_route("DELETE", API_KEYS + "/{key_id}", api_keys.delete_api_key, "Revoke an API key", status=204),
     # --- webhooks (issue 8)
-    Route("POST", V1 + "/webhooks", webhooks.create_webhook, "Create a webhook (admin-table users)", "webhooks",
-          policy=PRINCIPAL, body=s.WebhookCreateSchema, response=s.WebhookSchema, status=201),
-    Route("GET", V1 + "/webhooks", webhooks.list_webhooks, "List webhooks (`?collection_name=`)", "webhooks",
-          policy=PRINCIPAL, query=s.WebhookListQuerySchema, response=s.WebhookSchema, many=True),
-    Route("GET", V1 + "/webhooks/deliveries/recent", webhooks.recent_deliveries,
-          "Recent delivery attempts of every webhook, newest first", "webhooks",
-          policy=PRINCIPAL, query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
-    Route("GET", V1 + "/webhooks/{webhook_id}", webhooks.get_webhook, "Get a webhook", "webhooks",
-          policy=PRINCIPAL, response=s.WebhookSchema),
-    Route("PATCH", V1 + "/webhooks/{webhook_id}", webhooks.update_webhook,
-          "Change a webhook (url, collection_name, events, secret, retry_count, active)", "webhooks",
-          policy=PRINCIPAL, body=s.WebhookUpdateSchema, response=s.WebhookSchema),
-    Route("DELETE", V1 + "/webhooks/{webhook_id}", webhooks.delete_webhook, "Delete a webhook", "webhooks",
-          policy=PRINCIPAL, status=204),
-    Route("GET", V1 + "/webhooks/{webhook_id}/deliveries", webhooks.webhook_deliveries,
-          "Delivery attempts of a webhook, newest first", "webhooks",
-          policy=PRINCIPAL, query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
-    Route("POST", V1 + "/webhooks/deliveries/{delivery_id}/redeliver", webhooks.redeliver,
-          "Send a logged delivery again (same body, a new delivery id); `delivery_id` is a log entry's `id`",
-          "webhooks", policy=PRINCIPAL, response=webhooks.RedeliverySchema, status=202),
+    webhook_route("POST", WEBHOOKS, webhooks.create_webhook, "Create a webhook (admin-table users)",
+                  body=s.WebhookCreateSchema, response=s.WebhookSchema, status=201),
+    webhook_route("GET", WEBHOOKS, webhooks.list_webhooks, "List webhooks (`?collection_name=`)",
+                  query=s.WebhookListQuerySchema, response=s.WebhookSchema, many=True),
+    webhook_route("GET", WEBHOOKS + "/deliveries/recent", webhooks.recent_deliveries,
+                  "Recent delivery attempts of every webhook, newest first",
+                  query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+    webhook_route("GET", WEBHOOKS + "/{webhook_id}", webhooks.get_webhook, "Get a webhook",
+                  response=s.WebhookSchema),
+    webhook_route("PATCH", WEBHOOKS + "/{webhook_id}", webhooks.update_webhook,
+                  "Change a webhook (url, collection_name, events, secret, retry_count, active)",
+                  body=s.WebhookUpdateSchema, response=s.WebhookSchema),
+    webhook_route("DELETE", WEBHOOKS + "/{webhook_id}", webhooks.delete_webhook, "Delete a webhook", status=204),
+    webhook_route("GET", WEBHOOKS + "/{webhook_id}/deliveries", webhooks.webhook_deliveries,
+                  "Delivery attempts of a webhook, newest first",
+                  query=s.DeliveryQuerySchema, response=s.DeliveryPageSchema),
+    webhook_route("POST", WEBHOOKS + "/deliveries/{delivery_id}/redeliver", webhooks.redeliver,
+                  "Send a logged delivery again (same body, a new delivery id); `delivery_id` is a log entry's `id`",
+                  response=webhooks.RedeliverySchema, status=202),
     # --- end webhooks
     # --- password reset and auth collections (issue 3)
     Route("POST", V1 + "/auth/request-password-reset", admin_auth.request_password_reset,
@@ -242,27 +252,24 @@ ROUTES: tuple[Route, ...] = (
     Route("POST", V1 + "/auth/reset-password", admin_auth.reset_password,
           "Set a new password with the emailed reset token (any user system)", "auth",
           body=s.ResetPasswordSchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/register", collection_auth.register,
-          "Register a user of an auth collection", "collection auth",
-          body=s.CollectionRegisterSchema, response=s.CollectionRegisterResponseSchema, status=201),
-    Route("POST", V1 + "/collections/{collection_name}/auth/me/request-email-change",
-          collection_auth.request_email_change,
-          "Email a confirmation link to a new address", "collection auth", policy=COLLECTION_USER,
-          body=s.EmailChangeRequestSchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/me/confirm-email-change",
-          collection_auth.confirm_email_change,
-          "Confirm an email change with the emailed token", "collection auth",
-          body=s.TokenBodySchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/verify-email", collection_auth.verify_email,
-          "Verify an email with the emailed token", "collection auth",
-          body=s.TokenBodySchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/otp/request", collection_auth.otp_request,
-          "Email a 6-digit login code", "collection auth", body=s.OtpRequestSchema, response=s.MessageSchema),
-    Route("POST", V1 + "/collections/{collection_name}/auth/otp/verify", collection_auth.otp_verify,
-          "Log in with an emailed code", "collection auth",
-          body=s.OtpVerifySchema, response=s.CollectionLoginResponseSchema),
-    *user_system_routes(V1 + "/collections/{collection_name}/auth", "collection auth", s.CollectionUserSchema,
-                        s.CollectionLoginResponseSchema, COLLECTION_USER),
+    collection_auth_route("POST", COLLECTION_AUTH + "/register", collection_auth.register,
+                          "Register a user of an auth collection",
+                          body=s.CollectionRegisterSchema, response=s.CollectionRegisterResponseSchema, status=201),
+    collection_auth_route("POST", COLLECTION_AUTH + "/me/request-email-change", collection_auth.request_email_change,
+                          "Email a confirmation link to a new address", policy=COLLECTION_USER,
+                          body=s.EmailChangeRequestSchema, response=s.MessageSchema),
+    collection_auth_route("POST", COLLECTION_AUTH + "/me/confirm-email-change", collection_auth.confirm_email_change,
+                          "Confirm an email change with the emailed token", body=s.TokenBodySchema,
+                          response=s.MessageSchema),
+    collection_auth_route("POST", COLLECTION_AUTH + "/verify-email", collection_auth.verify_email,
+                          "Verify an email with the emailed token", body=s.TokenBodySchema, response=s.MessageSchema),
+    collection_auth_route("POST", COLLECTION_AUTH + "/otp/request", collection_auth.otp_request,
+                          "Email a 6-digit login code", body=s.OtpRequestSchema, response=s.MessageSchema),
+    collection_auth_route("POST", COLLECTION_AUTH + "/otp/verify", collection_auth.otp_verify,
+                          "Log in with an emailed code", body=s.OtpVerifySchema,
+                          response=s.CollectionLoginResponseSchema),
+    *user_system_routes(COLLECTION_AUTH, "collection auth", s.CollectionUserSchema, s.CollectionLoginResponseSchema,
+                        COLLECTION_USER),
     Route("GET", "/_/reset-password", system.reset_password_page, "Password reset page", "pages", in_docs=False),
     Route("GET", "/_/confirm-email-change", system.token_link_page, "Email change page", "pages",
           in_docs=False),

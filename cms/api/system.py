@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from importlib import resources
 
+import jinja2
 from aiohttp import web
 
 from cms.api.guards import principal_of
@@ -29,8 +31,19 @@ async def stats(request: web.Request) -> web.Response:
     return json_response({**counters, **await services(request).system.stats()})
 
 
+_LINK_PAGES = jinja2.Environment(loader=jinja2.PackageLoader("cms", "static"), autoescape=True,
+                                 undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+"""The emailed-link pages: each extends `static/_layout.html` (no-referrer, the shared style)."""
+
+
 def _page(name: str) -> str:
     return resources.files("cms.static").joinpath(name).read_text(encoding="utf-8")
+
+
+@functools.cache
+def _link_page(name: str) -> str:
+    """`static/<name>` rendered on its layout (once: the pages take no values)."""
+    return _LINK_PAGES.get_template(name).render()
 
 
 async def docs(request: web.Request) -> web.Response:
@@ -41,10 +54,10 @@ async def docs(request: web.Request) -> web.Response:
 async def token_link_page(request: web.Request) -> web.Response:
     """GET /_/verify-email and /_/confirm-email-change (`?token=...&collection=...`): the page of an
     emailed one-time link; it posts the token to the matching API endpoint and shows the outcome."""
-    return web.Response(text=_page("token-link.html"), content_type="text/html")
+    return web.Response(text=_link_page("token-link.html"), content_type="text/html")
 
 
 async def reset_password_page(request: web.Request) -> web.Response:
     """GET /_/reset-password?token=...: the page of the emailed reset link; it posts the new password
     to `/api/v1/auth/reset-password`."""
-    return web.Response(text=_page("reset-password.html"), content_type="text/html")
+    return web.Response(text=_link_page("reset-password.html"), content_type="text/html")

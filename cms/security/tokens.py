@@ -160,21 +160,13 @@ def _claims_from_payload(payload: Any) -> TokenClaims:
     for name in _STRING_CLAIMS:
         if not isinstance(payload[name], str) or not payload[name]:
             raise Unauthorized(f"Token claim '{name}' is invalid")
-    times: dict[str, datetime] = {}
+    claims: dict[str, Any] = {name: payload[name] for name in _STRING_CLAIMS}  # each checked above: a str
     for name in _TIME_CLAIMS:
         value = payload[name]
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise Unauthorized(f"Token claim '{name}' is invalid")
         try:
-            times[name] = datetime.fromtimestamp(value, UTC)
+            claims[name] = datetime.fromtimestamp(value, UTC)
         except (OverflowError, OSError, ValueError) as exc:
             raise Unauthorized(f"Token claim '{name}' is invalid") from exc
-    return TokenClaims(
-        sub=payload["sub"],
-        sid=payload["sid"],
-        jti=payload["jti"],
-        typ=payload["typ"],
-        aud=payload["aud"],
-        iat=times["iat"],
-        exp=times["exp"],
-    )
+    return TokenClaims(**claims)

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
+from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, error_message, flash_redirect, render
 from cms.errors import CmsError, NotFound, ValidationFailed
 from cms.models import ApiKey, Principal
 from cms.web.context import services
@@ -83,9 +83,7 @@ async def confirm_revoke(request: web.Request, principal: Principal) -> web.Stre
 async def revoke(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/api-keys/{key_id}/revoke: the key stops working at once."""
     await services(request).api_keys.revoke(principal, request.match_info["key_id"])
-    response = redirect(BASE, request)
-    flash(response, request, "API key revoked", "success")
-    return response
+    return flash_redirect(request, BASE, "API key revoked")
 
 
 def routes() -> list[web.RouteDef]:
@@ -93,6 +91,5 @@ def routes() -> list[web.RouteDef]:
     return [
         web.get(BASE, index, name="admin_ui.api_keys"),
         web.post(BASE, create),
-        web.get(BASE + "/{key_id}/revoke", confirm_revoke),
-        web.post(BASE + "/{key_id}/revoke", revoke),
+        *confirmed_action(BASE + "/{key_id}/revoke", confirm_revoke, revoke),
     ]

@@ -13,11 +13,12 @@ import itertools
 import logging
 import secrets
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
+from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, error_message, flash_redirect, redirect, render
 from cms.errors import CmsError, NotFound
 from cms.models import Principal
 from cms.services.operations.backups import Backup, backup_time
@@ -69,7 +70,20 @@ def _running(request: web.Request) -> Job | None:
     return next((j for j in _jobs(request).values() if not j.finished), None)
 
 
-def _start(request: web.Request, job: Job, work: asyncio.Future[str] | asyncio.Task[str]) -> None:
+def _start_job(request: web.Request, kind: str, work: Callable[[Job], Awaitable[str]], *,
+               filename: str = "") -> web.Response:
+    """Run `work(job)` (its result: the job's message) as a new job of this process and send the
+    browser to the job's page, or to the job already running (one at a time). The work runs in a
+    task started here, so it keeps the request's origin (cms.services.origin) for the audit log."""
+    running = _running(request)
+    if running is not None:
+        return redirect(f"{PREFIX}/backups/jobs/{running.id}", request)
+    job = Job(id=f"{next(_SEQUENCE):04d}-{secrets.token_hex(4)}", kind=kind, filename=filename)
+    _track(request, job, asyncio.ensure_future(work(job)))
+    return redirect(f"{PREFIX}/backups/jobs/{job.id}", request)
+
+
+def _track(request: web.Request, job: Job, work: asyncio.Future[str]) -> None:
     jobs = _jobs(request)
 
     async def run() -> None:
@@ -121,25 +135,19 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/backups: start a backup; the browser goes to its job page (or to the one already
     running: one job at a time)."""
-    running = _running(request)
-    if running is not None:
-        return redirect(f"{PREFIX}/backups/jobs/{running.id}", request)
-    job = Job(id=f"{next(_SEQUENCE):04d}-{secrets.token_hex(4)}", kind="create")
-
-    async def work() -> str:  # a task: it keeps the request's origin (cms.services.origin)
+    async def work(job: Job) -> str:
         backup = await services(request).backups.create(principal, progress=job.progress)
         job.filename = backup.filename
         return f"Backup {backup.filename} written ({_size(backup.size)})."
 
-    _start(request, job, asyncio.ensure_future(work()))
-    return redirect(f"{PREFIX}/backups/jobs/{job.id}", request)
+    return _start_job(request, "create", work)
 
 
 @admin_page
 async def confirm(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/backups/{filename}/restore|delete: the confirmation page."""
     backup = await _backup(request, principal)
-    action = request.match_info["action"]
+    action = request.path.rsplit("/", 1)[-1]  # restore or delete (routes())
     return await render(request, "backups/confirm.html", backup=backup, action=action, size=_size, error=None)
 
 
@@ -148,17 +156,12 @@ async def restore(request: web.Request, principal: Principal) -> web.StreamRespo
     """POST /_/backups/{filename}/restore: start the restore; the browser goes to its job page (or
     to the one already running)."""
     backup = await _backup(request, principal)
-    running = _running(request)
-    if running is not None:
-        return redirect(f"{PREFIX}/backups/jobs/{running.id}", request)
-    job = Job(id=f"{next(_SEQUENCE):04d}-{secrets.token_hex(4)}", kind="restore", filename=backup.filename)
 
-    async def work() -> str:  # a task: it keeps the request's origin (cms.services.origin)
+    async def work(job: Job) -> str:
         result = await services(request).backups.restore(principal, backup.filename, progress=job.progress)
         return result.message + "."
 
-    _start(request, job, asyncio.ensure_future(work()))
-    return redirect(f"{PREFIX}/backups/jobs/{job.id}", request)
+    return _start_job(request, "restore", work, filename=backup.filename)
 
 
 @admin_page
@@ -170,9 +173,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
     except CmsError as exc:
         return await render(request, "backups/confirm.html", status=exc.status, backup=backup, action="delete",
                             size=_size, error=error_message(exc))
-    response = redirect(PREFIX + "/backups", request)
-    flash(response, request, f"Backup {backup.filename} deleted.", "success")
-    return response
+    return flash_redirect(request, PREFIX + "/backups", f"Backup {backup.filename} deleted.")
 
 
 @admin_page
@@ -202,7 +203,6 @@ def routes() -> list[web.RouteDef]:
         web.post(PREFIX + "/backups", create),
         web.get(PREFIX + "/backups/jobs/{job_id}", job_page),
         web.get(name + "/download", download),
-        web.get(name + "/{action:restore|delete}", confirm),
-        web.post(name + "/restore", restore),
-        web.post(name + "/delete", delete),
+        *confirmed_action(name + "/restore", confirm, restore),
+        *confirmed_action(name + "/delete", confirm, delete),
     ]

@@ -23,7 +23,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, redirect, render
+from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, error_message, flash_redirect, render
 from cms.errors import CmsError, InvalidFilter, ValidationFailed
 from cms.filters.rules import AUTH_VARIABLES, DATA_ACTIONS
 from cms.models import Collection, FieldSpec, Principal, default_rules
@@ -235,15 +235,19 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
             raise
         return await _form_page(request, mode="create", collection=None, name=name, type_=type_,
                                 switches=switches, rows=rows, rules=rules, error=exc)
-    response = redirect(f"{PREFIX}/collections/{collection.name}/edit", request)
-    flash(response, request, f"Collection {collection.name} created", "success")
-    return response
+    return flash_redirect(request, f"{PREFIX}/collections/{collection.name}/edit",
+                          f"Collection {collection.name} created")
+
+
+async def _collection(request: web.Request) -> Collection:
+    """The collection of the path (`{collection_name}`). Raises NotFound."""
+    return await services(request).catalog.by_name(request.match_info["collection_name"])
 
 
 @admin_page
 async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/edit: the collection in the form."""
-    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
+    collection = await _collection(request)
     return await _form_page(request, mode="edit", collection=collection, name=collection.name, type_=collection.type,
                             switches={s: getattr(collection, s) for s in SWITCHES},
                             rows=[_row_of(spec) for spec in collection.fields], rules=_rules_of(collection.rules))
@@ -254,7 +258,7 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST /_/collections/{name}/edit: name, schema, switches and rules through the service (as
     `PATCH /api/v1/collections/{id}`); the schema replaces the old one."""
     collections = services(request).collections
-    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
+    collection = await _collection(request)
     form = await request.post()
     name = str(form.get("name", "")).strip()
     rows, rules = _rows_of_form(form), _rules_of_form(form)
@@ -273,15 +277,13 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
             raise
         return await _form_page(request, mode="edit", collection=collection, name=name, type_=collection.type,
                                 switches=switches, rows=rows, rules=rules, error=exc)
-    response = redirect(f"{PREFIX}/collections/{changed.name}/edit", request)
-    flash(response, request, f"Collection {changed.name} saved", "success")
-    return response
+    return flash_redirect(request, f"{PREFIX}/collections/{changed.name}/edit", f"Collection {changed.name} saved")
 
 
 @admin_page
 async def confirm_delete(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/delete: asks for the name before the delete."""
-    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
+    collection = await _collection(request)
     return await render(request, "collections/delete.html", collection=collection, error=None)
 
 
@@ -290,7 +292,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
     """POST /_/collections/{name}/delete: the delete (as `DELETE /api/v1/collections/{id}`) once the
     typed name matches."""
     collections = services(request).collections
-    collection = await services(request).catalog.by_name(request.match_info["collection_name"])
+    collection = await _collection(request)
     form = await request.post()
     try:
         if str(form.get("confirm_name", "")).strip() != collection.name:
@@ -302,9 +304,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
             raise
         return await render(request, "collections/delete.html", status=exc.status, collection=collection,
                             error=error_message(exc))
-    response = redirect(PREFIX + "/collections", request)
-    flash(response, request, f"Collection {collection.name} deleted", "success")
-    return response
+    return flash_redirect(request, PREFIX + "/collections", f"Collection {collection.name} deleted")
 
 
 def routes() -> list[web.RouteDef]:
@@ -316,7 +316,6 @@ def routes() -> list[web.RouteDef]:
         web.post(PREFIX + "/collections/new", create),
         web.get(path + "/edit", edit, name="admin_ui.collections.edit"),
         web.post(path + "/edit", update),
-        web.get(path + "/delete", confirm_delete, name="admin_ui.collections.delete"),
-        web.post(path + "/delete", delete),
+        *confirmed_action(path + "/delete", confirm_delete, delete, name="admin_ui.collections.delete"),
     ]
 

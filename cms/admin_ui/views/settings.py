@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message, flash, redirect, render
+from cms.admin_ui.common import PREFIX, ErrorMessage, admin_page, error_message, flash_redirect, render
 from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, TEXT_SETTINGS, Setting
@@ -112,9 +112,7 @@ async def change(request: web.Request, principal: Principal) -> web.StreamRespon
         if key not in SETTINGS_DEFAULTS:
             raise
         return await _page(request, principal, status=exc.status, failed=key, value=raw, error=error_message(exc))
-    response = redirect(f"{PREFIX}/settings#setting-{setting.key}", request)
-    flash(response, request, f"Saved {setting.key}", "success")
-    return response
+    return flash_redirect(request, f"{PREFIX}/settings#setting-{setting.key}", f"Saved {setting.key}")
 
 
 def routes() -> list[web.RouteDef]:

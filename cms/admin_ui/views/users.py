@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, flash, page_number, redirect, render
+from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, flash_redirect, page_number, render
 from cms.errors import NotFound
 from cms.models import CollectionUser, Page, Principal
 from cms.services.identity.collection_users import CollectionUsers
@@ -73,9 +73,7 @@ async def verify(request: web.Request, principal: Principal) -> web.StreamRespon
     does: an `update` record event), audited as `email_verified` by the admin."""
     system, user = await _user(request)
     await services(request).identity.verification.mark_verified(system, user, principal)
-    response = redirect(f"{_base(system)}/{user.id}", request)
-    flash(response, request, f"{user.email} is verified", "success")
-    return response
+    return flash_redirect(request, f"{_base(system)}/{user.id}", f"{user.email} is verified")
 
 
 @admin_page
@@ -93,9 +91,8 @@ async def revoke_all(request: web.Request, principal: Principal) -> web.StreamRe
     access and refresh tokens stop working at once (audited as `session_revoked`)."""
     system, user = await _user(request)
     count = await services(request).identity.sessions.revoke_all(system, user, by=principal)
-    response = redirect(f"{_base(system)}/{user.id}", request)
-    flash(response, request, f"Revoked {count} session{'' if count == 1 else 's'} of {user.email}", "success")
-    return response
+    return flash_redirect(request, f"{_base(system)}/{user.id}",
+                          f"Revoked {count} session{'' if count == 1 else 's'} of {user.email}")
 
 
 def routes() -> list[web.RouteDef]:
@@ -104,6 +101,5 @@ def routes() -> list[web.RouteDef]:
         web.get(BASE, index, name="admin_ui.users"),
         web.get(BASE + "/{user_id}", detail),
         web.post(BASE + "/{user_id}/verify", verify),
-        web.get(BASE + "/{user_id}/sessions/revoke-all", confirm_revoke_all),
-        web.post(BASE + "/{user_id}/sessions/revoke-all", revoke_all),
+        *confirmed_action(BASE + "/{user_id}/sessions/revoke-all", confirm_revoke_all, revoke_all),
     ]

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, error_message, flash, page_number, redirect, render
+from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, error_message, flash_redirect, page_number, render
 from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.delivery.webhooks import DEFAULT_RETRY_COUNT, EVENT_KINDS, MAX_RETRY_COUNT
@@ -58,9 +58,7 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
             secret=str(data.get("secret", "")) or None, retry_count=_retry_count(retry_count))
     except CmsError as exc:
         return await _index(request, principal, status=exc.status, error=error_message(exc), form=form)
-    response = redirect(f"{BASE}/{webhook.id}", request)
-    flash(response, request, "Webhook created", "success")
-    return response
+    return flash_redirect(request, f"{BASE}/{webhook.id}", "Webhook created")
 
 
 @admin_page
@@ -81,9 +79,8 @@ async def set_active(request: web.Request, principal: Principal) -> web.StreamRe
     form = await request.post()
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"],
                                                       {"active": form.get("active") == "true"})
-    response = redirect(f"{BASE}/{webhook.id}" if form.get("back") == "detail" else BASE, request)
-    flash(response, request, f"Webhook {'enabled' if webhook.active else 'disabled'}", "success")
-    return response
+    return flash_redirect(request, f"{BASE}/{webhook.id}" if form.get("back") == "detail" else BASE,
+                          f"Webhook {'enabled' if webhook.active else 'disabled'}")
 
 
 @admin_page
@@ -97,26 +94,21 @@ async def confirm_delete(request: web.Request, principal: Principal) -> web.Stre
 async def delete(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/webhooks/{webhook_id}/delete: the webhook goes; its open deliveries are dropped."""
     await services(request).webhooks.delete(principal, request.match_info["webhook_id"])
-    response = redirect(BASE, request)
-    flash(response, request, "Webhook deleted", "success")
-    return response
+    return flash_redirect(request, BASE, "Webhook deleted")
 
 
 @admin_page
 async def redeliver(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/webhooks/{webhook_id}/deliveries/{entry_id}/redeliver: "send again" (the service's
     `redeliver`, as the REST endpoint): a new delivery of the same body, queued for a worker."""
-    webhook_id = request.match_info["webhook_id"]
-    response = redirect(f"{BASE}/{webhook_id}", request)
+    back = f"{BASE}/{request.match_info['webhook_id']}"
     try:
         delivery = await services(request).webhooks.redeliver(principal, request.match_info["entry_id"])
     except CmsError as exc:
         if exc.status not in (400, 404):
             raise
-        flash(response, request, f"Not sent again: {exc.detail}", "error")
-        return response
-    flash(response, request, f"Queued again as delivery {delivery.id}", "success")
-    return response
+        return flash_redirect(request, back, f"Not sent again: {exc.detail}", "error")
+    return flash_redirect(request, back, f"Queued again as delivery {delivery.id}")
 
 
 def routes() -> list[web.RouteDef]:
@@ -126,7 +118,6 @@ def routes() -> list[web.RouteDef]:
         web.post(BASE, create),
         web.get(BASE + "/{webhook_id}", detail),
         web.post(BASE + "/{webhook_id}/active", set_active),
-        web.get(BASE + "/{webhook_id}/delete", confirm_delete),
-        web.post(BASE + "/{webhook_id}/delete", delete),
+        *confirmed_action(BASE + "/{webhook_id}/delete", confirm_delete, delete),
         web.post(BASE + "/{webhook_id}/deliveries/{entry_id}/redeliver", redeliver),
     ]
