@@ -18,6 +18,8 @@ import pytest
 from cms.app import create_app
 from cms.config import Config
 from cms.services.delivery.events import RecordEvent
+from cms.store.client import Database
+from cms.store.records import records_mongo_name
 from cms.wiring import Services, open_services
 from tests.api.test_api_keys import api_key, make_key
 from tests.conftest import (
@@ -253,14 +255,15 @@ async def test_api_keys_need_the_write_scope(client: Client, admin_token: str, p
 
 
 async def test_events_go_out_after_the_commit_one_per_record(client: Client, admin_token: str, posts: Any,
-                                                             services: Services, transactions: None) -> None:
+                                                             services: Services, mongo_db: Database,
+                                                             transactions: None) -> None:
     one, two = posts
-    posts_id = (await services.collections.get_by_name("posts")).id
+    stored_records = mongo_db[records_mongo_name((await services.collections.get_by_name("posts")).id)]
     events: list[tuple[str, str, bool]] = []
 
     async def subscriber(batch: Sequence[RecordEvent]) -> None:
-        for event in batch:  # what another request reads now: the write is committed, or not there yet
-            stored = await services.records.repository.get(posts_id, event.record_id)
+        for event in batch:  # what another client reads now: the write is committed, or not there yet
+            stored = await stored_records.find_one({"_id": event.record_id})
             events.append((event.event, event.record_id, stored is not None))
 
     services.events.subscribe(subscriber)
