@@ -9,7 +9,7 @@ finds them), so the atomicity tests run against it; they skip where the server h
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +22,7 @@ from cms.store.client import Database
 from cms.store.records import records_mongo_name
 from cms.wiring import Services, open_services
 from tests.api.test_api_keys import api_key, make_key
+from tests.api.test_webhooks import Receiver, make_webhook, receiver  # noqa: F401 - the receiver fixture
 from tests.conftest import (
     Client,
     MovableClock,
@@ -63,6 +64,12 @@ async def failed_batch(client: Client, requests: Sequence[Any], headers: dict[st
                           400, "bad_request")
     assert set(body["failed"]) == {"index", "status", "body"}, body
     return dict(body["failed"])
+
+
+@pytest.fixture
+def config(config: Config) -> Config:
+    """Webhook receivers run on loopback: allow private addresses."""
+    return replace(config, webhook_allow_private=True)
 
 
 @pytest.fixture
@@ -282,6 +289,21 @@ async def test_events_go_out_after_the_commit_one_per_record(client: Client, adm
         assert events == []
     finally:
         services.events.unsubscribe(subscriber)
+
+
+async def test_webhooks_get_one_delivery_per_record_of_a_committed_batch(
+        client: Client, admin_token: str, posts: Any, receiver: Receiver, run_jobs: Callable[[], Awaitable[None]],
+        transactions: None) -> None:
+    one, two = posts
+    await make_webhook(client, admin_token, receiver.url)
+    await failed_batch(client, [post("posts", {"title": "lost"}), delete("posts", "nosuch")], bearer(admin_token))
+    response = await client.post(BATCH, headers=bearer(admin_token), json={"requests": [
+        post("posts", {"title": "a"}), patch("posts", one["id"], {"title": "b"}), delete("posts", two["id"])]})
+    assert response.status == 200, await response.text()
+    created = (await response.json())[0]["body"]["id"]
+    await run_jobs()
+    assert sorted((b["event"], b["record_id"]) for b in receiver.bodies()) == sorted(
+        [("create", created), ("update", one["id"]), ("delete", two["id"])])
 
 
 # --- a server without transactions -----------------------------------------------------------------------
