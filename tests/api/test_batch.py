@@ -292,8 +292,8 @@ async def test_events_go_out_after_the_commit_one_per_record(client: Client, adm
 
 
 async def test_webhooks_get_one_delivery_per_record_of_a_committed_batch(
-        client: Client, admin_token: str, posts: Any, receiver: Receiver, run_jobs: Callable[[], Awaitable[None]],
-        transactions: None) -> None:
+        client: Client, admin_token: str, posts: Any, run_jobs: Callable[[], Awaitable[None]], transactions: None,
+        receiver: Receiver) -> None:  # noqa: F811
     one, two = posts
     await make_webhook(client, admin_token, receiver.url)
     await failed_batch(client, [post("posts", {"title": "lost"}), delete("posts", "nosuch")], bearer(admin_token))
