@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -128,11 +128,14 @@ class Infra:
 
 
 @asynccontextmanager
-async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis | None = None) -> AsyncIterator[Infra]:
+async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis | None = None,
+                     use_transactions: bool = True) -> AsyncIterator[Infra]:
     """Open MongoDB (ensuring the service's own indexes and detecting capabilities), Redis and the
     outgoing HTTP session; close them in reverse order on exit, also when opening fails halfway.
 
     `redis`: an open pool to use (an arq Worker's own, from `open_redis`); it is not closed here.
+    `use_transactions`: False makes `capabilities.transactions` False whatever the server supports,
+    so the process behaves as on a standalone server (tests of that case on a replica set).
     `config.mongodb_url` and `config.redis_url` must be set (embedded servers fill them in):
     ValueError if not. Driver errors propagate when a server does not answer within its time-out."""
     if not config.mongodb_url or not config.redis_url:
@@ -144,6 +147,8 @@ async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis |
         db = mongo[config.mongodb_db]
         await ensure_indexes(db)
         capabilities = await detect_capabilities(db)
+        if not use_transactions:
+            capabilities = replace(capabilities, transactions=False)
         if redis is None:
             redis = open_redis(config)
             stack.push_async_callback(redis.aclose)

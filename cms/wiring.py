@@ -26,6 +26,7 @@ from cms.services.caching import keys
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.caching.read_cache import ReadCache
+from cms.services.content.batch import BatchService
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
@@ -98,6 +99,7 @@ class Services:
     api_keys: ApiKeyService
     authenticator: Authenticator
     files: FileService
+    batch: BatchService
 
 
 REDIS_INFO_FIGURES = (
@@ -298,15 +300,16 @@ def build_system(infra: Infra, outbox: WebhookOutbox) -> SystemService:
 
 
 @asynccontextmanager
-async def open_services(config: Config, *, clock: Clock = utcnow,
-                        redis: ArqRedis | None = None) -> AsyncIterator[Services]:
+async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedis | None = None,
+                        use_transactions: bool = True) -> AsyncIterator[Services]:
     """Open the infrastructure (`open_infra`), build every service on it and yield them; close
     everything on exit.
 
     `redis`: an open pool to share (an arq Worker's), left open on exit. `config.mongodb_url` and
     `config.redis_url` must be set (embedded servers fill them in): ValueError if not; driver
-    errors propagate when a server does not answer."""
-    async with open_infra(config, clock=clock, redis=redis) as infra:
+    errors propagate when a server does not answer. `use_transactions`: False runs as on a server
+    without multi-document transactions (`open_infra`)."""
+    async with open_infra(config, clock=clock, redis=redis, use_transactions=use_transactions) as infra:
         platform = await build_platform(infra)
         content = await build_content(infra, platform)
         identity, api_keys, authenticator = await build_identity(infra, platform, content)
@@ -339,4 +342,5 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
             api_keys=api_keys,
             authenticator=authenticator,
             files=files,
+            batch=BatchService(records, platform.events, transactions, platform.settings),
         )

@@ -82,6 +82,8 @@ def _operation(route: Route) -> dict[str, Any]:
     responses: dict[Any, Any] = {str(route.status): success}
     for status, text in descriptions.items():
         responses[str(status)] = {"description": text, "content": {"application/json": {"schema": "Error"}}}
+    if route.failure is not None:
+        responses["400"]["content"]["application/json"]["schema"] = route.failure
     operation["responses"] = responses
     if security is not None:
         operation["security"] = security

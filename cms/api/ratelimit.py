@@ -47,3 +47,22 @@ async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.S
     if decision is not None:
         response.headers.update(limit_headers(request.get(DECISION_KEY, decision)))
     return response
+
+
+async def charge_general(request: web.Request, cost: int) -> None:
+    """Count `cost` more requests of the client against the general limit, all or none: a batch
+    costs one per request it holds, and the middleware already counted the batch itself as one
+    (decisions.md, Batch writes). Raises RateLimited (429) when fewer than `cost` remain (nothing is
+    counted then); lets the request through when the limiter fails, as the middleware does."""
+    if cost < 1:
+        return
+    try:
+        decision = await services(request).rate_limits.hit_general(client_ip(request), cost=cost)
+    except Exception:  # a limiter outage must not take the API down
+        log.warning("rate limiter unavailable; batch let through", exc_info=True)
+        return
+    if decision is None:
+        return
+    request[DECISION_KEY] = decision
+    if not decision.allowed:
+        raise await refusal(request, decision, "general")

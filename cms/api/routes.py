@@ -16,6 +16,8 @@ from cms.api import (
     api_keys,
     audit,
     backups,
+    batch,
+    batch_schemas,
     collection_auth,
     collections,
     files,
@@ -44,7 +46,8 @@ class Route:
     counted in their handlers.
     `body`/`query`/`response` are marshmallow schema classes; `status` is the success status;
     `upload_field` names the file field of a multipart body and `form_fields` the other (required, text) fields
-    it must carry; `produces` the success media type."""
+    it must carry; `produces` the success media type; `failure` the schema of a 400 answer that carries
+    more than the error model (a batch's `failed`)."""
 
     method: str
     path: str
@@ -62,6 +65,7 @@ class Route:
     upload_field: str | None = None  # multipart/form-data body with this file field
     form_fields: tuple[str, ...] = ()
     produces: str = "application/json"
+    failure: type[Schema] | None = None
 
 
 V1 = "/api/v1"
@@ -214,6 +218,12 @@ ROUTES: tuple[Route, ...] = (
           "at most 10 MiB and 50,000 rows", "records",
           policy=PRINCIPAL, response=s.CsvImportResultSchema, upload_field="file"),
     # --- end records: bulk and CSV
+    # --- batch (decisions.md: Batch writes); anyone the records routes let in: each request runs under its rules
+    Route("POST", V1 + "/batch", batch.run_batch,
+          "Run up to `batch_max_requests` (50) record creates, changes and deletes in one transaction, in order, "
+          "all or nothing; each counts against the rate limit; needs a replica set", "records",
+          policy=OPTIONAL, body=batch_schemas.BatchSchema, response=batch_schemas.BatchAnswerSchema, many=True,
+          failure=batch_schemas.BatchFailureSchema),
     # --- API keys (issue 9)
     api_key_route("POST", API_KEYS, api_keys.create_api_key,
                   "Create an API key (admin-table users); the secret `key` is returned only here",

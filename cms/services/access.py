@@ -45,8 +45,9 @@ ADMIN_TABLE_TOKEN_ONLY = "Not an admin-table user token"
 """The 401 detail of an admin-table user's endpoint called with another kind of credential."""
 COLLECTION_TOKEN_ONLY = "Not a token of this collection"
 """The 401 detail of an auth collection's user endpoint called with another kind of credential."""
-API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files)(/.*)?$")
-"""What an API key may reach: records and files (decisions.md); anything else under /api is 403."""
+API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files|batch)(/.*)?$")
+"""What an API key may reach: records and files (decisions.md), and batches of record writes (the
+`write` scope; each request then runs as the key's owner); anything else under /api is 403."""
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 

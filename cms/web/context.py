@@ -49,7 +49,13 @@ async def parse_body(request: web.Request, schema: Schema, *, required: bool = F
     """Decode the JSON body (an object) and load it with `schema`; a missing body reads as `{}`
     unless `required`. Raises BadRequest (missing though `required`, malformed, not an object) or
     ValidationFailed (422, per-field errors)."""
-    body = await read_json(request)
+    return load_body(await read_json(request), schema, required=required)
+
+
+def load_body(body: Any, schema: Schema, *, required: bool = False) -> dict[str, Any]:
+    """Load the decoded JSON `body` (None: no body, read as `{}` unless `required`) with `schema`,
+    as `parse_body` does (a batch's requests carry their bodies inside the batch's). Raises
+    BadRequest (missing though `required`, not an object) or ValidationFailed (422)."""
     if body is None:
         if required:
             raise BadRequest("A JSON body is required")

@@ -17,11 +17,11 @@ from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache
-from cms.services.content import collections, csv_io, group_commit, records, relations
+from cms.services.content import batch, collections, csv_io, group_commit, records, relations
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.identity import otp
 from cms.services.operations import audit, rate_limits
-from cms.services.operations.settings import SETTINGS_DEFAULTS, VERSION_CHECK_INTERVAL_S
+from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
 from cms.store import records as record_store
 
 MIB = 1024 * 1024
@@ -34,6 +34,9 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "csv-import-50000-rows": (csv_io.MAX_IMPORT_ROWS, 50_000),
     "bulk-1000-ids": (records.MAX_BULK_IDS, 1_000),
     "bulk-setting-1000-ids": (SETTINGS_DEFAULTS["bulk_max_ids"][0], 1_000),
+    # decisions.md, Batch writes (the range: README)
+    "batch-50-requests": ((SETTINGS_DEFAULTS["batch_max_requests"][0], batch.DEFAULT_MAX_REQUESTS), (50, 50)),
+    "batch-setting-1-to-1000": (SETTINGS_RANGES["batch_max_requests"], (1, 1_000)),
     "auth-rate-10-per-minute": ((rate_limits.AUTH_LIMIT, rate_limits.DEFAULT_WINDOW_S), (10, 60)),
     "general-rate-600-per-minute": (SETTINGS_DEFAULTS["rate_limit_per_minute"][0], 600),
     "otp-6-digits": (codes.OTP_DIGITS, 6),

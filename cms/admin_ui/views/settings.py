@@ -42,6 +42,7 @@ HELP = {
     "csv_import_max_rows": "Rows one CSV import may hold.",
     "csv_import_max_mb": "Size of one CSV import, in MiB.",
     "bulk_max_ids": "Records one bulk update or delete may name.",
+    "batch_max_requests": "Requests one batch (POST /api/v1/batch) may hold, all in one transaction.",
     "read_cache_enabled": "The Redis cache of record reads (off: every read queries MongoDB).",
 }
 """A line of help under each setting's name."""

@@ -80,13 +80,15 @@ class RateLimitService:
         values = await self._settings.values()
         return bool(values["rate_limit_enabled"]), int(values["rate_limit_per_minute"])
 
-    async def hit_general(self, ip: str) -> RateLimitDecision | None:
-        """Count one request of `ip`; None when rate limiting is switched off."""
+    async def hit_general(self, ip: str, *, cost: int = 1) -> RateLimitDecision | None:
+        """Count `cost` requests of `ip` (a batch's requests after the first: decisions.md, Batch
+        writes), all or none: refused when fewer than `cost` remain. None when rate limiting is
+        switched off."""
         enabled, per_window = await self._enabled_and_limit()
         if not enabled:
             return None
         async with asyncio.timeout(self._timeout_s):
-            return await self._hit(per_window, "general", ip)
+            return await self._hit(per_window, "general", ip, cost=cost)
 
     async def hit_auth(self, action: str, ip: str, identifier: str) -> RateLimitDecision | None:
         """Count one auth attempt (`action` e.g. "login") by `ip` for `identifier` (e.g. the email,
@@ -139,9 +141,9 @@ class RateLimitService:
         reset_after_s = max(1, math.ceil(worst_reset_s))
         return RateLimitDecision(False, worst_item.amount, 0, reset_after_s, worst_item.get_expiry())
 
-    async def _hit(self, amount: int, *identifiers: str) -> RateLimitDecision:
+    async def _hit(self, amount: int, *identifiers: str, cost: int = 1) -> RateLimitDecision:
         item = RateLimitItemPerSecond(amount, self._window_s)
-        allowed = await self._limiter.hit(item, *identifiers)
+        allowed = await self._limiter.hit(item, *identifiers, cost=cost)
         stats = await self._limiter.get_window_stats(item, *identifiers)
         reset_after_s = max(1, math.ceil(stats.reset_time - time.time()))
         return RateLimitDecision(allowed, amount, stats.remaining, reset_after_s, self._window_s)

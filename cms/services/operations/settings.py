@@ -45,6 +45,7 @@ SETTINGS_RANGES: dict[str, tuple[int, int]] = {
     "csv_import_max_rows": (1, 1_000_000),
     "csv_import_max_mb": (1, 1024),
     "bulk_max_ids": (1, 100_000),
+    "batch_max_requests": (1, 1_000),
 }
 
 # key -> (default, category)
@@ -71,6 +72,8 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "csv_import_max_rows": (MAX_IMPORT_ROWS, "limits"),
     "csv_import_max_mb": (MAX_IMPORT_BYTES // (1024 * 1024), "limits"),
     "bulk_max_ids": (1_000, "limits"),  # records.MAX_BULK_IDS (not imported: records imports this module)
+    # requests of one POST /api/v1/batch, all in one transaction (content.batch.DEFAULT_MAX_REQUESTS)
+    "batch_max_requests": (50, "limits"),
     # the Redis response cache of record reads (cms.services.caching.read_cache); false: every read queries
     "read_cache_enabled": (True, "performance"),
 }

@@ -1,0 +1,143 @@
+"""Batch writes: up to `batch_max_requests` record creates, changes and deletes in one MongoDB
+transaction (decisions.md: Batch writes).
+
+`BatchService.run` takes the caller's Principal and the requests as the API parsed them
+(`BatchRequest`), opens one event unit in a transaction (`EventBus.unit(transactions)`) and runs each
+request, in order, through the same `RecordService` method its REST route calls: the same rules, the
+same validation, the same one writer (`RecordWriter`, whose own units nest into the batch's, whose
+driver calls join the batch's session, and whose creates are never grouped inside it). A later
+request therefore reads what an earlier one wrote. The first request that fails (a CmsError) ends
+the batch: the transaction aborts, the events held so far are dropped, and the batch answers
+`BatchFailed`, 400 with `failed: {index, status, body}` where `body` is the error the request would
+have got alone (`CmsError.to_body`, the one rendering of the error model). When every request
+succeeds the transaction commits, then the events go out, one per record written.
+
+A server without multi-document transactions (a standalone mongod; `Capabilities.transactions`,
+detected by trying) cannot hold the all-or-nothing promise: every batch is refused there with 400
+`bad_request` saying batches need a replica set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cms.errors import BadRequest, CmsError, ValidationFailed
+from cms.models import Principal
+from cms.services import access as actions
+from cms.services.content.records import RecordService, record_json
+from cms.services.delivery.events import EventBus
+from cms.services.operations.settings import SettingsService
+from cms.store.transactions import Transactions
+
+DEFAULT_MAX_REQUESTS = 50
+"""Requests one batch may hold when no `batch_max_requests` setting is at hand."""
+NO_TRANSACTIONS = ("Batches need a MongoDB replica set (multi-document transactions); "
+                   "this database server has none, so no batch can run")
+"""The `detail` of the 400 every batch gets on a server without transactions."""
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """One request of a batch, as the API parsed it: `action` is `access.CREATE` (POST
+    `.../records`), `access.UPDATE` (PATCH `.../records/{id}`) or `access.DELETE` (DELETE
+    `.../records/{id}`) on collection `collection_name`; `record_id` for update and delete; `data`
+    the object of field values of a create or update (as `{"data": ...}` alone). `refusal`: the
+    answer the request gets without running (a method or path a batch may not hold, a body that
+    does not validate); it fails the batch when its turn comes, so the first failure reported is
+    the first in request order."""
+
+    action: str
+    collection_name: str = ""
+    record_id: str | None = None
+    data: Any = None
+    refusal: CmsError | None = None
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    """The answer one request got: its HTTP `status` (201, 200 or 204) and its JSON `body` (the
+    record; None for a delete)."""
+
+    status: int
+    body: dict[str, Any] | None
+
+
+class BatchFailed(BadRequest):
+    """400 `bad_request`: request `index` (from 0) of the batch failed with `error`, so nothing was
+    changed. The body adds `failed: {index, status, body}`, `body` being `error` as the request
+    alone would have been answered (`{detail, code[, errors]}`)."""
+
+    def __init__(self, index: int, error: CmsError) -> None:
+        super().__init__(f"Request {index} of the batch failed ({error.status} {error.code}); nothing was changed")
+        self.failed: dict[str, Any] = {"index": index, "status": error.status, "body": error.to_body()}
+
+    def to_body(self) -> dict[str, Any]:
+        """`{detail, code, failed}`."""
+        return {**super().to_body(), "failed": self.failed}
+
+
+class BatchService:
+    """Runs batches of record writes as one transaction. `records`: the service the REST routes
+    call; `events`: the bus whose unit holds the batch's events until the commit; `transactions`:
+    the database's transactions (None or not `enabled`: no batch can run); `settings`: for
+    `batch_max_requests` (None: DEFAULT_MAX_REQUESTS)."""
+
+    def __init__(self, records: RecordService, events: EventBus, transactions: Transactions | None,
+                 settings: SettingsService | None = None) -> None:
+        self._records = records
+        self._events = events
+        self._transactions = transactions
+        self._settings = settings
+
+    async def max_requests(self) -> int:
+        """How many requests one batch may hold (the `batch_max_requests` setting, 1..1,000)."""
+        if self._settings is None:
+            return DEFAULT_MAX_REQUESTS
+        return int((await self._settings.values())["batch_max_requests"])
+
+    async def check(self, count: int) -> None:
+        """Whether a batch of `count` requests may run here, before any of it runs. Raises
+        ValidationFailed (422, `errors: {"requests": [message]}`) for no request or more than
+        `max_requests()`, then BadRequest (NO_TRANSACTIONS) when the server has no transactions."""
+        limit = await self.max_requests()
+        if count < 1 or count > limit:
+            message = ("At least one request is required." if count < 1
+                       else f"At most {limit} requests per batch; {count} given.")
+            raise ValidationFailed(f"Invalid requests: {message}", errors={"requests": [message]})
+        if self._transactions is None or not self._transactions.enabled:
+            raise BadRequest(NO_TRANSACTIONS)
+
+    async def run(self, principal: Principal | None, requests: Sequence[BatchRequest]) -> list[BatchAnswer]:
+        """Run `requests` in order, as `principal` (None: no credentials), in one transaction; returns
+        each request's answer, in order, once the transaction committed (the events of the records
+        written go out after that, one per write). Raises what `check` raises before anything runs,
+        BatchFailed for the first request that fails (nothing was changed, no event went out), or
+        BadRequest when the commit met a concurrent write ("retry")."""
+        await self.check(len(requests))
+        answers: list[BatchAnswer] = []
+        async with self._events.unit(self._transactions):
+            for index, request in enumerate(requests):
+                try:
+                    answers.append(await self._run_one(principal, request))
+                except CmsError as exc:
+                    raise BatchFailed(index, exc) from None
+        return answers
+
+    async def _run_one(self, principal: Principal | None, request: BatchRequest) -> BatchAnswer:
+        """One request, through the method its REST route calls; raises what that raises."""
+        if request.refusal is not None:
+            raise request.refusal
+        name = request.collection_name
+        if request.action == actions.CREATE:
+            return BatchAnswer(201, record_json(await self._records.create(principal, name, request.data)))
+        if request.record_id is None:
+            raise BadRequest("A record id is required")
+        if request.action == actions.UPDATE:
+            return BatchAnswer(200, record_json(await self._records.update(principal, name, request.record_id,
+                                                                           request.data)))
+        if request.action == actions.DELETE:
+            await self._records.delete(principal, name, request.record_id)
+            return BatchAnswer(204, None)
+        raise BadRequest(f"Unknown batch action {request.action!r}")
