@@ -245,7 +245,7 @@ async def test_a_thousand_ids_in_a_few_round_trips(config, services, admin_token
         config.mongodb_url, tz_aware=True, retryWrites=False, event_listeners=[Listener()])
     try:
         repository = RecordRepository(monitored[config.mongodb_db], Capabilities(text_index=False))
-        service = RecordService(services.collections, repository, RecordSchemas(), services.events)
+        service = RecordService(services.catalog, repository, RecordSchemas(), services.events)
         assert await service.bulk_update(principal, "posts", ids, {"views": 3, "slug": None}) == MAX_BULK_IDS
         update_commands = list(commands)
         commands.clear()
