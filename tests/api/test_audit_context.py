@@ -348,12 +348,20 @@ async def test_an_entry_with_no_request_behind_it_has_no_address(client, service
     assert (entry["user_id"], entry["ip_address"], entry["user_agent"]) == (None, "", "")
 
 
+async def test_an_unknown_users_failed_login_names_nobody_even_with_a_token_attached(client, admin_token):
+    """`user_id` is whom the event concerns, never the bearer of whatever token came along: a failed
+    login for an unknown address sent with the admin's token is filed under no user."""
+    await call(client, "POST", "/api/v1/auth/login", 401, admin_token, email="nobody@example.com", password="x")
+    (entry,) = await entries(client, admin_token, "login_failed")
+    assert entry["user_id"] is None and entry["ip_address"] == CLIENT_IP, entry
+
+
 async def test_an_event_held_until_after_its_unit_keeps_the_origin_it_was_created_under(client, services, admin_token):
     """The subscriber runs when the unit ends, outside the scope the event was created in."""
     origin = RequestOrigin(user_id="u-1", ip_address="192.0.2.1", user_agent="held/1", request_id="r-1")
     async with services.events.unit():
         with origin_scope(origin):
-            await services.events.emit([AuditEvent("setting_changed", details={"key": "k"})])
+            await services.events.emit([AuditEvent("setting_changed", user_id="u-1", details={"key": "k"})])
         assert await entries(client, admin_token, "setting_changed") == []  # held
     (entry,) = await entries(client, admin_token, "setting_changed")
     assert (entry["user_id"], entry["ip_address"], entry["user_agent"]) == ("u-1", "192.0.2.1", "held/1")

@@ -100,9 +100,10 @@ class AuditService:
 
     async def _record_from(self, origin: RequestOrigin, event_type: str, user_id: str | None,
                            details: dict[str, Any]) -> None:
-        """An entry for `user_id`, or else the origin's caller, from where the origin says."""
-        await self.record(event_type, user_id=user_id if user_id is not None else origin.user_id,
-                          ip_address=origin.ip_address, user_agent=origin.user_agent, details=details)
+        """An entry for `user_id` as the event names it (None: no known user, e.g. a failed login for an
+        unknown address, even when the request carried someone's token), from where the origin says."""
+        await self.record(event_type, user_id=user_id, ip_address=origin.ip_address,
+                          user_agent=origin.user_agent, details=details)
 
     async def count(self, **equals: str) -> int:
         """How many entries match the given field values."""

@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.operations.settings import SettingsService
+from cms.services.origin import current_origin
 
 log = logging.getLogger("cms.ratelimit")
 
@@ -169,7 +170,9 @@ class RateLimitService:
             log.warning("rate limiter unavailable; refusal audited without de-duplication", exc_info=True)
             first = True
         if first and self._events is not None:
-            await self._events.emit([AuditEvent("rate_limited", details={"limit": kind, "path": path})])
+            # whom it concerns: the refused caller (None when anonymous), from the request's origin
+            await self._events.emit([AuditEvent("rate_limited", user_id=current_origin().user_id,
+                                                details={"limit": kind, "path": path})])
 
     async def reset(self) -> None:
         """Forget every counter (tests, and an operator unlocking everyone)."""
