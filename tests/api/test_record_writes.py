@@ -22,6 +22,7 @@ import pytest
 
 from cms.admin_ui.session import SESSION_COOKIE
 from cms.errors import NotFound
+from cms.services.content.files import FormPart
 from cms.store.client import open_client
 from cms.store.documents import records_mongo_name
 from cms.wiring import Services
@@ -202,3 +203,33 @@ async def test_a_registration_into_a_collection_deleted_meanwhile_is_refused(
     assert refused.value.to_body() == refused_as_gone("members")
     left = await stored(config)
     assert records_mongo_name(collection["id"]) not in left and "auth_credentials" not in left, left
+
+
+async def test_a_save_cancelled_while_its_record_is_being_stored_keeps_record_and_files(
+        client, admin_token, services: Services, mongo_commands) -> None:
+    """Group commit stores a create whose caller was cancelled (server shutdown, a dropped client):
+    the draft then keeps the files the stored record points at, instead of deleting them."""
+    created = await create_collection(client, admin_token, "cancelled", [{"name": "att", "type": "file"}],
+                                      create_rule="")
+    saving: dict[str, asyncio.Task[Any]] = {}
+
+    async def one_chunk() -> AsyncIterator[bytes]:
+        yield b"kept bytes"
+
+    async def save() -> None:
+        async with services.records.draft(None, "cancelled") as draft:
+            await draft.add_file("att", FormPart("att", "a.txt", "text/plain", one_chunk()))
+            await draft.save({})
+
+    # cancel the caller just before the group's insert reaches the server
+    mongo_commands.before(lambda c: c.name == "insert" and c.collection == records_mongo_name(created["id"]),
+                          lambda _: saving["task"].cancel())
+    saving["task"] = asyncio.create_task(save())
+    with pytest.raises(asyncio.CancelledError):
+        await saving["task"]
+    await services.records.drain()
+    page = await (await client.get(records_path("cancelled"))).json()
+    assert page["total"] == 1, page
+    file_id = page["items"][0]["att"]
+    response = await client.get(f"/api/v1/files/{file_id}")
+    assert response.status == 200 and await response.read() == b"kept bytes"

@@ -17,6 +17,7 @@ rules to permit the caller on the stored record (as `POST /api/v1/files` does).
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +96,9 @@ class RecordDraft:
     async def save(self, data: dict[str, Any]) -> Record:
         """Write the record: `data` (field values, as `RecordService.create` / `update` take them)
         with the files added: a multi-file field gets them after its ids in `data`, a single one
-        the last file. Raises what `create` / `update` raise; the files are deleted then."""
+        the last file. Raises what `create` / `update` raise; the files are deleted then. Cancelled
+        while the write is under way, it waits for the write's outcome first: a record that was
+        stored keeps its files (only a write that failed discards them)."""
         values = dict(data)
         for name, file_ids in self._stored.items():
             spec = self.collection.field(name)
@@ -103,17 +106,30 @@ class RecordDraft:
                 values[name] = [*value_list(data.get(name)), *file_ids]  # past max_select: refused
             else:
                 values[name] = file_ids[-1]
+        write = asyncio.ensure_future(self._write(values))
         try:
-            if self._creating:
-                record = await self._records.create_in(self._principal, self.collection, self._epoch, values,
-                                                       record_id=self.record_id)
+            record = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            # The write goes on without us (group commit stores a cancelled waiter's record): its
+            # outcome, not the cancellation, decides whether the files stay.
+            try:
+                await write
+            except Exception:
+                await self._discard()
             else:
-                record = await self._records.update(self._principal, self.collection.name, self.record_id, values)
-        except BaseException:
+                self._saved = True
+            raise
+        except Exception:
             await self._discard()
             raise
         self._saved = True
         return record
+
+    async def _write(self, values: dict[str, Any]) -> Record:
+        if self._creating:
+            return await self._records.create_in(self._principal, self.collection, self._epoch, values,
+                                                 record_id=self.record_id)
+        return await self._records.update(self._principal, self.collection.name, self.record_id, values)
 
     async def _discard(self) -> None:
         file_ids = [file_id for ids in self._stored.values() for file_id in ids]
