@@ -6,9 +6,10 @@ events and webhook payloads (`RecordEvent.data`, `event_body`), the create rule'
 and auth-collection users (`collection_user`).
 
 A record is `{id, created, updated, ...fields}`: the system fields, then its collection's own fields
-(flat; dates as ISO 8601 UTC with milliseconds and `Z`). `RecordSchema` dumps it and is what
-/openapi.json documents as `Record`. How a record is shown (`RecordView`) is an argument of every
-function here, so the next issue's `expand` and `fields` plug in at this one place.
+(flat; dates as ISO 8601 UTC with milliseconds and `Z`). `RecordSchema` declares the system fields
+`record_json` writes and is what /openapi.json documents as `Record`; the page, bulk and CSV answers
+are dumped by their schemas. How a record is shown (`RecordView`) is an argument of every function
+here, so the next issue's `expand` and `fields` plug in at this one place.
 
     from cms.services import representation as represent
     return json_response(represent.record_json(record), status=201)
