@@ -15,8 +15,8 @@ from cms.api.schemas import (
     RecordListQuerySchema,
     RecordWriteSchema,
 )
+from cms.services import representation as represent
 from cms.services.caching.read_cache import CachedBody
-from cms.services.content.records import record_json
 from cms.web.context import REQUEST_ID, parse_body, parse_query, services
 from cms.web.files import etag_matches
 from cms.web.uploads import read_upload
@@ -75,7 +75,7 @@ async def create_record(request: web.Request) -> web.Response:
     principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
     record = await services(request).records.create(principal, request.match_info["collection_name"], body["data"])
-    return json_response(record_json(record), status=201)
+    return json_response(represent.record_json(record), status=201)
 
 
 async def update_record(request: web.Request) -> web.Response:
@@ -85,7 +85,7 @@ async def update_record(request: web.Request) -> web.Response:
     record = await services(request).records.update(
         principal, request.match_info["collection_name"], request.match_info["record_id"], body["data"]
     )
-    return json_response(record_json(record))
+    return json_response(represent.record_json(record))
 
 
 async def delete_record(request: web.Request) -> web.Response:
@@ -107,7 +107,7 @@ async def bulk_delete_records(request: web.Request) -> web.Response:
     deleted = await services(request).records.bulk_delete(
         principal, request.match_info["collection_name"], body["record_ids"]
     )
-    return json_response({"deleted": deleted})
+    return json_response(represent.bulk_deleted(deleted))
 
 
 async def bulk_update_records(request: web.Request) -> web.Response:
@@ -117,7 +117,7 @@ async def bulk_update_records(request: web.Request) -> web.Response:
     updated = await services(request).records.bulk_update(
         principal, request.match_info["collection_name"], body["record_ids"], body["data"]
     )
-    return json_response({"updated": updated})
+    return json_response(represent.bulk_updated(updated))
 
 
 async def export_records_csv(request: web.Request) -> web.StreamResponse:
@@ -157,6 +157,4 @@ async def import_records_csv(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     content = await read_upload(request, "file", await services(request).records.import_max_bytes())
     result = await services(request).records.import_csv(principal, request.match_info["collection_name"], content)
-    return json_response(
-        {"imported": result.imported, "failed": [{"row": f.row, "errors": f.errors} for f in result.failed]}
-    )
+    return json_response(represent.csv_import(result))

@@ -22,8 +22,18 @@ from openapi_schema_validator import OAS30Validator
 from cms.api.routes import ROUTES
 from tests.api.test_collection_auth import mail_with_subject
 from tests.api.test_oauth import configure, provider, providers_value  # noqa: F401
+from tests.api.test_read_cache import queries_of
 from tests.api.test_webhooks import config, make_webhook, receiver  # noqa: F401
-from tests.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, bearer, link_token, text_body
+from tests.conftest import (
+    ADMIN_EMAIL,
+    ADMIN_PASSWORD,
+    bearer,
+    create_collection,
+    create_record,
+    link_token,
+    records_path,
+    text_body,
+)
 
 V1 = "/api/v1"
 MEMBERS = V1 + "/collections/{collection_name}/auth"
@@ -190,3 +200,43 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     await c.call("POST", V1 + "/backups/{filename}/restore", admin_token, args={"filename": backup["filename"]})
 
     assert c.checked == DOCUMENTED, f"not called here: {sorted(DOCUMENTED - c.checked)}"
+
+
+NOTES = [{"name": "title", "type": "text"}, {"name": "when", "type": "date"},
+         {"name": "tags", "type": "select", "values": ["a", "b", "c"], "max_select": 3},
+         {"name": "meta", "type": "json"}]
+
+
+async def test_a_record_looks_the_same_wherever_it_is_shown(client, services, admin_token, run_jobs, seen,
+                                                            mongo_commands, receiver):  # noqa: F811
+    """One representation (cms/services/representation/records.py): the REST answers of a write,
+    a view and a list, the reads the admin UI renders (`list_json`, `get_json`: the same cached
+    entries, no query of their own), the record events and the webhook payloads all show the same
+    `{id, created, updated, ...fields}`, and the payload's `data` is the document's `Record`."""
+    document = await (await client.get("/openapi.json")).json()
+    record_schema = {"$ref": "#/components/schemas/Record", "components": document["components"]}
+    await create_collection(client, admin_token, "notes", NOTES, list_rule="", view_rule="")
+    await make_webhook(client, admin_token, receiver.url, collection_name="notes")
+    created = await create_record(client, admin_token, "notes", {
+        "title": "ü", "when": "2024-03-01T10:30:00+01:00", "tags": ["b", "a"], "meta": {"k": [1, None]}})
+    assert created["when"] == "2024-03-01T09:30:00.000Z" and created["created"].endswith("Z")
+    changed = await client.patch(records_path("notes", created["id"]), headers=bearer(admin_token),
+                                 json={"data": {"title": "second"}})
+    assert changed.status == 200
+    shown = await (await client.get(records_path("notes", created["id"]))).json()
+    assert shown == await changed.json() == {**created, "title": "second", "updated": shown["updated"]}
+    listing = await (await client.get(records_path("notes"))).json()
+    assert listing["items"] == [shown]
+
+    queries = await queries_of(services, mongo_commands, "notes")
+    page = await services.records.list_json("notes")
+    assert (page.items, page.total, page.page, page.per_page) == (listing["items"], 1, 1, listing["per_page"])
+    assert await services.records.get_json("notes", created["id"]) == shown
+    assert (queries.finds, queries.gets, queries.counts) == (0, 0, 0), "the admin UI's reads missed the cache"
+
+    assert [(e.event, e.data) for e in seen] == [("create", created), ("update", shown)]
+    await run_jobs()
+    payloads = sorted(receiver.bodies(), key=lambda body: body["event"])
+    assert [(p["event"], p["data"]) for p in payloads] == [("create", created), ("update", shown)]
+    for payload in payloads:
+        assert not list(OAS30Validator(record_schema).iter_errors(payload["data"]))

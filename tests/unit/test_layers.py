@@ -82,3 +82,16 @@ def test_the_scan_sees_each_form_of_import() -> None:
     source = "import cms.api.routes\nfrom aiohttp import web\nfrom cms import admin_ui\nfrom ..web import x\n"
     found = imported_modules(source, "cms.services")
     assert {"cms.api.routes", "aiohttp.web", "cms.admin_ui", "cms.web", "cms.web.x"} <= found
+
+
+BYTE_READS = frozenset({"list_body", "get_body"})
+"""The record reads that answer the API's cached bytes; the admin UI takes `list_json` / `get_json`."""
+
+
+def test_the_admin_ui_never_reads_the_api_bytes_of_records() -> None:
+    """The admin UI renders records as the representation's dicts (RecordReads.list_json /
+    get_json); it never decodes the cached bytes the API sends."""
+    found = {name_of(path): sorted(BYTE_READS & {node.attr for node in ast.walk(ast.parse(path.read_text()))
+                                                 if isinstance(node, ast.Attribute)})
+             for path in modules_under("admin_ui")}
+    assert {name: reads for name, reads in found.items() if reads} == {}

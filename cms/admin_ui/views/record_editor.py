@@ -215,9 +215,7 @@ async def record_json_of(request: web.Request, principal: Principal, collection:
                          record_id: str) -> dict[str, Any]:
     """The record as `GET /api/v1/collections/{name}/records/{record_id}` answers it (view rule,
     read cache). Raises NotFound, Unauthorized / Forbidden."""
-    cached = await services(request).records.get_body(collection.name, record_id, principal=principal)
-    body: dict[str, Any] = orjson.loads(cached.body)
-    return body
+    return await services(request).records.get_json(collection.name, record_id, principal=principal)
 
 
 @admin_page

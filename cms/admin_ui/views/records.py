@@ -1,9 +1,9 @@
 """Records (`/_/collections/{name}/records`): the records table and the record editor.
 
-The table reads the same cached list body as `GET /api/v1/collections/{name}/records`
-(`services.records.list_body`, the read cache) with the admin's Principal: the filter grammar, sort,
-search, page and per_page are passed through unchanged, so the page shows exactly what the API
-answers (InvalidFilter messages inline). Column choice is kept in the query string (`cols`).
+The table reads the same cached list as `GET /api/v1/collections/{name}/records`
+(`services.records.list_json`: the read cache's page as records' JSON) with the admin's Principal:
+the filter grammar, sort, search, page and per_page are passed through unchanged, so the page shows
+exactly what the API answers (InvalidFilter messages inline). Column choice is kept in the query string (`cols`).
 
 Deleting asks first; files are served for previews. The editor is record_editor.py.
 """
@@ -30,7 +30,7 @@ from cms.admin_ui.common import (
 )
 from cms.admin_ui.views.record_editor import create, edit, new, record_json_of, update
 from cms.errors import CmsError
-from cms.models import Collection, FieldSpec, Principal
+from cms.models import Collection, FieldSpec, Page, Principal
 from cms.services.content.records import DEFAULT_PER_PAGE, MAX_PER_PAGE
 from cms.web.context import services
 from cms.web.files import file_headers
@@ -119,31 +119,30 @@ def _cell(spec: FieldSpec | None, value: Any) -> str:
 @admin_page
 async def index(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/records: one page of the records table, from the same cached
-    list body as the REST list."""
+    list as the REST list (`list_json`)."""
     svc = services(request)
     collection = await svc.catalog.by_name(request.match_info["collection_name"])
     state = table_state(request, collection)
     error: ErrorMessage | None = None
     status = 200
-    listing: dict[str, Any] = {"items": [], "total": 0, "page": state.page, "per_page": state.per_page}
+    listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)
     if state.problems:
         error, status = ErrorMessage(detail="Invalid table parameters", code="validation_error",
                                      fields={k: [v] for k, v in state.problems.items()}), 422
     else:
         try:
-            cached = await svc.records.list_body(
+            listing = await svc.records.list_json(
                 collection.name, page=state.page, per_page=state.per_page, sort=state.sort or None,
                 filter_expr=state.filter or None, search=state.search or None, principal=principal)
-            listing = orjson.loads(cached.body)
         except CmsError as exc:
             if exc.status == 404:
                 raise
             error, status = error_message(exc), exc.status
     specs = {f.name: f for f in collection.fields}
     columns = state.cols if state.cols is not None else [*specs, *SYSTEM_COLUMNS]
-    total = int(listing["total"])
+    total = listing.total
     pages = max(1, math.ceil(total / state.per_page)) if total > 0 else 1
-    rows = [(item["id"], [(c, _cell(specs.get(c), item.get(c))) for c in columns]) for item in listing["items"]]
+    rows = [(item["id"], [(c, _cell(specs.get(c), item.get(c))) for c in columns]) for item in listing.items]
 
     def url(**changes: Any) -> str:
         return f"{PREFIX}/collections/{collection.name}/records?{urlencode(state.params(**changes))}"

@@ -28,16 +28,10 @@ from cms.api.schemas.auth import (
 )
 from cms.api.schemas.errors import ErrorSchema
 from cms.api.schemas.records import (
-    BulkDeletedSchema,
     BulkDeleteSchema,
-    BulkUpdatedSchema,
     BulkUpdateSchema,
-    CsvImportFailureSchema,
-    CsvImportResultSchema,
     RecordExportQuerySchema,
     RecordListQuerySchema,
-    RecordPageSchema,
-    RecordSchema,
     RecordWriteSchema,
 )
 from cms.api.schemas.settings import SettingUpdateSchema
@@ -72,6 +66,14 @@ from cms.services.representation.operations import (
     HealthSchema,
     MessageSchema,
     SettingSchema,
+)
+from cms.services.representation.records import (
+    BulkDeletedSchema,
+    BulkUpdatedSchema,
+    CsvImportFailureSchema,
+    CsvImportResultSchema,
+    RecordPageSchema,
+    RecordSchema,
 )
 
 __all__ = [

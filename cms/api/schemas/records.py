@@ -1,5 +1,5 @@
-"""Request and response schemas of the records endpoints (spec: Records; decisions.md, Records, Batch
-writes). The response shapes here only document; the representation step moves them."""
+"""Request schemas of the records endpoints (spec: Records; decisions.md, Records, Batch writes); the
+response shapes are `cms.services.representation.records`."""
 
 from __future__ import annotations
 
@@ -12,28 +12,6 @@ class RecordWriteSchema(Schema):
     """Body of a record create or update: `{data: {field: value}}`."""
 
     data = fields.Dict(required=True, metadata={"description": "Field values of the record"})
-
-
-class RecordSchema(Schema):
-    """A record: system fields plus the collection's own fields (flat)."""
-
-    class Meta:
-        """marshmallow options."""
-
-        unknown = "include"  # marshmallow.INCLUDE: the collection's fields sit beside the system fields
-
-    id = fields.String()
-    created = fields.String()
-    updated = fields.String()
-
-
-class RecordPageSchema(Schema):
-    """One page of records: `{items, total, page, per_page}` (`total` -1 with skip_total)."""
-
-    items = fields.List(fields.Nested(RecordSchema))
-    total = fields.Integer()
-    page = fields.Integer()
-    per_page = fields.Integer()
 
 
 class RecordListQuerySchema(Schema):
@@ -68,35 +46,9 @@ class BulkUpdateSchema(BulkDeleteSchema):
     data = fields.Dict(required=True, metadata={"description": "Field values set on every record"})
 
 
-class BulkDeletedSchema(Schema):
-    """Answer of bulk-delete: `{deleted: n}`."""
-
-    deleted = fields.Integer()
-
-
-class BulkUpdatedSchema(Schema):
-    """Answer of bulk-update: `{updated: n}`."""
-
-    updated = fields.Integer()
-
-
 class RecordExportQuerySchema(Schema):
     """Query of a CSV export: sort, filter, search."""
 
     sort = fields.String(load_default=None, metadata={"description": "e.g. `-created,title`"})
     filter = fields.String(load_default=None, metadata={"description": "e.g. `status=published && views>10`"})
     search = fields.String(load_default=None, validate=validate.Length(max=500))
-
-
-class CsvImportFailureSchema(Schema):
-    """One refused CSV row: `{row, errors}`."""
-
-    row = fields.Integer(metadata={"description": "1-based data-row number (the header is not counted)"})
-    errors = fields.Dict(metadata={"description": "field name (or `_row`) -> list of messages"})
-
-
-class CsvImportResultSchema(Schema):
-    """Answer of a CSV import: `{imported: n, failed: [{row, errors}]}`."""
-
-    imported = fields.Integer()
-    failed = fields.List(fields.Nested(CsvImportFailureSchema))

@@ -26,9 +26,10 @@ from typing import Any
 from cms.errors import BadRequest, CmsError, ValidationFailed
 from cms.models import Principal
 from cms.services import access as actions
-from cms.services.content.records import RecordService, record_json
+from cms.services.content.records import RecordService
 from cms.services.delivery.events import EventBus
 from cms.services.operations.settings import SettingsService
+from cms.services.representation import record_json
 from cms.store.transactions import Transactions
 
 DEFAULT_MAX_REQUESTS = 50

@@ -1,6 +1,6 @@
 """Records, the read side: list (page, filter, sort, search) and view, through the read cache
 (spec: Records; decisions.md: Records; issue "Fast reads"). `RecordService` (records.py) adds the
-writes; `record_json` is how a record becomes JSON, until the representation step moves it.
+writes. How a record becomes JSON, and the cached bytes, is `cms.services.representation.records`.
 """
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-import orjson
 
 from cms.errors import CmsError
 from cms.filters.grammar import parse_filter
@@ -26,7 +24,8 @@ from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
 from cms.services.caching.single_flight import SingleFlight
-from cms.services.content.fields import CollectionFields, text_field_names, to_json_value
+from cms.services.content.fields import CollectionFields, text_field_names
+from cms.services.representation import records as represent
 from cms.store.records import RecordRepository
 
 MAX_PER_PAGE = 100
@@ -42,13 +41,6 @@ Prepared = tuple[str, Callable[[], Awaitable[bytes]], bool]
 every caller gets that body (shared)."""
 
 
-def record_json(record: Record) -> dict[str, Any]:
-    """The API shape of a record: `{id, created, updated, ...fields}` with JSON-safe values."""
-    body: dict[str, Any] = {"id": record.id, "created": to_json_value(record.created),
-                            "updated": to_json_value(record.updated)}
-    for key, value in record.data.items():
-        body[key] = [to_json_value(v) for v in value] if isinstance(value, list) else to_json_value(value)
-    return body
 
 class RecordReads:
     """Reads of the records of user collections, under the collection's list and view rules
@@ -87,8 +79,7 @@ class RecordReads:
 
             async def compute() -> bytes:
                 items, total = await self._page(collection, query, order, page, per_page, skip_total)
-                return orjson.dumps({"items": [record_json(r) for r in items], "total": total,
-                                     "page": page, "per_page": per_page})
+                return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page))
 
             return key, compute, collection.rules.list_rule == ""
 
@@ -104,11 +95,35 @@ class RecordReads:
             key = entry_key(collection.name, "get", collection.id, record_id, view.decision)
 
             async def compute() -> bytes:
-                return orjson.dumps(record_json(await self._visible(view, record_id)))
+                return represent.record_bytes(await self._visible(view, record_id))
 
             return key, compute, collection.rules.view_rule == ""
 
         return await self._read_through(collection_name, prepare)
+
+    async def list_json(
+        self,
+        collection_name: str,
+        *,
+        page: int = 1,
+        per_page: int = DEFAULT_PER_PAGE,
+        sort: str | None = None,
+        filter_expr: str | None = None,
+        search: str | None = None,
+        principal: Principal | None = None,
+    ) -> Page[dict[str, Any]]:
+        """`list_body` read back: the same cached page, each record as `represent.record_json`
+        shows it (for callers that render records other than as the API's bytes: the admin UI).
+        Raises what `list` raises."""
+        cached = await self.list_body(collection_name, page=page, per_page=per_page, sort=sort,
+                                      filter_expr=filter_expr, search=search, principal=principal)
+        return represent.read_record_page(cached.body)
+
+    async def get_json(self, collection_name: str, record_id: str, *,
+                       principal: Principal | None = None) -> dict[str, Any]:
+        """`get_body` read back: the same cached record as `represent.record_json` shows it.
+        Raises what `get` raises."""
+        return represent.read_record((await self.get_body(collection_name, record_id, principal=principal)).body)
 
     async def _read_through(self, collection_name: str, prepare: Callable[[Collection], Prepared]) -> CachedBody:
         """The body of a read of `collection_name`: `prepare(collection)` gives its cache key, how

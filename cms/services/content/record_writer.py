@@ -38,8 +38,8 @@ from cms.services.access import Access
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
 from cms.services.content.group_commit import InsertGroups
-from cms.services.content.record_reads import record_json
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
+from cms.services.representation import records as represent
 from cms.store.bulk import InsertFailure
 from cms.store.records import RecordRepository
 from cms.store.transactions import Transactions, current_session
@@ -245,9 +245,10 @@ class RecordWriter:
 async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
                        now: datetime) -> None:
     """The one way record events are made: one `create` or `update` event per record, carrying the
-    full record as the API shows it (`record_json`), stamped `now`. Used by every service that
-    writes records (records, bulk, CSV import, auth-collection users)."""
-    await events.emit([RecordEvent(kind, collection.name, r.id, record_json(r), now, record=r) for r in records])
+    full record as the API shows it (`represent.record_json`), stamped `now`. Used by every service
+    that writes records (records, bulk, CSV import, auth-collection users)."""
+    await events.emit([RecordEvent(kind, collection.name, r.id, represent.record_json(r), now, record=r)
+                       for r in records])
 
 
 async def emit_deleted(events: EventBus, collection: Collection, record_ids: Sequence[str],

@@ -32,7 +32,6 @@ from cms.services.content.record_reads import (
     RecordReads,
     checked_record,
     permitted_record,
-    record_json,
 )
 from cms.services.content.record_uploads import RecordDraft
 from cms.services.content.record_writer import (
@@ -44,12 +43,13 @@ from cms.services.content.record_writer import (
 from cms.services.content.relations import RelationRelease
 from cms.services.delivery.events import UPDATE, EventBus
 from cms.services.operations.settings import RecordLimits, SettingsService
+from cms.services.representation import records as represent
 from cms.store.records import RecordRepository
 from cms.store.transactions import Transactions
 
 __all__ = [  # the names other modules import from here
     "DEFAULT_PER_PAGE", "MAX_BULK_IDS", "MAX_PER_PAGE", "RecordService", "check_record_ids", "checked_record",
-    "emit_changed", "emit_deleted", "permitted_record", "record_json",
+    "emit_changed", "emit_deleted", "permitted_record",
 ]
 
 MAX_BULK_IDS = 1_000
@@ -335,7 +335,7 @@ class RecordService(RecordReads):
             check(principal, collection, actions.CREATE).require()
 
         def permitted(record: Record) -> bool:
-            return check(principal, collection, actions.CREATE, record_json(record)).allows(record)
+            return check(principal, collection, actions.CREATE, represent.record_json(record)).allows(record)
 
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
                                           max_rows=limits.import_max_rows, permitted=permitted)

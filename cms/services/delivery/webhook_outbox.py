@@ -29,7 +29,6 @@ How a record change reaches a receiver, at least once:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -43,9 +42,9 @@ from cms.models import Collection, DeliveryAttempt, Principal, Webhook, WebhookD
 from cms.services.access import VIEW, check
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
-from cms.services.content.fields import to_json_value
 from cms.services.delivery.events import RecordEvent
 from cms.services.delivery.webhook_sender import SendResult, WebhookSender
+from cms.services.representation import records as represent
 from cms.store.webhooks import DONE, ENQUEUED, PENDING, DeliveryLog, DeliveryOutbox, OutboxBatch, WebhookRepository
 
 log = logging.getLogger("cms.webhooks")
@@ -169,7 +168,7 @@ class WebhookOutbox:
                 if _creator_may_view(creators[webhook.created_by], collection, event):
                     deliveries.append(WebhookDelivery(
                         id=new_id(), webhook_id=webhook.id, event=event.event, collection=event.collection,
-                        record_id=event.record_id, body=delivery_body(event), created=now,
+                        record_id=event.record_id, body=represent.event_body(event), created=now,
                     ))
         batches = batches_of(deliveries, now)
         await self._outbox.insert(batches)
@@ -330,14 +329,6 @@ def batches_of(deliveries: Sequence[WebhookDelivery], now: datetime) -> list[Out
     if current:
         batches.append(OutboxBatch(id=new_id(), deliveries=tuple(current), created=now))
     return batches
-
-
-def delivery_body(event: RecordEvent) -> str:
-    """The JSON body of a delivery (spec: Events): `{event, collection, record_id, data, timestamp}`;
-    `data` is the record as the API shows it, or `{id}` for a delete."""
-    return json.dumps({"event": event.event, "collection": event.collection, "record_id": event.record_id,
-                       "data": event.data, "timestamp": to_json_value(event.timestamp)},
-                      ensure_ascii=False, separators=(",", ":"))
 
 
 def _creator_may_view(creator: Principal | None, collection: Collection, event: RecordEvent) -> bool:

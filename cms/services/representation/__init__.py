@@ -1,11 +1,13 @@
 """How each resource becomes JSON: one function per shape, used by every caller (REST handlers,
-and later events, webhooks and the admin UI), so a resource looks the same wherever it is shown.
+the read cache, record events and webhook payloads, the admin UI), so a resource looks the same
+wherever it is shown.
 
 Each fixed shape is a `Representation` schema (base.py) that both dumps the models and is what
 `/openapi.json` documents (cms/api/routes.py names the same classes), so the document and the
 bytes cannot drift; tests/api/test_representation.py validates real answers against the document.
 Modules per group: identity (users, login and register answers, tokens, sessions, 2FA, OAuth2
-providers, API keys), content (collections, files), delivery (webhooks, deliveries), operations
+providers, API keys), content (collections, files), records (records, their pages and cached bytes,
+record events as delivered, bulk and CSV answers), delivery (webhooks, deliveries), operations
 (audit, settings, backups, health, `{message}`).
 
     from cms.services import representation as represent
@@ -40,10 +42,26 @@ from cms.services.representation.operations import (
     setting,
     settings,
 )
+from cms.services.representation.records import (
+    FULL,
+    RecordView,
+    bulk_deleted,
+    bulk_updated,
+    csv_import,
+    event_body,
+    read_record,
+    read_record_page,
+    record_bytes,
+    record_json,
+    record_page,
+    record_page_bytes,
+)
 
 __all__ = [
-    "ADMIN_USERS", "COLLECTION_USERS", "UserShape", "admin_user", "api_key_created", "api_keys", "audit_page",
-    "audit_statistics", "backup", "backups", "collection", "collection_user", "collections", "deliveries", "file",
-    "health", "message", "oauth_providers", "recovery_codes", "redelivery", "sessions", "setting", "settings",
-    "token", "two_factor_setup", "webhook", "webhooks",
+    "ADMIN_USERS", "COLLECTION_USERS", "FULL", "RecordView", "UserShape", "admin_user", "api_key_created",
+    "api_keys", "audit_page", "audit_statistics", "backup", "backups", "bulk_deleted", "bulk_updated", "collection",
+    "collection_user", "collections", "csv_import", "deliveries", "event_body", "file", "health", "message",
+    "oauth_providers", "read_record", "read_record_page", "record_bytes", "record_json", "record_page",
+    "record_page_bytes", "recovery_codes", "redelivery", "sessions", "setting", "settings", "token",
+    "two_factor_setup", "webhook", "webhooks",
 ]

@@ -1,5 +1,5 @@
-"""How collections and files become JSON (decisions.md, Response shapes: collection, file). Records
-keep `record_json` (content/record_reads.py) until they move here."""
+"""How collections and files become JSON (decisions.md, Response shapes: collection, file). Records:
+records.py."""
 
 from __future__ import annotations
 

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from marshmallow import INCLUDE, fields
 
 from cms.models import AdminUser, ApiKey, CollectionUser, LoginResult, Session, TokenPair
-from cms.services.content.record_reads import record_json
-from cms.services.identity.mfa import TotpSetup
-from cms.services.identity.oauth import ProviderLink
 from cms.services.representation.base import Rendered, Representation, Timestamp, dump_many, dump_one
+from cms.services.representation.records import record_json
+
+if TYPE_CHECKING:  # the services import this package (records): only their types here
+    from cms.services.identity.mfa import TotpSetup
+    from cms.services.identity.oauth import ProviderLink
 
 # --- users and the answers around them -------------------------------------------------------
 

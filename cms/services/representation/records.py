@@ -1,0 +1,173 @@
+"""How a record becomes JSON (spec: Records, Events; decisions.md, Response shapes: record): the one
+entry point for every caller that shows a record. REST answers (cms/api/records.py), the read cache's
+bytes (`record_page_bytes`, `record_bytes`: content/record_reads.py builds the cached list and view
+bodies with them, and `read_record_page` / `read_record` are their inverses for the admin UI), record
+events and webhook payloads (`RecordEvent.data`, `event_body`), the create rule's `@request.data`,
+and auth-collection users (`collection_user`).
+
+A record is `{id, created, updated, ...fields}`: the system fields, then its collection's own fields
+(flat; dates as ISO 8601 UTC with milliseconds and `Z`). `RecordSchema` declares the system fields
+`record_json` writes and is what /openapi.json documents as `Record`; the page, bulk and CSV answers
+are dumped by their schemas. How a record is shown (`RecordView`) is an argument of every function
+here, so the next issue's `expand` and `fields` plug in at this one place.
+
+    from cms.services import representation as represent
+    return json_response(represent.record_json(record), status=201)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from marshmallow import INCLUDE, fields
+
+from cms.models import Page, Record
+from cms.services.content.fields import to_json_value
+from cms.services.representation.base import Rendered, Representation, Timestamp, dump_one
+
+if TYPE_CHECKING:  # the services import this module: only their types here
+    from cms.services.content.csv_io import ImportResult
+    from cms.services.delivery.events import RecordEvent
+
+
+@dataclass(frozen=True)
+class RecordView:
+    """How records are shown: today always in full (`FULL`). Reserved for the next issue, which
+    widens their types: `expand` (relation fields whose target records are embedded) and `fields`
+    (the keys kept). Every function here takes a view, so they are implemented in `RecordSchema`
+    alone; the reads (`RecordReads.list_body` / `get_body`) then take a view and add it to their
+    cache key, since the cached bytes depend on it."""
+
+    expand: None = None
+    fields: None = None
+
+
+FULL = RecordView()
+"""Every field of the record, relations as ids."""
+
+
+class RecordSchema(Representation):
+    """A record: the system fields, then the collection's own fields beside them (flat).
+
+    `record_json` renders it: each field declared here from the record's attribute of that name,
+    then `Record.data`, every value through `to_json_value` (what `Timestamp` does), in one pass
+    (a marshmallow dump per record would double what a cache miss of a 100-record page costs)."""
+
+    class Meta:
+        """marshmallow options."""
+
+        unknown = INCLUDE  # documents additionalProperties: the collection's fields sit beside these
+
+    id = fields.String()
+    created = Timestamp()
+    updated = Timestamp()
+
+
+SYSTEM_KEYS = tuple(RecordSchema().fields)
+"""`id, created, updated`: the keys `RecordSchema` declares, in order."""
+
+
+class RecordPageSchema(Representation):
+    """One page of records: `{items, total, page, per_page}` (`total` -1 with skip_total)."""
+
+    items = fields.List(Rendered(RecordSchema), metadata={"description": "the records of the page, in order"})
+    total = fields.Integer(metadata={"description": "every match; -1 with skip_total"})
+    page = fields.Integer()
+    per_page = fields.Integer()
+
+
+class BulkDeletedSchema(Representation):
+    """Answer of bulk-delete: `{deleted: n}`."""
+
+    deleted = fields.Integer()
+
+
+class BulkUpdatedSchema(Representation):
+    """Answer of bulk-update: `{updated: n}`."""
+
+    updated = fields.Integer()
+
+
+class CsvImportFailureSchema(Representation):
+    """One refused CSV row: `{row, errors}`."""
+
+    row = fields.Integer(metadata={"description": "1-based data-row number (the header is not counted)"})
+    errors = fields.Dict(metadata={"description": "field name (or `_row`) -> list of messages"})
+
+
+class CsvImportResultSchema(Representation):
+    """Answer of a CSV import: `{imported: n, failed: [{row, errors}]}`."""
+
+    imported = fields.Integer()
+    failed = fields.List(fields.Nested(CsvImportFailureSchema))
+
+
+_RECORD_PAGE = RecordPageSchema()
+_BULK_DELETED = BulkDeletedSchema()
+_BULK_UPDATED = BulkUpdatedSchema()
+_CSV_IMPORT = CsvImportResultSchema()
+
+
+def record_json(record: Record, view: RecordView = FULL) -> dict[str, Any]:
+    """`{id, created, updated, ...fields}` with JSON-safe values, as `view` shows it."""
+    body: dict[str, Any] = {key: to_json_value(getattr(record, key)) for key in SYSTEM_KEYS}
+    for key, value in record.data.items():
+        body[key] = [to_json_value(v) for v in value] if isinstance(value, list) else to_json_value(value)
+    return body
+
+
+def record_page(page: Page[Record], view: RecordView = FULL) -> dict[str, Any]:
+    """`{items: [record_json], total, page, per_page}` (`total` -1 when not counted)."""
+    return dump_one(_RECORD_PAGE, {"items": [record_json(r, view) for r in page.items], "total": page.total,
+                                   "page": page.page, "per_page": page.per_page})
+
+
+def record_bytes(record: Record, view: RecordView = FULL) -> bytes:
+    """`record_json` encoded: the bytes the read cache keeps and the API sends for a view."""
+    return orjson.dumps(record_json(record, view))
+
+
+def record_page_bytes(page: Page[Record], view: RecordView = FULL) -> bytes:
+    """`record_page` encoded: the bytes the read cache keeps and the API sends for a list."""
+    return orjson.dumps(record_page(page, view))
+
+
+def read_record(body: bytes) -> dict[str, Any]:
+    """The inverse of `record_bytes`: the record's JSON as a dict (for callers that show it other
+    than as bytes, through the service). Raises orjson.JSONDecodeError on bytes it did not make."""
+    record: dict[str, Any] = orjson.loads(body)
+    return record
+
+
+def read_record_page(body: bytes) -> Page[dict[str, Any]]:
+    """The inverse of `record_page_bytes`: the page with each record's JSON as a dict. Raises
+    orjson.JSONDecodeError or KeyError on bytes it did not make."""
+    listing: dict[str, Any] = orjson.loads(body)
+    return Page(items=listing["items"], total=listing["total"], page=listing["page"], per_page=listing["per_page"])
+
+
+def bulk_deleted(count: int) -> dict[str, Any]:
+    """`{deleted: n}`."""
+    return dump_one(_BULK_DELETED, {"deleted": count})
+
+
+def bulk_updated(count: int) -> dict[str, Any]:
+    """`{updated: n}`."""
+    return dump_one(_BULK_UPDATED, {"updated": count})
+
+
+def csv_import(result: ImportResult) -> dict[str, Any]:
+    """`{imported: n, failed: [{row (1-based data row), errors: {field or _row: [messages]}}]}`."""
+    return dump_one(_CSV_IMPORT, result)
+
+
+def event_body(event: RecordEvent) -> str:
+    """The JSON text of a record event as webhooks deliver it (spec: Events): `{event, collection,
+    record_id, data, timestamp}`; `data` is the event's `record_json` of the record (create, update)
+    or `{id}` (delete). Compact, non-ASCII kept as is: the bytes the signature covers."""
+    return json.dumps({"event": event.event, "collection": event.collection, "record_id": event.record_id,
+                       "data": event.data, "timestamp": to_json_value(event.timestamp)},
+                      ensure_ascii=False, separators=(",", ":"))
