@@ -27,8 +27,8 @@ from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.caching.read_cache import ReadCache
 from cms.services.content.collections import CollectionService
-from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
+from cms.services.content.record_writer import RecordWriter
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
@@ -174,18 +174,20 @@ async def build_platform(infra: Infra) -> Platform:
 
 @dataclass(frozen=True)
 class Content:
-    """Collections (look-ups in the catalog, writes in the service) and the records' store and schemas."""
+    """Collections (look-ups in the catalog, writes in the service), the records' store and the one
+    record writer (REST, register, CSV import, the admin UI)."""
 
     record_repository: RecordRepository
-    schemas: RecordSchemas
+    writer: RecordWriter
     catalog: Catalog
     collections: CollectionService
     definitions: DefinitionCache
 
 
 async def build_content(infra: Infra, platform: Platform) -> Content:
-    """The collection service on the records' store; fills in default access rules of
-    collections stored before rules existed."""
+    """The collection service on the records' store and the one record writer (its writes run in a
+    transaction when the bus's outbox wants the collection's events, where the server has them);
+    fills in default access rules of collections stored before rules existed."""
     record_repository = RecordRepository(infra.db, infra.capabilities)
     definitions = platform.definitions
     collection_repository = CollectionRepository(infra.db)
@@ -193,7 +195,10 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     collections = CollectionService(collection_repository, record_repository, platform.settings,
                                     platform.events, catalog=catalog, clock=infra.clock)
     await collections.fill_default_rules()
-    return Content(record_repository=record_repository, schemas=RecordSchemas(), catalog=catalog,
+    writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
+                          transactions=Transactions(infra.mongo, enabled=infra.capabilities.transactions),
+                          group_commit=True)
+    return Content(record_repository=record_repository, writer=writer, catalog=catalog,
                    collections=collections, definitions=definitions)
 
 
@@ -231,8 +236,8 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     identities = OAuthIdentityRepository(db)
     for repository in (api_key_repository, collection_users, otp_codes, factors, identities):
         await repository.ensure_indexes()
-    systems = UserSystems(admin_users, collection_users, content.record_repository, content.schemas,
-                          content.catalog, p.sessions, p.settings, p.events, clock=clock)
+    systems = UserSystems(admin_users, collection_users, content.writer, content.catalog, p.sessions, p.settings,
+                          clock=clock)
     p.events.subscribe(systems.on_record_events)
     p.events.subscribe(systems.on_collection_events, CollectionEvent)
     credentials = Credentials(p.settings, p.sessions, p.events)
@@ -313,10 +318,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow,
         webhooks, webhook_outbox = await build_webhooks(infra, platform, content, identity)
         read_cache = build_read_cache(infra, platform)
         files = await build_files(infra, platform, content)
-        transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
-        records = RecordService(content.catalog, content.record_repository, content.schemas, platform.events,
-                                clock=clock, transactions=transactions, needs_transaction=webhook_outbox.wants,
-                                settings=platform.settings, cache=read_cache, group_commit=True, files=files)
+        records = RecordService(content.catalog, content.record_repository, content.writer,
+                                settings=platform.settings, cache=read_cache, files=files)
         yield Services(
             config=config,
             redis=infra.redis,
