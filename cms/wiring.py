@@ -39,6 +39,7 @@ from cms.services.identity import Identity
 from cms.services.identity.api_keys import ApiKeyService
 from cms.services.identity.authn import Authenticator
 from cms.services.identity.credentials import Credentials
+from cms.services.identity.deps import IdentityDeps
 from cms.services.identity.email_change import EmailChange
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
@@ -240,26 +241,27 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
                           clock=clock)
     p.events.subscribe(systems.on_record_events)
     p.events.subscribe(systems.on_collection_events, CollectionEvent)
-    credentials = Credentials(p.settings, p.sessions, p.events)
-    verification = Verification(systems, p.one_time, p.mailer, p.events)
-    two_factor = TwoFactor(factors, p.codec, credentials, p.events, clock=clock)
+    deps = IdentityDeps(systems=systems, sessions=p.sessions, settings=p.settings, events=p.events,
+                        one_time_tokens=p.one_time, mailer=p.mailer, jobs=p.jobs, clock=clock)
+    credentials = Credentials(deps)
+    verification = Verification(deps)
+    two_factor = TwoFactor(deps, factors, p.codec, credentials)
     systems.on_forgotten(two_factor.forget_audience)
-    login = Login(p.sessions, p.settings, p.events, two_factor)
-    oauth = OAuthLogin(login, two_factor, p.sessions, p.settings, identities, infra.http, infra.config.secret_key,
-                       clock=clock)
+    login = Login(deps, two_factor)
+    oauth = OAuthLogin(deps, login, two_factor, identities, infra.http, infra.config.secret_key)
     systems.on_forgotten(oauth.forget_audience)
-    sessions = UserSessions(systems, p.sessions, p.events)
+    sessions = UserSessions(deps)
     identity = Identity(
         systems=systems,
         credentials=credentials,
-        registration=Registration(systems, credentials, verification, p.events),
+        registration=Registration(deps, credentials, verification),
         login=login,
         two_factor=two_factor,
         oauth=oauth,
-        otp=OtpService(systems, login, otp_codes, p.jobs, p.mailer, p.events, clock=clock),
+        otp=OtpService(deps, login, otp_codes),
         verification=verification,
-        password_reset=PasswordReset(systems, credentials, p.one_time, p.sessions, p.jobs, p.mailer, p.events),
-        email_change=EmailChange(credentials, p.one_time, p.mailer, p.sessions),
+        password_reset=PasswordReset(deps, credentials),
+        email_change=EmailChange(deps, credentials),
         sessions=sessions,
     )
     api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock)
