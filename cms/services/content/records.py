@@ -149,7 +149,7 @@ class RecordService(RecordReads):
         when the service was built without `files`."""
         if self._files is None:
             raise RuntimeError("RecordService was built without a file service")
-        return RecordDraft(self, self._files, self._catalog, self._records, principal, collection_name, record_id)
+        return RecordDraft(self, self._files, principal, collection_name, record_id)
 
     async def delete(self, principal: Principal | None, collection_name: str, record_id: str) -> None:
         """Delete one record, if the view rule lets `principal` (None: no credentials) see it and
@@ -321,6 +321,15 @@ class RecordService(RecordReads):
 
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
                                           max_rows=limits.import_max_rows, permitted=permitted)
+
+    async def writable_record(self, principal: Principal | None, collection_name: str, record_id: str) -> Collection:
+        """The collection `collection_name`, if its view rule lets `principal` see record `record_id`
+        and its update rule lets it change it (the record as stored). Raises NotFound (collection,
+        or a record the caller may not see) or Unauthorized / Forbidden (the rule refuses)."""
+        collection = await self._catalog.by_name(collection_name)
+        await permitted_record(self._records, check(principal, collection, actions.VIEW),
+                               check(principal, collection, actions.UPDATE), record_id)
+        return collection
 
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
         """The collection, if records may be created in it through the records API (not an auth
