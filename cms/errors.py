@@ -39,6 +39,18 @@ class CmsError(Exception):
     code: str = "internal_error"
     default_detail: str = "Internal server error"
 
+    def __init_subclass__(cls, *, status: int | None = None, code: str | None = None,
+                          detail: str | None = None, **kwargs: Any) -> None:
+        """A subclass fixes what differs from its parent in its class line:
+        `class NotFound(CmsError, status=404, code="not_found", detail="Not found")`."""
+        super().__init_subclass__(**kwargs)
+        if status is not None:
+            cls.status = status
+        if code is not None:
+            cls.code = code
+        if detail is not None:
+            cls.default_detail = detail
+
     def __init__(self, detail: str | None = None, *, errors: dict[str, Any] | None = None) -> None:
         self.detail = detail or self.default_detail
         self.errors = errors
@@ -53,94 +65,64 @@ class CmsError(Exception):
         return body
 
 
-class BadRequest(CmsError):
+class BadRequest(CmsError, status=400, code="bad_request", detail="Bad request"):
     """The request is malformed (bad JSON, bad query parameter)."""
 
-    status, code, default_detail = 400, "bad_request", "Bad request"
 
-
-class AlreadyExists(BadRequest):
+class AlreadyExists(BadRequest, code="already_exists", detail="Already exists"):
     """A unique value (email, collection name, unique field) is taken."""
 
-    code, default_detail = "already_exists", "Already exists"
 
-
-class InvalidFilter(BadRequest):
+class InvalidFilter(BadRequest, code="invalid_filter", detail="Invalid filter"):
     """A `filter` or `sort` expression does not parse or names an unknown field."""
 
-    code, default_detail = "invalid_filter", "Invalid filter"
 
-
-class TokenInvalid(BadRequest):
+class TokenInvalid(BadRequest, code="token_invalid", detail="The token is invalid or has already been used"):
     """A one-time token (verification, reset, email change) is unknown or already used."""
 
-    code, default_detail = "token_invalid", "The token is invalid or has already been used"
 
-
-class TokenExpired(BadRequest):
+class TokenExpired(BadRequest, code="token_expired", detail="The token has expired"):
     """A one-time token is past its validity."""
 
-    code, default_detail = "token_expired", "The token has expired"
 
-
-class OtpInvalid(BadRequest):
+class OtpInvalid(BadRequest, code="otp_invalid", detail="The code is invalid or has expired"):
     """An OTP code is wrong, expired, used or voided by too many wrong tries."""
 
-    code, default_detail = "otp_invalid", "The code is invalid or has expired"
 
-
-class Unauthorized(CmsError):
+class Unauthorized(CmsError, status=401, code="unauthorized", detail="Authentication required"):
     """No credential, or one that is not valid here (expired, revoked, wrong type or audience)."""
 
-    status, code, default_detail = 401, "unauthorized", "Authentication required"
 
-
-class InvalidCredentials(Unauthorized):
+class InvalidCredentials(Unauthorized, code="invalid_credentials", detail="Invalid email or password"):
     """Login failed; the same for an unknown email and a wrong password."""
 
-    code, default_detail = "invalid_credentials", "Invalid email or password"
 
-
-class Forbidden(CmsError):
+class Forbidden(CmsError, status=403, code="forbidden", detail="You do not have permission to do this"):
     """A valid principal that lacks the right."""
 
-    status, code, default_detail = 403, "forbidden", "You do not have permission to do this"
 
-
-class OtpDisabled(Forbidden):
+class OtpDisabled(Forbidden, code="otp_disabled", detail="OTP login is disabled for this collection"):
     """OTP login is switched off for the collection."""
 
-    code, default_detail = "otp_disabled", "OTP login is disabled for this collection"
 
-
-class NotFound(CmsError):
+class NotFound(CmsError, status=404, code="not_found", detail="Not found"):
     """The resource does not exist or is not visible to the caller."""
 
-    status, code, default_detail = 404, "not_found", "Not found"
 
-
-class MethodNotAllowed(CmsError):
+class MethodNotAllowed(CmsError, status=405, code="method_not_allowed", detail="Method not allowed"):
     """The path exists but not with this method."""
 
-    status, code, default_detail = 405, "method_not_allowed", "Method not allowed"
 
-
-class PayloadTooLarge(CmsError):
+class PayloadTooLarge(CmsError, status=413, code="payload_too_large", detail="Request body too large"):
     """The request body is over its limit (JSON 1 MiB)."""
 
-    status, code, default_detail = 413, "payload_too_large", "Request body too large"
 
-
-class ValidationFailed(CmsError):
+class ValidationFailed(CmsError, status=422, code="validation_error", detail="Validation failed"):
     """Input does not satisfy a schema; `errors` maps field names to lists of messages."""
 
-    status, code, default_detail = 422, "validation_error", "Validation failed"
 
-
-class RateLimited(CmsError):
+class RateLimited(CmsError, status=429, code="rate_limited", detail="Too many requests"):
     """Too many requests; `retry_after_s` feeds the `Retry-After` header."""
-
-    status, code, default_detail = 429, "rate_limited", "Too many requests"
 
     def __init__(self, detail: str | None = None, *, retry_after_s: int = 60) -> None:
         super().__init__(detail)
@@ -151,22 +133,17 @@ class InternalError(CmsError):
     """An unexpected failure; the body never carries internals."""
 
 
-class ServiceUnavailable(CmsError):
+class ServiceUnavailable(CmsError, status=503, code="service_unavailable", detail="Service unavailable"):
     """A dependency (MongoDB, Redis) does not answer."""
 
-    status, code, default_detail = 503, "service_unavailable", "Service unavailable"
 
-
-class UriTooLong(CmsError):
+class UriTooLong(CmsError, status=414, code="uri_too_long", detail="The request URI is too long"):
     """The request line (method, URL, version) is over the server's limit; the URL is not echoed."""
 
-    status, code, default_detail = 414, "uri_too_long", "The request URI is too long"
 
-
-class RequestHeaderTooLarge(CmsError):
+class RequestHeaderTooLarge(CmsError, status=431, code="request_header_too_large",
+                            detail="The request headers are too large"):
     """A request header is over the server's size limit, or there are too many headers."""
-
-    status, code, default_detail = 431, "request_header_too_large", "The request headers are too large"
 
 
 def flatten_errors(messages: Any, *, prefix: str = "", root_key: str = "_schema") -> dict[str, list[str]]:

@@ -28,8 +28,8 @@ from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.caching.read_cache import ReadCache
 from cms.services.content.batch import BatchService
 from cms.services.content.collections import CollectionService
-from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
+from cms.services.content.record_writer import RecordWriter
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
@@ -40,6 +40,7 @@ from cms.services.identity import Identity
 from cms.services.identity.api_keys import ApiKeyService
 from cms.services.identity.authn import Authenticator
 from cms.services.identity.credentials import Credentials
+from cms.services.identity.deps import IdentityDeps
 from cms.services.identity.email_change import EmailChange
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
@@ -176,18 +177,21 @@ async def build_platform(infra: Infra) -> Platform:
 
 @dataclass(frozen=True)
 class Content:
-    """Collections (look-ups in the catalog, writes in the service) and the records' store and schemas."""
+    """Collections (look-ups in the catalog, writes in the service), the records' store and the one
+    record writer (REST, register, CSV import, the admin UI)."""
 
     record_repository: RecordRepository
-    schemas: RecordSchemas
+    transactions: Transactions
+    writer: RecordWriter
     catalog: Catalog
     collections: CollectionService
     definitions: DefinitionCache
 
 
 async def build_content(infra: Infra, platform: Platform) -> Content:
-    """The collection service on the records' store; fills in default access rules of
-    collections stored before rules existed."""
+    """The collection service on the records' store and the one record writer (its writes run in a
+    transaction when the bus's outbox wants the collection's events, where the server has them);
+    fills in default access rules of collections stored before rules existed."""
     record_repository = RecordRepository(infra.db, infra.capabilities)
     definitions = platform.definitions
     collection_repository = CollectionRepository(infra.db)
@@ -195,7 +199,10 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     collections = CollectionService(collection_repository, record_repository, platform.settings,
                                     platform.events, catalog=catalog, clock=infra.clock)
     await collections.fill_default_rules()
-    return Content(record_repository=record_repository, schemas=RecordSchemas(), catalog=catalog,
+    transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
+    writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
+                          transactions=transactions, group_commit=True)
+    return Content(record_repository=record_repository, transactions=transactions, writer=writer, catalog=catalog,
                    collections=collections, definitions=definitions)
 
 
@@ -233,30 +240,31 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
     identities = OAuthIdentityRepository(db)
     for repository in (api_key_repository, collection_users, otp_codes, factors, identities):
         await repository.ensure_indexes()
-    systems = UserSystems(admin_users, collection_users, content.record_repository, content.schemas,
-                          content.catalog, p.sessions, p.settings, p.events, clock=clock)
+    systems = UserSystems(admin_users, collection_users, content.writer, content.catalog, p.sessions, p.settings,
+                          clock=clock)
     p.events.subscribe(systems.on_record_events)
     p.events.subscribe(systems.on_collection_events, CollectionEvent)
-    credentials = Credentials(p.settings, p.sessions, p.events)
-    verification = Verification(systems, p.one_time, p.mailer, p.events)
-    two_factor = TwoFactor(factors, p.codec, credentials, p.events, clock=clock)
+    deps = IdentityDeps(systems=systems, sessions=p.sessions, settings=p.settings, events=p.events,
+                        one_time_tokens=p.one_time, mailer=p.mailer, jobs=p.jobs, clock=clock)
+    credentials = Credentials(deps)
+    verification = Verification(deps)
+    two_factor = TwoFactor(deps, factors, p.codec, credentials)
     systems.on_forgotten(two_factor.forget_audience)
-    login = Login(p.sessions, p.settings, p.events, two_factor)
-    oauth = OAuthLogin(login, two_factor, p.sessions, p.settings, identities, infra.http, infra.config.secret_key,
-                       clock=clock)
+    login = Login(deps, two_factor)
+    oauth = OAuthLogin(deps, login, two_factor, identities, infra.http, infra.config.secret_key)
     systems.on_forgotten(oauth.forget_audience)
-    sessions = UserSessions(systems, p.sessions, p.events)
+    sessions = UserSessions(deps)
     identity = Identity(
         systems=systems,
         credentials=credentials,
-        registration=Registration(systems, credentials, verification, p.events),
+        registration=Registration(deps, credentials, verification),
         login=login,
         two_factor=two_factor,
         oauth=oauth,
-        otp=OtpService(systems, login, otp_codes, p.jobs, p.mailer, p.events, clock=clock),
+        otp=OtpService(deps, login, otp_codes),
         verification=verification,
-        password_reset=PasswordReset(systems, credentials, p.one_time, p.sessions, p.jobs, p.mailer, p.events),
-        email_change=EmailChange(credentials, p.one_time, p.mailer, p.sessions),
+        password_reset=PasswordReset(deps, credentials),
+        email_change=EmailChange(deps, credentials),
         sessions=sessions,
     )
     api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock)
@@ -316,10 +324,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         webhooks, webhook_outbox = await build_webhooks(infra, platform, content, identity)
         read_cache = build_read_cache(infra, platform)
         files = await build_files(infra, platform, content)
-        transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
-        records = RecordService(content.catalog, content.record_repository, content.schemas, platform.events,
-                                clock=clock, transactions=transactions, needs_transaction=webhook_outbox.wants,
-                                settings=platform.settings, cache=read_cache, group_commit=True, files=files)
+        records = RecordService(content.catalog, content.record_repository, content.writer,
+                                settings=platform.settings, cache=read_cache, files=files)
         yield Services(
             config=config,
             redis=infra.redis,
@@ -342,5 +348,5 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             api_keys=api_keys,
             authenticator=authenticator,
             files=files,
-            batch=BatchService(records, platform.events, transactions, platform.settings),
+            batch=BatchService(records, platform.events, content.transactions, platform.settings),
         )

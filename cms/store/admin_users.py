@@ -3,34 +3,29 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from cms.models import ROLE_ADMIN, AdminUser
 from cms.store.client import Database
-from cms.store.documents import from_document, to_document
-from cms.store.errors import translate_errors
+from cms.store.documents import from_document
+from cms.store.repository import Repository
 
 
-class AdminUserRepository:
-    """Admin-table users; emails are stored lower-cased and unique."""
+class AdminUserRepository(Repository[AdminUser]):
+    """Admin-table users; emails are stored lower-cased and unique (`insert` raises AlreadyExists
+    when the email is taken)."""
 
     def __init__(self, db: Database) -> None:
-        self._mongo_coll = db["admin_users"]
-
-    async def insert(self, user: AdminUser) -> None:
-        """Store a new user. Raises AlreadyExists when the email is taken."""
-        async with translate_errors("email"):
-            await self._mongo_coll.insert_one(to_document(user))
+        super().__init__(db["admin_users"], partial(from_document, AdminUser), unique="email")
 
     async def get(self, user_id: str) -> AdminUser | None:
         """The user with this id, or None."""
-        doc = await self._mongo_coll.find_one({"_id": user_id})
-        return from_document(AdminUser, doc) if doc else None
+        return await self._find_one({"_id": user_id})
 
     async def get_by_email(self, email: str) -> AdminUser | None:
         """The user with this (lower-cased) email, or None."""
-        doc = await self._mongo_coll.find_one({"email": email})
-        return from_document(AdminUser, doc) if doc else None
+        return await self._find_one({"email": email})
 
     async def count_admins(self) -> int:
         """How many users have role `admin`."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from cms.models import ApiKey
 from cms.store.client import Database
+from cms.store.repository import Repository
 
 
 def _to_document(key: ApiKey) -> dict[str, Any]:
@@ -23,39 +24,33 @@ def _from_document(doc: dict[str, Any]) -> ApiKey:
                   last_used=doc.get("last_used"))
 
 
-class ApiKeyRepository:
+class ApiKeyRepository(Repository[ApiKey]):
     """API keys by secret hash; listing and deletion by their public id."""
 
     def __init__(self, db: Database) -> None:
-        self._mongo_coll = db["api_keys"]
+        super().__init__(db["api_keys"], _from_document, _to_document, unique="API key")
 
     async def ensure_indexes(self) -> None:
         """Unique public ids, and listing per user (idempotent)."""
         await self._mongo_coll.create_index("id", unique=True)
         await self._mongo_coll.create_index([("user_id", 1), ("created", 1)])
 
-    async def insert(self, key: ApiKey) -> None:
-        """Store a new key."""
-        await self._mongo_coll.insert_one(_to_document(key))
-
     async def by_hash(self, key_hash: str) -> ApiKey | None:
         """The key whose secret hashes to `key_hash`, or None (unknown or revoked)."""
-        doc = await self._mongo_coll.find_one({"_id": key_hash})
-        return _from_document(doc) if doc else None
+        return await self._find_one({"_id": key_hash})
 
     async def get(self, key_id: str) -> ApiKey | None:
         """The key with this public id, or None."""
-        doc = await self._mongo_coll.find_one({"id": key_id})
-        return _from_document(doc) if doc else None
+        return await self._find_one({"id": key_id})
 
     async def find(self, *, user_id: str | None = None) -> list[ApiKey]:
         """Keys (of one user, or all), oldest first."""
         query = {} if user_id is None else {"user_id": user_id}
-        return [_from_document(d) async for d in self._mongo_coll.find(query).sort([("created", 1), ("id", 1)])]
+        return await self._find(query, [("created", 1), ("id", 1)])
 
     async def delete(self, key_id: str) -> bool:
         """Remove (revoke) a key. Returns False if it did not exist."""
-        return (await self._mongo_coll.delete_one({"id": key_id})).deleted_count == 1
+        return await self._delete_one({"id": key_id})
 
     async def touch(self, key_hash: str, now: datetime) -> None:
         """Record use of the key (`last_used`)."""

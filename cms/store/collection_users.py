@@ -20,6 +20,7 @@ from cms.models import CollectionUser, Record
 from cms.store.client import Database
 from cms.store.documents import record_from_document, record_to_document, records_mongo_name
 from cms.store.errors import translate_errors
+from cms.store.transactions import current_session
 
 EMAIL_INDEX = "auth_email"
 """Not `unique_email`: RecordRepository.sync_indexes drops `unique_*` indexes the schema does not name."""
@@ -57,19 +58,22 @@ class CollectionUserRepository:
         return result.deleted_count
 
     async def insert(self, user: CollectionUser) -> None:
-        """Store a new user (record and credentials). Raises AlreadyExists when the email is taken
-        in the collection; then nothing is stored."""
+        """Store a new user (record and credentials), inside the transaction open in this task if
+        one is (`current_session`). Raises AlreadyExists when the email is taken in the collection;
+        then nothing is stored (in a transaction, its abort removes the credentials)."""
         await self.ensure_email_index(user.collection_id)
+        session = current_session()
         await self._credentials.replace_one(
             {"_id": user.id},
             {"collection_id": user.collection_id, "password_hash": user.password_hash},
-            upsert=True,
+            upsert=True, session=session,
         )
         try:
             async with translate_errors("email"):
-                await self._records(user.collection_id).insert_one(record_to_document(user.record))
+                await self._records(user.collection_id).insert_one(record_to_document(user.record), session=session)
         except AlreadyExists:
-            await self._credentials.delete_one({"_id": user.id})
+            if session is None:
+                await self._credentials.delete_one({"_id": user.id})
             raise
 
     async def get(self, collection_id: str, user_id: str) -> CollectionUser | None:
@@ -107,12 +111,13 @@ class CollectionUserRepository:
     async def update_record(self, collection_id: str, user_id: str, values: dict[str, Any],
                             updated: datetime) -> Record | None:
         """Set `values` (e.g. verified=True, email=...) and `updated` on the user's record; returns the
-        record after the change, or None if the user is gone. Raises AlreadyExists (email taken)."""
+        record after the change, or None if the user is gone. Joins the transaction open in this
+        task, if one is. Raises AlreadyExists (email taken)."""
         await self.ensure_email_index(collection_id)
         async with translate_errors("email"):
             doc = await self._records(collection_id).find_one_and_update(
                 {"_id": user_id}, {"$set": {**values, "updated": updated}},
-                return_document=ReturnDocument.AFTER,
+                return_document=ReturnDocument.AFTER, session=current_session(),
             )
         return record_from_document(doc) if doc else None
 

@@ -10,6 +10,7 @@ from pymongo import ReturnDocument
 from cms.models import AccessRules, Collection, FieldSpec, Validation, default_rules
 from cms.store.client import Database
 from cms.store.errors import translate_errors
+from cms.store.repository import Repository
 
 
 def _field_document(spec: FieldSpec) -> dict[str, Any]:
@@ -74,30 +75,24 @@ def _rules_from_document(doc: dict[str, Any]) -> AccessRules:
     return AccessRules(**{key: stored.get(key, default) for key, default in defaults.items()})
 
 
-class CollectionRepository:
-    """Collection definitions; names are unique case-insensitively."""
+class CollectionRepository(Repository[Collection]):
+    """Collection definitions; names are unique case-insensitively (`insert` raises AlreadyExists
+    when the name is taken)."""
 
     def __init__(self, db: Database) -> None:
-        self._mongo_coll = db["collections"]
-
-    async def insert(self, collection: Collection) -> None:
-        """Store a new collection. Raises AlreadyExists when the name is taken."""
-        async with translate_errors("collection name"):
-            await self._mongo_coll.insert_one(_to_document(collection))
+        super().__init__(db["collections"], _from_document, _to_document, unique="collection name")
 
     async def get(self, collection_id: str) -> Collection | None:
         """The collection with this id, or None."""
-        doc = await self._mongo_coll.find_one({"_id": collection_id})
-        return _from_document(doc) if doc else None
+        return await self._find_one({"_id": collection_id})
 
     async def get_by_name(self, name: str) -> Collection | None:
         """The collection with this exact name, or None."""
-        doc = await self._mongo_coll.find_one({"name": name})
-        return _from_document(doc) if doc else None
+        return await self._find_one({"name": name})
 
     async def list(self) -> list[Collection]:
         """Every collection, by name (case-insensitive)."""
-        return [_from_document(d) async for d in self._mongo_coll.find({}).sort("name_lower", 1)]
+        return await self._find({}, [("name_lower", 1)])
 
     async def replace(self, collection: Collection, expected_version: int) -> Collection | None:
         """Store `collection` (its version already raised) if the stored version is still
@@ -122,5 +117,4 @@ class CollectionRepository:
 
     async def delete(self, collection_id: str) -> bool:
         """Remove the definition. Returns False if it did not exist."""
-        result = await self._mongo_coll.delete_one({"_id": collection_id})
-        return result.deleted_count == 1
+        return await self._delete_one({"_id": collection_id})

@@ -3,26 +3,24 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 
 from cms.models import OneTimeToken
 from cms.store.client import Database
-from cms.store.documents import from_document, to_document
+from cms.store.documents import from_document
+from cms.store.repository import Repository
 
 
-class OneTimeTokenRepository:
-    """Tokens keyed by their SHA-256 hash; a TTL index removes them a week after expiry."""
+class OneTimeTokenRepository(Repository[OneTimeToken]):
+    """Tokens keyed by their SHA-256 hash (`insert` stores a new unused one); a TTL index removes
+    them a week after expiry."""
 
     def __init__(self, db: Database) -> None:
-        self._mongo_coll = db["one_time_tokens"]
-
-    async def insert(self, token: OneTimeToken) -> None:
-        """Store a new unused token."""
-        await self._mongo_coll.insert_one(to_document(token))
+        super().__init__(db["one_time_tokens"], partial(from_document, OneTimeToken), unique="token")
 
     async def get(self, token_hash: str, purpose: str) -> OneTimeToken | None:
         """The token with this hash and purpose (used or not), or None."""
-        doc = await self._mongo_coll.find_one({"_id": token_hash, "purpose": purpose})
-        return from_document(OneTimeToken, doc) if doc else None
+        return await self._find_one({"_id": token_hash, "purpose": purpose})
 
     async def mark_used(self, token_hash: str, now: datetime) -> bool:
         """Atomically mark an unused token used. Returns False if it was already used."""

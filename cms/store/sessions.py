@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import partial
 
 from cms.models import Session
 from cms.store.client import Database
-from cms.store.documents import from_document, to_document
+from cms.store.documents import from_document
+from cms.store.repository import Repository
 
 
-class SessionRepository:
-    """Sessions keyed by id; revocation is a `revoked_at` timestamp, so it holds on every replica."""
+class SessionRepository(Repository[Session]):
+    """Sessions keyed by id (`insert` stores a new active one); revocation is a `revoked_at`
+    timestamp, so it holds on every replica."""
 
     def __init__(self, db: Database) -> None:
-        self._mongo_coll = db["sessions"]
-
-    async def insert(self, session: Session) -> None:
-        """Store a new active session."""
-        await self._mongo_coll.insert_one(to_document(session))
+        super().__init__(db["sessions"], partial(from_document, Session), unique="session")
 
     async def get(self, session_id: str) -> Session | None:
         """The session with this id (active or revoked), or None."""
-        doc = await self._mongo_coll.find_one({"_id": session_id})
-        return from_document(Session, doc) if doc else None
+        return await self._find_one({"_id": session_id})
 
     async def list_active(self, user_id: str, audience: str) -> list[Session]:
         """The user's active sessions in one user system, newest first."""
-        cursor = self._mongo_coll.find({"user_id": user_id, "audience": audience, "revoked_at": None})
-        return [from_document(Session, d) async for d in cursor.sort("created", -1)]
+        return await self._find({"user_id": user_id, "audience": audience, "revoked_at": None}, [("created", -1)])
 
     async def rotate_refresh(self, session_id: str, spent_jti: str, new_jti: str, now: datetime) -> bool:
         """Atomically replace the refresh jti if `spent_jti` is still current and the session is active,

@@ -23,6 +23,7 @@ from cms.store.bulk import DUPLICATE_KEY, chunks
 from cms.store.client import Database
 from cms.store.documents import from_document, to_document
 from cms.store.errors import translate_errors
+from cms.store.repository import Repository
 from cms.store.transactions import current_session
 
 DELIVERY_LOG_TTL_S = 30 * 24 * 3600
@@ -74,25 +75,19 @@ def _webhook(doc: dict[str, Any]) -> Webhook:
     return Webhook(**{**webhook.__dict__, "events": tuple(webhook.events)})
 
 
-class WebhookRepository:
+class WebhookRepository(Repository[Webhook]):
     """Webhook definitions, with their secrets (never returned by the API)."""
 
     def __init__(self, db: Database) -> None:
-        self._mongo_coll = db["webhooks"]
+        super().__init__(db["webhooks"], _webhook, unique="webhook")
 
     async def ensure_indexes(self) -> None:
         """The index of the delivery path's look-up (idempotent)."""
         await self._mongo_coll.create_index([("collection_id", 1), ("active", 1)])
 
-    async def insert(self, webhook: Webhook) -> None:
-        """Store a new webhook."""
-        async with translate_errors("webhook"):
-            await self._mongo_coll.insert_one(to_document(webhook))
-
     async def get(self, webhook_id: str) -> Webhook | None:
         """The webhook, or None."""
-        doc = await self._mongo_coll.find_one({"_id": webhook_id})
-        return _webhook(doc) if doc else None
+        return await self._find_one({"_id": webhook_id})
 
     async def get_many(self, webhook_ids: Sequence[str]) -> dict[str, Webhook]:
         """The webhooks among `webhook_ids` that exist, by id."""
@@ -109,11 +104,11 @@ class WebhookRepository:
             query["collection_name"] = collection_name
         if created_by is not None:
             query["created_by"] = created_by
-        return [_webhook(d) async for d in self._mongo_coll.find(query).sort([("created", 1), ("_id", 1)])]
+        return await self._find(query, [("created", 1), ("_id", 1)])
 
     async def active_for(self, collection_id: str) -> list[Webhook]:
         """The active webhooks of a collection."""
-        return [_webhook(d) async for d in self._mongo_coll.find({"collection_id": collection_id, "active": True})]
+        return await self._find({"collection_id": collection_id, "active": True})
 
     async def update(self, webhook_id: str, changes: dict[str, Any]) -> Webhook | None:
         """Set `changes` (field -> value) on the webhook; returns it after the change, or None."""
@@ -127,7 +122,7 @@ class WebhookRepository:
 
     async def delete(self, webhook_id: str) -> bool:
         """Remove the webhook. Returns False if it did not exist."""
-        return (await self._mongo_coll.delete_one({"_id": webhook_id})).deleted_count == 1
+        return await self._delete_one({"_id": webhook_id})
 
     async def delete_for_collection(self, collection_id: str) -> list[str]:
         """Remove every webhook of a collection; returns their ids."""

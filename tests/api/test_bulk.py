@@ -10,7 +10,7 @@ from pymongo import AsyncMongoClient, monitoring
 
 from cms.errors import AlreadyExists
 from cms.models import Principal
-from cms.services.content.fields import RecordSchemas
+from cms.services.content.record_writer import RecordWriter
 from cms.services.content.records import MAX_BULK_IDS, RecordService
 from cms.store.bulk import ID_CHUNK
 from cms.store.client import Capabilities
@@ -245,7 +245,8 @@ async def test_a_thousand_ids_in_a_few_round_trips(config, services, admin_token
         config.mongodb_url, tz_aware=True, retryWrites=False, event_listeners=[Listener()])
     try:
         repository = RecordRepository(monitored[config.mongodb_db], Capabilities(text_index=False))
-        service = RecordService(services.catalog, repository, RecordSchemas(), services.events)
+        service = RecordService(services.catalog, repository,
+                                RecordWriter(services.catalog, repository, services.events))
         assert await service.bulk_update(principal, "posts", ids, {"views": 3, "slug": None}) == MAX_BULK_IDS
         update_commands = list(commands)
         commands.clear()

@@ -17,7 +17,6 @@ from pymongo.errors import AutoReconnect
 
 from cms.errors import InvalidFilter
 from cms.models import Record
-from cms.services.content.fields import RecordSchemas
 from cms.services.content.record_csv import IMPORT_BATCH_SIZE, RecordCsv
 from cms.services.content.record_writer import RecordWriter
 from cms.services.delivery.events import RecordEvent
@@ -191,7 +190,7 @@ async def test_a_database_failure_mid_import_says_exactly_which_rows_were_stored
     mongo = open_client(config.mongodb_url)
     repository = FailingRecords(mongo[config.mongodb_db], services.records.repository.capabilities,
                                 fail_on=2, stored=stored)
-    writer = RecordWriter(services.catalog, repository, RecordSchemas(), services.events)
+    writer = RecordWriter(services.catalog, repository, services.events)
     total = IMPORT_BATCH_SIZE * 2 + 500
     content = csv_bytes([["title", "views"], *([f"row {n}", n] for n in range(1, total + 1))])
     try:

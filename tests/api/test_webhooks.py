@@ -383,6 +383,41 @@ async def test_the_change_and_its_outbox_entries_commit_together(services, confi
     assert ok.status == 201
 
 
+async def test_register_writes_its_outbox_entry_with_the_user_like_a_rest_create(services, config, client,
+                                                                                admin_token, receiver, run_jobs):
+    """Register goes through the one record writer, as a REST create does: into an auth collection
+    with an active webhook, the user and its outbox entry commit together (an entry the outbox
+    cannot write leaves no user behind, not even credentials), and the delivery then arrives with
+    the record as register stored it, exactly as a create's does."""
+    if not services.records.repository.capabilities.transactions:
+        pytest.skip("the server has no multi-document transactions")
+    from cms.store.client import open_client
+
+    members = "/api/v1/collections/members/auth"
+    account = {"email": "m@example.com", "password": "member-password-1"}
+    await create_collection(client, admin_token, "members", [{"name": "nickname", "type": "text"}], type="auth")
+    await make_webhook(client, admin_token, receiver.url, collection_name="members", events=["create"])
+    mongo = open_client(config.mongodb_url)
+    try:
+        outbox = mongo[config.mongodb_db]["webhook_outbox"]
+        await outbox.create_index("attempt", unique=True, name="test_block")
+        await outbox.insert_one({"_id": "blocker", "attempt": 1, "status": "done"})
+        refused = await client.post(f"{members}/register", json={**account, "nickname": "first"})
+        assert refused.status >= 500
+        assert (await (await client.get(records_path("members"), headers=bearer(admin_token))).json())["total"] == 0
+        assert await mongo[config.mongodb_db]["auth_credentials"].count_documents({}) == 0
+        await outbox.drop_index("test_block")
+    finally:
+        await mongo.close()
+    registered = await client.post(f"{members}/register", json={**account, "nickname": "second"})
+    assert registered.status == 201, await registered.text()
+    user = (await registered.json())["user"]
+    await run_jobs()
+    [body] = receiver.bodies()
+    assert body == {"event": "create", "collection": "members", "record_id": user["id"], "data": user,
+                    "timestamp": body["timestamp"]}
+
+
 async def test_without_webhooks_writes_take_no_transaction(services, client, admin_token, posts, seen):
     """Record events still reach subscribers after the write when no webhook wants them."""
     record = await create_record(client, admin_token, "posts", {"title": "plain"})

@@ -28,12 +28,9 @@ from cms.services import access as actions
 from cms.services.access import check
 from cms.services.content.fields import is_multi, value_list
 from cms.services.content.files import FileService, FormPart
-from cms.services.content.record_reads import permitted_record
 
 if TYPE_CHECKING:
-    from cms.services.caching.catalog import Catalog
     from cms.services.content.records import RecordService
-    from cms.store.records import RecordRepository
 
 
 class RecordDraft:
@@ -43,13 +40,10 @@ class RecordDraft:
     auth collection, Unauthorized / Forbidden); leaving it without a successful `save` deletes the
     files it stored."""
 
-    def __init__(self, records: RecordService, files: FileService, catalog: Catalog,
-                 repository: RecordRepository, principal: Principal | None, collection_name: str,
-                 record_id: str | None) -> None:
+    def __init__(self, records: RecordService, files: FileService, principal: Principal | None,
+                 collection_name: str, record_id: str | None) -> None:
         self._records = records
         self._files = files
-        self._catalog = catalog
-        self._repository = repository
         self._principal = principal
         self._collection_name = collection_name
         self._creating = record_id is None
@@ -66,9 +60,7 @@ class RecordDraft:
             self._collection, self._epoch = await self._records.writable_for_new_records(name)
             check(principal, self._collection, actions.CREATE).require()
         else:
-            self._collection = await self._catalog.by_name(name)
-            await permitted_record(self._repository, check(principal, self._collection, actions.VIEW),
-                                   check(principal, self._collection, actions.UPDATE), self.record_id)
+            self._collection = await self._records.writable_record(principal, name, self.record_id)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -68,29 +68,29 @@ class _CollectionGone(Exception):
 class RecordWriter:
     """Creates and changes records of one database, in the order of the module docstring.
 
-    `group_commit`: REST creates into one collection share inserts (`InsertGroups`). `transactions`
-    and `needs_transaction(collection_id)`: writes to a collection with an active webhook run in a
+    One writer serves a process (cms/wiring.py builds it): `RecordService`, `RecordCsv`, the admin
+    UI's drafts and every auth collection's `CollectionUsers` take it. `group_commit`: REST creates
+    into one collection share inserts (`InsertGroups`). `transactions`: writes to a collection whose
+    record events the bus's outbox wants (an active webhook, `EventBus.outbox_wants`) run in a
     transaction with their outbox entries."""
 
     def __init__(
         self,
         catalog: Catalog,
         records: RecordRepository,
-        schemas: RecordSchemas,
         events: EventBus,
         *,
         clock: Clock = utcnow,
         transactions: Transactions | None = None,
-        needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
         group_commit: bool = False,
     ) -> None:
         self._catalog = catalog
         self._records = records
-        self._schemas = schemas
+        self._schemas = RecordSchemas()  # the process's one cache of record schemas
         self._events = events
-        self._clock = clock
+        self.clock = clock
+        """The clock that stamps every write (`created`, `updated`, the events' time)."""
         self._transactions = transactions
-        self._needs_transaction = needs_transaction
         self.groups = InsertGroups(records, after=self._after_group) if group_commit else None
         """The insert groups of REST creates, or None (shutdown drains them, tests watch them)."""
 
@@ -103,7 +103,7 @@ class RecordWriter:
         are left out. `record_id`: the id to give it (default: a new one). Raises ValidationFailed
         (422, `errors: {field: [message]}`)."""
         values = {k: v for k, v in self._schemas.load(collection, data, partial=False).items() if v is not None}
-        now = self._clock()
+        now = self.clock()
         return Record(id=record_id or new_id(), created=now, updated=now, data={**(fixed or {}), **values})
 
     def changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], list[str]]:
@@ -146,7 +146,16 @@ class RecordWriter:
 
     async def emit_created(self, collection: Collection, records: Sequence[Record]) -> None:
         """Step 6: one `create` event per record."""
-        await emit_changed(self._events, CREATE, collection, records, self._clock())
+        await emit_changed(self._events, CREATE, collection, records, self.clock())
+
+    async def emit_updated(self, collection: Collection, records: Sequence[Record]) -> None:
+        """One `update` event per changed record (bulk updates, relation releases, user changes)."""
+        await emit_changed(self._events, UPDATE, collection, records, self.clock())
+
+    async def emit_deleted(self, collection: Collection, record_ids: Sequence[str],
+                           records: Sequence[Record] = ()) -> None:
+        """One `delete` event per deleted record id (`emit_deleted`)."""
+        await emit_deleted(self._events, collection, record_ids, self.clock(), records)
 
     # --- whole writes -----------------------------------------------------------------------------
 
@@ -198,12 +207,12 @@ class RecordWriter:
         for attempt in range(MAX_RULE_ATTEMPTS):
             if attempt:
                 expected = await checked()
-            set_values["updated"] = self._clock()
+            set_values["updated"] = self.clock()
             async with await self.unit(collection):
                 record = await self._records.update(collection.id, record_id, set_values, unset,
                                                     expected_updated=expected)
                 if record is not None:
-                    await emit_changed(self._events, UPDATE, collection, [record], self._clock())
+                    await self.emit_updated(collection, [record])
                     return record
             if expected is None:
                 raise NotFound("Record not found")
@@ -220,9 +229,9 @@ class RecordWriter:
 
     async def _transactional(self, collection: Collection) -> bool:
         """Whether writes to `collection` run in a transaction: the server supports them and the
-        collection has an active webhook."""
+        bus's outbox wants the collection's record events (an active webhook)."""
         return (self._transactions is not None and self._transactions.enabled
-                and self._needs_transaction is not None and await self._needs_transaction(collection.id))
+                and await self._events.outbox_wants(collection.id))
 
     async def _undo(self, collection: Collection, undo: Undo | None) -> None:
         """Raise NotFound for a write into a deleted collection, after removing what it left

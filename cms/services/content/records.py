@@ -11,11 +11,10 @@ changed record after the write succeeded; failed writes emit nothing.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from cms.clock import Clock, utcnow
 from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
@@ -23,7 +22,6 @@ from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
-from cms.services.content.fields import RecordSchemas
 from cms.services.content.files import FileService
 from cms.services.content.record_csv import CsvExport, RecordCsv
 from cms.services.content.record_reads import (
@@ -41,11 +39,9 @@ from cms.services.content.record_writer import (
     emit_deleted,
 )
 from cms.services.content.relations import RelationRelease
-from cms.services.delivery.events import UPDATE, EventBus
 from cms.services.operations.settings import RecordLimits, SettingsService
 from cms.services.representation import records as represent
 from cms.store.records import RecordRepository
-from cms.store.transactions import Transactions
 
 __all__ = [  # the names other modules import from here
     "DEFAULT_PER_PAGE", "MAX_BULK_IDS", "MAX_PER_PAGE", "RecordService", "check_record_ids", "checked_record",
@@ -97,31 +93,17 @@ class RecordService(RecordReads):
     by the collection's access rules (`access.check`) on every path: single, bulk and CSV.
     `files`: the file service, for creates and changes that carry files (`draft`)."""
 
-    def __init__(
-        self,
-        catalog: Catalog,
-        records: RecordRepository,
-        schemas: RecordSchemas,
-        events: EventBus,
-        *,
-        clock: Clock = utcnow,
-        transactions: Transactions | None = None,
-        needs_transaction: Callable[[str], Awaitable[bool]] | None = None,
-        settings: SettingsService | None = None,
-        cache: ReadCache | None = None,
-        group_commit: bool = False,
-        files: FileService | None = None,
-    ) -> None:
+    def __init__(self, catalog: Catalog, records: RecordRepository, writer: RecordWriter, *,
+                 settings: SettingsService | None = None, cache: ReadCache | None = None,
+                 files: FileService | None = None) -> None:
+        """`writer`: the process's one record writer (cms/wiring.py), which every write goes through."""
         super().__init__(catalog, records, cache=cache)
-        self._writer = RecordWriter(catalog, records, schemas, events, clock=clock, transactions=transactions,
-                                    needs_transaction=needs_transaction, group_commit=group_commit)
-        self._groups = self._writer.groups
+        self._writer = writer
+        self._groups = writer.groups
         self._settings = settings
-        self._events = events
-        self._clock = clock
         self._files = files
-        self._csv = RecordCsv(records, self._writer, clock=clock)
-        self._relations = RelationRelease(catalog, records, self._emit_updated, self._emit_deleted, clock=clock)
+        self._csv = RecordCsv(records, writer, clock=writer.clock)
+        self._relations = RelationRelease(catalog, records, writer)
 
     # --- one record ---------------------------------------------------------------------------
 
@@ -167,7 +149,7 @@ class RecordService(RecordReads):
         when the service was built without `files`."""
         if self._files is None:
             raise RuntimeError("RecordService was built without a file service")
-        return RecordDraft(self, self._files, self._catalog, self._records, principal, collection_name, record_id)
+        return RecordDraft(self, self._files, principal, collection_name, record_id)
 
     async def delete(self, principal: Principal | None, collection_name: str, record_id: str) -> None:
         """Delete one record, if the view rule lets `principal` (None: no credentials) see it and
@@ -185,7 +167,7 @@ class RecordService(RecordReads):
             async with await self._writer.unit(collection):
                 gone = await self._records.delete(collection.id, record_id, expected_updated=expected)
                 if gone is not None:
-                    await self._emit_deleted(collection, [record_id], [gone])
+                    await self._writer.emit_deleted(collection, [record_id], [gone])
                     await self._relations.release(plan)
                     return
             if expected is None:
@@ -230,14 +212,14 @@ class RecordService(RecordReads):
             failures.setdefault(record_id, []).extend(messages)
         if failures:
             raise _bulk_refused("updated", failures, len(ids))
-        now = self._clock()
+        now = self._writer.clock()
         async with await self._writer.unit(collection):
             matched = await self._records.update_many(collection.id, ids, {**set_values, "updated": now}, unset)
             if matched == len(ids):
                 changed = [_changed_record(found[i], set_values, unset, now) for i in ids]
             else:  # some were deleted meanwhile: report the ones still there
                 changed = await self._records.find_by_ids(collection.id, ids)
-            await self._emit_updated(collection, changed)
+            await self._writer.emit_updated(collection, changed)
         return matched
 
     async def _permitted(self, view: Access, change: Access, record_ids: Sequence[str], verb: str) -> dict[str, Record]:
@@ -295,7 +277,7 @@ class RecordService(RecordReads):
         plan = await self._relations.plan_release(collection, ids)
         async with await self._writer.unit(collection):
             deleted = await self._records.delete_many(collection.id, ids)
-            await self._emit_deleted(collection, ids, list(existing.values()))
+            await self._writer.emit_deleted(collection, ids, list(existing.values()))
             await self._relations.release(plan)
         return deleted
 
@@ -340,6 +322,15 @@ class RecordService(RecordReads):
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
                                           max_rows=limits.import_max_rows, permitted=permitted)
 
+    async def writable_record(self, principal: Principal | None, collection_name: str, record_id: str) -> Collection:
+        """The collection `collection_name`, if its view rule lets `principal` see record `record_id`
+        and its update rule lets it change it (the record as stored). Raises NotFound (collection,
+        or a record the caller may not see) or Unauthorized / Forbidden (the rule refuses)."""
+        collection = await self._catalog.by_name(collection_name)
+        await permitted_record(self._records, check(principal, collection, actions.VIEW),
+                               check(principal, collection, actions.UPDATE), record_id)
+        return collection
+
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
         """The collection, if records may be created in it through the records API (not an auth
         collection, whose records are users with an email and credentials, made by register), and
@@ -352,14 +343,7 @@ class RecordService(RecordReads):
             )
         return collection, epoch
 
-    # --- events: the one path every change takes ----------------------------------------------
-
-    async def _emit_updated(self, collection: Collection, records: Sequence[Record]) -> None:
-        await emit_changed(self._events, UPDATE, collection, records, self._clock())
-
-    async def _emit_deleted(self, collection: Collection, record_ids: Sequence[str],
-                            records: Sequence[Record] = ()) -> None:
-        await emit_deleted(self._events, collection, record_ids, self._clock(), records)
+    # --- limits ---------------------------------------------------------------------------------
 
     async def import_max_bytes(self) -> int:
         """The largest CSV upload accepted, in bytes (setting `csv_import_max_mb`)."""

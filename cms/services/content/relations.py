@@ -17,24 +17,20 @@ A process that dies between the two leaves references to missing records, which 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from cms.clock import Clock, utcnow
 from cms.errors import BadRequest
 from cms.models import Collection, FieldSpec, Record
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import is_multi, value_list
+from cms.services.content.record_writer import RecordWriter
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.relations")
 
 MAX_CASCADE_RECORDS = 10_000
 """Most records one delete may remove through `cascade_delete`, the deleted ones included."""
-
-EmitChanged = Callable[[Collection, Sequence[Record]], Awaitable[None]]
-EmitDeleted = Callable[[Collection, Sequence[str]], Awaitable[None]]
-
 
 @dataclass(frozen=True)
 class Referrer:
@@ -59,15 +55,13 @@ class ReleasePlan:
 
 
 class RelationRelease:
-    """Plans and carries out the release of references to deleted records."""
+    """Plans and carries out the release of references to deleted records; the records it changes
+    and deletes emit their events through the one record writer (`writer`), stamped by its clock."""
 
-    def __init__(self, catalog: Catalog, records: RecordRepository, emit_changed: EmitChanged,
-                 emit_deleted: EmitDeleted, *, clock: Clock = utcnow) -> None:
+    def __init__(self, catalog: Catalog, records: RecordRepository, writer: RecordWriter) -> None:
         self._catalog = catalog
         self._records = records
-        self._emit_changed = emit_changed
-        self._emit_deleted = emit_deleted
-        self._clock = clock
+        self._writer = writer
 
     async def plan_release(self, collection: Collection, record_ids: Sequence[str]) -> ReleasePlan:
         """The release that deleting `record_ids` of `collection` needs, following cascades.
@@ -112,18 +106,19 @@ class RelationRelease:
             for collection, ids in plan.cascade.values():
                 ordered = sorted(ids)
                 await self._records.delete_many(collection.id, ordered)
-                await self._emit_deleted(collection, ordered)
+                await self._writer.emit_deleted(collection, ordered)
             changed: dict[str, tuple[Collection, set[str]]] = {}
             for referrer, target_ids in plan.clear:
                 cascaded = plan.cascade.get(referrer.collection.id, (referrer.collection, set()))[1]
                 changed_ids = await self._records.remove_references(
                     referrer.collection.id, referrer.spec.name, target_ids, multi=is_multi(referrer.spec),
-                    now=self._clock(), skip_ids=sorted(cascaded),
+                    now=self._writer.clock(), skip_ids=sorted(cascaded),
                 )
                 changed.setdefault(referrer.collection.id, (referrer.collection, set()))[1].update(changed_ids)
             for collection, ids in changed.values():  # one event per record, however many fields changed
                 if ids:
-                    await self._emit_changed(collection, await self._records.find_by_ids(collection.id, sorted(ids)))
+                    changed_records = await self._records.find_by_ids(collection.id, sorted(ids))
+                    await self._writer.emit_updated(collection, changed_records)
         except Exception:
             log.exception("releasing references to deleted records failed; some references may dangle")
 

@@ -99,6 +99,10 @@ class Outbox(Protocol):
         """Hand on what `stage` wrote (failures are left to a relay)."""
         ...
 
+    async def wants(self, collection_id: str) -> bool:
+        """Whether record events of the collection would make `stage` write anything."""
+        ...
+
 
 class Transaction(Protocol):
     """Something that runs a block in one database transaction (`cms.store.transactions`)."""
@@ -128,6 +132,11 @@ class EventBus:
     def attach_outbox(self, outbox: Outbox) -> None:
         """Stage every record event in `outbox` (one outbox per bus)."""
         self._outbox = outbox
+
+    async def outbox_wants(self, collection_id: str) -> bool:
+        """Whether the outbox (if one is attached) writes entries for record events of the
+        collection `collection_id`; its writers then run in a transaction where they can."""
+        return self._outbox is not None and await self._outbox.wants(collection_id)
 
     def subscribe(self, handler: Callable[[Sequence[E]], Awaitable[None]],
                   event_type: type[E] = RecordEvent) -> None:  # type: ignore[assignment]

@@ -7,17 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cms.clock import Clock, utcnow
 from cms.models import Collection, CollectionUser, Principal, Record, collection_audience
 from cms.security.passwords import is_unicode_text
 from cms.services.access import COLLECTION_TOKEN_ONLY
-from cms.services.caching.catalog import Catalog
-from cms.services.content.fields import RecordSchemas
-from cms.services.content.record_writer import RecordWriter, emit_changed
-from cms.services.delivery.events import UPDATE, EventBus
+from cms.services.content.record_writer import RecordWriter
 from cms.services.identity.credentials import new_password_hash, normalize_email
 from cms.store.collection_users import CollectionUserRepository
-from cms.store.records import RecordRepository
 
 
 class CollectionUsers:
@@ -26,17 +21,12 @@ class CollectionUsers:
 
     foreign_token_message = COLLECTION_TOKEN_ONLY
 
-    def __init__(self, collection: Collection, users: CollectionUserRepository, records: RecordRepository,
-                 schemas: RecordSchemas, catalog: Catalog, events: EventBus, *,
-                 clock: Clock = utcnow) -> None:
+    def __init__(self, collection: Collection, users: CollectionUserRepository, writer: RecordWriter) -> None:
+        """`writer`: the process's one record writer, which REST creates use too (its transactions
+        and outbox included)."""
         self.collection = collection
         self._users = users
-        self._records = records
-        self._schemas = schemas
-        self._catalog = catalog
-        self._events = events
-        self._clock = clock
-        self._writer = RecordWriter(catalog, records, schemas, events, clock=clock)
+        self._writer = writer
 
     @property
     def audience(self) -> str:
@@ -110,10 +100,8 @@ class CollectionUsers:
                          email=user.email, verified=user.verified)
 
     async def _update(self, user_id: str, values: dict[str, Any]) -> Record | None:
-        record = await self._users.update_record(self.collection.id, user_id, values, self._clock())
-        if record is not None:
-            await self._emit(UPDATE, record)
+        async with await self._writer.unit(self.collection):  # as a REST update: with its outbox entries
+            record = await self._users.update_record(self.collection.id, user_id, values, self._writer.clock())
+            if record is not None:
+                await self._writer.emit_updated(self.collection, [record])
         return record
-
-    async def _emit(self, kind: str, record: Record) -> None:
-        await emit_changed(self._events, kind, self.collection, [record], self._clock())

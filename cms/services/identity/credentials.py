@@ -18,9 +18,8 @@ from cms.security.passwords import (
     verify_dummy,
     verify_password,
 )
-from cms.services.delivery.events import AuditEvent, EventBus
-from cms.services.identity.session_tokens import SessionService
-from cms.services.operations.settings import SettingsService
+from cms.services.delivery.events import AuditEvent
+from cms.services.identity.deps import IdentityDeps
 
 if TYPE_CHECKING:
     from cms.services.identity.systems import U, UserSystem
@@ -73,14 +72,12 @@ async def check_login_password(password_hash: str | None, password: str) -> tupl
 class Credentials:
     """The password policy (a setting) and a signed-in user's password checks, for any user system."""
 
-    def __init__(self, settings: SettingsService, sessions: SessionService, events: EventBus) -> None:
-        self._settings = settings
-        self._sessions = sessions
-        self._events = events
+    def __init__(self, deps: IdentityDeps) -> None:
+        self._deps = deps
 
     async def check_policy(self, password: str, confirm: str | None, field: str = "password") -> None:
         """Apply the current password policy (settings) and the confirmation. Raises ValidationFailed."""
-        check_password((await self._settings.auth()).password_policy, password, confirm, field)
+        check_password((await self._deps.settings.auth()).password_policy, password, confirm, field)
 
     async def require_password(self, system: UserSystem[U], user: U, password: str, field: str) -> None:
         """Raise ValidationFailed naming `field` unless `password` is the user's current password; a
@@ -88,7 +85,7 @@ class Credentials:
         matches, _ = await check_login_password(user.password_hash, password)
         if matches:
             return
-        await self._events.emit([AuditEvent(
+        await self._deps.events.emit([AuditEvent(
             "login_failed", user_id=user.id,
             details={"email": user.email, "audience": system.audience, "during": field},
         )])
@@ -102,6 +99,6 @@ class Credentials:
         await self.check_policy(new_password, password_confirm, field="new_password")
         await self.require_password(system, user, old_password, "old_password")
         await system.set_password_hash(user.id, await new_password_hash(new_password))
-        revoked = await self._sessions.revoke_all(user.id, system.audience, keep=principal.session_id)
-        await self._events.emit([AuditEvent("password_changed", user_id=user.id,
+        revoked = await self._deps.sessions.revoke_all(user.id, system.audience, keep=principal.session_id)
+        await self._deps.events.emit([AuditEvent("password_changed", user_id=user.id,
                                             details={"audience": system.audience, "sessions_revoked": revoked})])

@@ -6,22 +6,18 @@ address, which replaces the old one only when confirmed; the old address is then
 from __future__ import annotations
 
 from cms.errors import AlreadyExists, TokenInvalid, ValidationFailed
-from cms.services.delivery.mail import Mailer
 from cms.services.identity.credentials import Credentials, check_text, normalize_email
-from cms.services.identity.one_time_tokens import EMAIL_CHANGE, OneTimeTokens
-from cms.services.identity.session_tokens import SessionService
+from cms.services.identity.deps import IdentityDeps
+from cms.services.identity.one_time_tokens import EMAIL_CHANGE
 from cms.services.identity.systems import U, UserSystem
 
 
 class EmailChange:
     """Requests and confirmations of address changes, for any user system."""
 
-    def __init__(self, credentials: Credentials, one_time_tokens: OneTimeTokens, mailer: Mailer,
-                 sessions: SessionService) -> None:
+    def __init__(self, deps: IdentityDeps, credentials: Credentials) -> None:
+        self._deps = deps
         self._credentials = credentials
-        self._one_time_tokens = one_time_tokens
-        self._mailer = mailer
-        self._sessions = sessions
 
     async def request(self, system: UserSystem[U], user: U, new_email: str, password: str) -> None:
         """Email a confirmation link to `new_email`. Raises ValidationFailed (not Unicode text, a
@@ -34,20 +30,20 @@ class EmailChange:
                                    errors={"new_email": ["Same as the current address."]})
         if await system.find_by_email(new_email) is not None:
             raise AlreadyExists("This email already exists")
-        token = await self._one_time_tokens.issue(EMAIL_CHANGE, user.id, system.audience,
+        token = await self._deps.one_time_tokens.issue(EMAIL_CHANGE, user.id, system.audience,
                                                   data={"new_email": new_email})
-        await self._mailer.send_email_change(new_email, token, system.collection_name)
+        await self._deps.mailer.send_email_change(new_email, token, system.collection_name)
 
     async def confirm(self, system: UserSystem[U], token: str) -> U:
         """Spend an email-change token of `system`: the address becomes the new one, verified; every
         session of the user is revoked (the old tokens named the old address) and the old address
         gets a notice. Raises TokenInvalid / TokenExpired, or AlreadyExists (taken meanwhile)."""
-        spent = await self._one_time_tokens.consume(token, EMAIL_CHANGE, audience=system.audience)
+        spent = await self._deps.one_time_tokens.consume(token, EMAIL_CHANGE, audience=system.audience)
         before = await system.get(spent.user_id)
         user = await system.set_email(spent.user_id, str(spent.data.get("new_email", ""))) if before else None
         if before is None or user is None:
             raise TokenInvalid("The user of this token no longer exists")
-        await self._sessions.revoke_all(user.id, system.audience)
+        await self._deps.sessions.revoke_all(user.id, system.audience)
         if before.email and before.email != user.email:
-            await self._mailer.send_email_changed(before.email, user.email)
+            await self._deps.mailer.send_email_changed(before.email, user.email)
         return user

@@ -11,12 +11,11 @@ from typing import NoReturn
 from cms.errors import InvalidCredentials
 from cms.models import LoginResult, TokenPair
 from cms.security.passwords import is_unicode_text
-from cms.services.delivery.events import AuditEvent, EventBus
+from cms.services.delivery.events import AuditEvent
 from cms.services.identity.credentials import check_login_password, normalize_email
+from cms.services.identity.deps import IdentityDeps
 from cms.services.identity.mfa import TwoFactor
-from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem
-from cms.services.operations.settings import SettingsService
 
 SECOND_FACTOR_MESSAGE = "Two-factor authentication required: send a code with the mfa_token to 2fa/verify."
 
@@ -25,11 +24,8 @@ class Login:
     """Password login, sessions started after a proof, and refresh; token lifetimes come from the
     settings (`settings.auth()`)."""
 
-    def __init__(self, sessions: SessionService, settings: SettingsService, events: EventBus,
-                 two_factor: TwoFactor) -> None:
-        self._sessions = sessions
-        self._settings = settings
-        self._events = events
+    def __init__(self, deps: IdentityDeps, two_factor: TwoFactor) -> None:
+        self._deps = deps
         self._two_factor = two_factor
 
     async def signed_in(self, system: UserSystem[U], user: U, *, method: str, ip: str = "",
@@ -66,7 +62,7 @@ class Login:
         return await self.signed_in(system, user, method="password", ip=ip, user_agent=user_agent)
 
     async def _failed(self, system: UserSystem[U], email: str, user_id: str | None) -> NoReturn:
-        await self._events.emit([AuditEvent(
+        await self._deps.events.emit([AuditEvent(
             "login_failed", user_id=user_id,
             details={"email": email if is_unicode_text(email) else "", "audience": system.audience},
         )])
@@ -78,20 +74,20 @@ class Login:
         the login response `{user, token, message: None, requires_2fa: False}`; audits `login_success`
         (for `user`, from the request's origin). `ip` and `user_agent` are kept on the session (its
         listing shows them)."""
-        auth = await self._settings.auth()
-        _, pair = await self._sessions.start(
+        auth = await self._deps.settings.auth()
+        _, pair = await self._deps.sessions.start(
             user.id, system.audience, access_lifetime_s=auth.access_lifetime_s,
             refresh_lifetime_s=auth.refresh_lifetime_s, user_agent=user_agent, ip=ip,
         )
-        await self._events.emit([AuditEvent("login_success", user_id=user.id,
+        await self._deps.events.emit([AuditEvent("login_success", user_id=user.id,
                                             details={"audience": system.audience, "method": method})])
         return LoginResult(user=user, token=pair, message=None, requires_2fa=False)
 
     async def refresh(self, system: UserSystem[U], refresh_token: str) -> TokenPair:
         """Rotate a refresh token of `system` (see SessionService.refresh). Raises Unauthorized
         (invalid, expired, spent, revoked, or of another user system)."""
-        auth = await self._settings.auth()
-        return await self._sessions.refresh(
+        auth = await self._deps.settings.auth()
+        return await self._deps.sessions.refresh(
             refresh_token, system.audience, access_lifetime_s=auth.access_lifetime_s,
             refresh_lifetime_s=auth.refresh_lifetime_s, reuse_interval_s=auth.refresh_reuse_interval_s,
         )

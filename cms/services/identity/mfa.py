@@ -30,12 +30,13 @@ from typing import Any, NoReturn
 import pyotp
 import segno
 
-from cms.clock import Clock, new_id, utcnow
+from cms.clock import new_id
 from cms.errors import BadRequest, Forbidden, OtpInvalid, RateLimited, TokenExpired, TokenInvalid, Unauthorized
 from cms.security.codes import constant_time_equals, hash_token
 from cms.security.tokens import MFA, TokenCodec
-from cms.services.delivery.events import AuditEvent, EventBus
+from cms.services.delivery.events import AuditEvent
 from cms.services.identity.credentials import Credentials
+from cms.services.identity.deps import IdentityDeps
 from cms.services.identity.systems import U, UserSystem
 from cms.store.mfa import MfaRepository
 
@@ -86,13 +87,12 @@ class TwoFactor:
     """TOTP factors and the second step of a login, for any user system; every method raises
     CmsError subclasses only."""
 
-    def __init__(self, repository: MfaRepository, codec: TokenCodec, credentials: Credentials,
-                 events: EventBus, *, clock: Clock = utcnow) -> None:
+    def __init__(self, deps: IdentityDeps, repository: MfaRepository, codec: TokenCodec,
+                 credentials: Credentials) -> None:
+        self._deps = deps
         self._repository = repository
         self._codec = codec
         self._credentials = credentials
-        self._events = events
-        self._clock = clock
 
     # --- the factor -----------------------------------------------------------------------------
 
@@ -105,7 +105,7 @@ class TwoFactor:
         if factor is not None and factor.get("enabled"):
             raise BadRequest("Two-factor authentication is already enabled; disable it first")
         secret = pyotp.random_base32()
-        await self._repository.set_pending(system.audience, user.id, secret, self._clock())
+        await self._repository.set_pending(system.audience, user.id, secret, self._deps.clock())
         url = pyotp.TOTP(secret).provisioning_uri(name=user.email, issuer_name=ISSUER)
         svg = await asyncio.to_thread(lambda: segno.make(url, error="m").svg_inline(scale=QR_SCALE))
         return TotpSetup(secret=secret, otpauth_url=url, qr_svg=svg)
@@ -124,9 +124,10 @@ class TwoFactor:
             await self._failed(system, user.id, "enable: wrong code")
         codes = _new_recovery_codes()
         hashes = [hash_token(_normalized_recovery_code(c) or "") for c in codes]
-        if not await self._repository.enable(system.audience, user.id, str(secret), step, hashes, self._clock()):
+        if not await self._repository.enable(system.audience, user.id, str(secret), step, hashes, self._deps.clock()):
             raise BadRequest("Two-factor authentication is already enabled")
-        await self._events.emit([AuditEvent("mfa_enabled", user_id=user.id, details={"audience": system.audience})])
+        await self._deps.events.emit([AuditEvent("mfa_enabled", user_id=user.id,
+                                                 details={"audience": system.audience})])
         return codes
 
     async def disable(self, system: UserSystem[U], user: U, password: str, code: str) -> None:
@@ -139,7 +140,8 @@ class TwoFactor:
             raise BadRequest("Two-factor authentication is not enabled")
         await self._check_code(system, user.id, factor, code, "disable")
         await self._repository.delete(system.audience, user.id)
-        await self._events.emit([AuditEvent("mfa_disabled", user_id=user.id, details={"audience": system.audience})])
+        await self._deps.events.emit([AuditEvent("mfa_disabled", user_id=user.id,
+                                                 details={"audience": system.audience})])
 
     async def forget(self, system: UserSystem[U], user_id: str) -> None:
         """Drop the user's factor, if any (the account is being secured by another proof)."""
@@ -180,7 +182,7 @@ class TwoFactor:
             claims = self._codec.decode(mfa_token, typ=MFA, audience=system.audience, check_expiry=False)
         except Unauthorized as exc:
             raise TokenInvalid() from exc
-        if self._clock() >= claims.exp:
+        if self._deps.clock() >= claims.exp:
             raise TokenExpired()
         challenge = await self._repository.claim_attempt(claims.sid, MFA_MAX_ATTEMPTS)
         if challenge is None or challenge["user_id"] != claims.sub:
@@ -190,7 +192,7 @@ class TwoFactor:
         if user is None or factor is None or not factor.get("enabled"):
             raise TokenInvalid()
         await self._check_code(system, user.id, factor, code, "login")
-        if not await self._repository.spend_challenge(claims.sid, self._clock()):
+        if not await self._repository.spend_challenge(claims.sid, self._deps.clock()):
             raise TokenInvalid()
         return user
 
@@ -202,7 +204,7 @@ class TwoFactor:
         if not _TOTP_CODE.fullmatch(code):
             return None
         totp = pyotp.TOTP(secret)
-        current = totp.timecode(self._clock())
+        current = totp.timecode(self._deps.clock())
         for step in (current, *(current + d for n in range(1, TOTP_DRIFT_STEPS + 1) for d in (-n, n))):
             if constant_time_equals(totp.generate_otp(step), code):
                 return step
@@ -212,7 +214,7 @@ class TwoFactor:
                           during: str) -> None:
         """Accept a TOTP code of a later step than the last accepted one, or an unused recovery
         code (spent, and audited `mfa_recovery_used`). Raises OtpInvalid otherwise (audited `mfa_failed`)."""
-        now = self._clock()
+        now = self._deps.clock()
         since = factor.get("failures_since")
         if (int(factor.get("failures", 0)) >= MAX_USER_FAILURES and isinstance(since, datetime)
                 and now - since < timedelta(seconds=FAILURE_WINDOW_S)):
@@ -229,7 +231,7 @@ class TwoFactor:
         if recovery is not None and await self._repository.use_recovery_code(system.audience, user_id,
                                                                               hash_token(recovery)):
             await self._cleared(system, user_id, factor)
-            await self._events.emit([AuditEvent("mfa_recovery_used", user_id=user_id,
+            await self._deps.events.emit([AuditEvent("mfa_recovery_used", user_id=user_id,
                                                 details={"audience": system.audience, "during": during})])
             return
         await self._failed(system, user_id, f"{during}: wrong code")
@@ -239,8 +241,8 @@ class TwoFactor:
             await self._repository.clear_failures(system.audience, user_id)
 
     async def _failed(self, system: UserSystem[U], user_id: str, reason: str) -> NoReturn:
-        now = self._clock()
+        now = self._deps.clock()
         await self._repository.count_failure(system.audience, user_id, now, now - timedelta(seconds=FAILURE_WINDOW_S))
-        await self._events.emit([AuditEvent("mfa_failed", user_id=user_id,
+        await self._deps.events.emit([AuditEvent("mfa_failed", user_id=user_id,
                                             details={"audience": system.audience, "reason": reason})])
         raise OtpInvalid()

@@ -36,17 +36,15 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
-from cms.clock import Clock, utcnow
 from cms.errors import AlreadyExists, BadRequest, Forbidden, TokenInvalid, ValidationFailed
 from cms.models import LoginResult
 from cms.security.json_input import JsonInputError, decode_json
 from cms.security.oauth import STATE_LIFETIME_S, LoginState, ProviderConfig, read_state, sign_state
 from cms.services.identity.credentials import new_password_hash
+from cms.services.identity.deps import IdentityDeps
 from cms.services.identity.login import Login
 from cms.services.identity.mfa import TwoFactor
-from cms.services.identity.session_tokens import SessionService
 from cms.services.identity.systems import U, UserSystem
-from cms.services.operations.settings import SettingsService
 from cms.store.oauth_identities import OAuthIdentityRepository
 
 log = logging.getLogger("cms.identity.oauth")
@@ -111,17 +109,14 @@ class OAuthLogin:
     """The provider list and the callback of OAuth2 login, for any user system; every method raises
     CmsError subclasses only."""
 
-    def __init__(self, login: Login, two_factor: TwoFactor, sessions: SessionService, settings: SettingsService,
-                 identities: OAuthIdentityRepository, http: aiohttp.ClientSession, secret_key: str, *,
-                 clock: Clock = utcnow) -> None:
+    def __init__(self, deps: IdentityDeps, login: Login, two_factor: TwoFactor, identities: OAuthIdentityRepository,
+                 http: aiohttp.ClientSession, secret_key: str) -> None:
+        self._deps = deps
         self._login = login
         self._two_factor = two_factor
-        self._sessions = sessions
-        self._settings = settings
         self._identities = identities
         self._http = http
         self._state_key = hashlib.sha256(b"cms-oauth-state\0" + secret_key.encode()).digest()
-        self._clock = clock
         self._metadata: dict[str, tuple[float, Any]] = {}
 
     async def providers(self, system: UserSystem[U], redirect_uri: str | None) -> list[ProviderLink]:
@@ -129,7 +124,7 @@ class OAuthLogin:
         Without `redirect_uri` the URL ends in `&redirect_uri=` for the client to complete.
         Raises Forbidden when the system's `oauth_enabled` is off."""
         await self._require_enabled(system)
-        configs = await self._settings.oauth_providers()
+        configs = await self._deps.settings.oauth_providers()
         found = await asyncio.gather(*(self._endpoints(config) for config in configs), return_exceptions=True)
         links = []
         for config, endpoints in zip(configs, found, strict=True):
@@ -141,7 +136,7 @@ class OAuthLogin:
             verifier = _token()
             challenge = s256(verifier)
             nonce = secrets.token_urlsafe(24)
-            expires_at = int(self._clock().timestamp()) + STATE_LIFETIME_S
+            expires_at = int(self._deps.clock().timestamp()) + STATE_LIFETIME_S
             state = sign_state(LoginState(config.name, system.audience, challenge, nonce, expires_at), self._state_key)
             extra = {"nonce": nonce} if config.openid else {}
             url = prepare_grant_uri(endpoints.auth_url, config.client_id, "code", redirect_uri=redirect_uri,
@@ -159,10 +154,10 @@ class OAuthLogin:
         provider refused the code, could not be reached, or gave no email address) or AlreadyExists
         (an account has this address, which the provider did not verify)."""
         await self._require_enabled(system)
-        config = next((p for p in await self._settings.oauth_providers() if p.name == provider), None)
+        config = next((p for p in await self._deps.settings.oauth_providers() if p.name == provider), None)
         if config is None:
             raise ValidationFailed("Unknown provider", errors={"provider": ["No such OAuth2 provider."]})
-        login_state = read_state(state, self._state_key, int(self._clock().timestamp()))
+        login_state = read_state(state, self._state_key, int(self._deps.clock().timestamp()))
         if (login_state is None or login_state.provider != provider or login_state.audience != system.audience
                 or s256(code_verifier) != login_state.code_challenge):
             raise TokenInvalid("The OAuth2 state is invalid, expired or not of this login")
@@ -247,7 +242,7 @@ class OAuthLogin:
             claims = dict(token.claims)
             issuer = endpoints.issuer.replace("{tenantid}", str(claims.get("tid", "")))  # Microsoft's common issuer
             registry = jwt.JWTClaimsRegistry(
-                now=int(self._clock().timestamp()), leeway=CLOCK_LEEWAY_S,
+                now=int(self._deps.clock().timestamp()), leeway=CLOCK_LEEWAY_S,
                 iss={"essential": True, "value": issuer}, aud={"essential": True, "value": config.client_id},
                 sub={"essential": True}, exp={"essential": True})
             registry.validate(claims)
@@ -278,12 +273,13 @@ class OAuthLogin:
             raise BadRequest("The provider did not verify the email address, so no account is created for it")
         if existing is not None and not existing.verified:
             await system.set_password_hash(existing.id, await new_password_hash(_token()))
-            await self._sessions.revoke_all(existing.id, system.audience)
+            await self._deps.sessions.revoke_all(existing.id, system.audience)
             await self._two_factor.forget(system, existing.id)
             existing = await system.set_verified(existing)
         user = existing or await system.create(account.email, _token(), {"name": account.name} if system.collection_name
                                                is None else {}, verified=True)
-        await self._identities.link(system.audience, provider, account.subject, user.id, account.email, self._clock())
+        await self._identities.link(system.audience, provider, account.subject, user.id, account.email,
+                                    self._deps.clock())
         return user
 
     # --- HTTP -----------------------------------------------------------------------------------

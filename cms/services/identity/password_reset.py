@@ -11,13 +11,10 @@ revokes every session of that user.
 from __future__ import annotations
 
 from cms.errors import TokenInvalid
-from cms.jobs import JobQueue
-from cms.services.delivery.events import AuditEvent, EventBus
-from cms.services.delivery.mail import Mailer
+from cms.services.delivery.events import AuditEvent
 from cms.services.identity.credentials import Credentials, new_password_hash, normalize_email
-from cms.services.identity.one_time_tokens import PASSWORD_RESET, OneTimeTokens
-from cms.services.identity.session_tokens import SessionService
-from cms.services.identity.systems import UserSystems
+from cms.services.identity.deps import IdentityDeps
+from cms.services.identity.one_time_tokens import PASSWORD_RESET
 from cms.services.origin import current_origin
 
 RESET_REQUESTED_MESSAGE = "If an account with this email exists, a password reset link has been sent to it."
@@ -26,23 +23,18 @@ RESET_REQUESTED_MESSAGE = "If an account with this email exists, a password rese
 class PasswordReset:
     """Requests (queued), link emails (in the worker) and resets."""
 
-    def __init__(self, systems: UserSystems, credentials: Credentials, one_time_tokens: OneTimeTokens,
-                 sessions: SessionService, jobs: JobQueue, mailer: Mailer, events: EventBus) -> None:
-        self._systems = systems
+    def __init__(self, deps: IdentityDeps, credentials: Credentials) -> None:
+        self._deps = deps
         self._credentials = credentials
-        self._one_time_tokens = one_time_tokens
-        self._sessions = sessions
-        self._jobs = jobs
-        self._mailer = mailer
-        self._events = events
 
     async def request(self, email: str, collection_name: str | None = None) -> None:
         """Queue a reset for `email` among the admin-table users, or among the users of the auth
         collection `collection_name`, with the request's origin (the job audits under it). Does not
         look the address up and hashes nothing, so it takes the same time either way. Raises NotFound
         only for an unknown or non-auth collection."""
-        system = self._systems.admin if collection_name is None else await self._systems.collection(collection_name)
-        await self._jobs.enqueue_password_reset(system.audience, email, current_origin().to_json())
+        systems = self._deps.systems
+        system = systems.admin if collection_name is None else await systems.collection(collection_name)
+        await self._deps.jobs.enqueue_password_reset(system.audience, email, current_origin().to_json())
 
     async def send_link(self, audience: str, email: str) -> bool:
         """The job's work: if `email` is a user of the user system `audience`, issue a reset token
@@ -51,16 +43,16 @@ class PasswordReset:
         the current origin: the job runs under the request's (`origin_scope`; decisions.md, Audit
         context). Returns whether an email was queued."""
         email = normalize_email(email)
-        system = await self._systems.by_audience(audience)
+        system = await self._deps.systems.by_audience(audience)
         user = await system.find_by_email(email) if system is not None else None
-        await self._events.emit([AuditEvent(
+        await self._deps.events.emit([AuditEvent(
             "password_reset_requested", user_id=user.id if user else None,
             details={"email": email, "audience": audience, "known": user is not None},
         )])
         if user is None or not user.email:
             return False
-        token = await self._one_time_tokens.issue(PASSWORD_RESET, user.id, audience)
-        await self._mailer.send_password_reset(user.email, token)
+        token = await self._deps.one_time_tokens.issue(PASSWORD_RESET, user.id, audience)
+        await self._deps.mailer.send_password_reset(user.email, token)
         return True
 
     async def reset(self, token: str, new_password: str, password_confirm: str | None = None) -> None:
@@ -72,14 +64,14 @@ class PasswordReset:
         TokenInvalid (unknown, used, replaced by a newer request, user or collection gone) or
         TokenExpired (1 hour)."""
         await self._credentials.check_policy(new_password, password_confirm, field="new_password")
-        spent = await self._one_time_tokens.consume(token, PASSWORD_RESET)
+        spent = await self._deps.one_time_tokens.consume(token, PASSWORD_RESET)
         password_hash = await new_password_hash(new_password)
-        system = await self._systems.by_audience(spent.audience)
+        system = await self._deps.systems.by_audience(spent.audience)
         user = await system.get(spent.user_id) if system is not None else None
         if system is None or user is None:
             raise TokenInvalid("The user of this token no longer exists")
         await system.set_password_hash(user.id, password_hash)
         await system.set_verified(user)
-        await self._sessions.revoke_all(user.id, spent.audience)
-        await self._events.emit([AuditEvent("password_reset_completed", user_id=spent.user_id,
+        await self._deps.sessions.revoke_all(user.id, spent.audience)
+        await self._deps.events.emit([AuditEvent("password_reset_completed", user_id=spent.user_id,
                                             details={"audience": spent.audience})])

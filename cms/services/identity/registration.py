@@ -9,9 +9,10 @@ from typing import Any
 
 from cms.errors import AlreadyExists
 from cms.models import ROLE_ADMIN, AdminUser
-from cms.services.delivery.events import AuditEvent, EventBus
+from cms.services.delivery.events import AuditEvent
 from cms.services.identity.credentials import Credentials, check_text, normalize_email
-from cms.services.identity.systems import U, UserSystem, UserSystems
+from cms.services.identity.deps import IdentityDeps
+from cms.services.identity.systems import U, UserSystem
 from cms.services.identity.verification import Verification
 
 log = logging.getLogger("cms.identity")
@@ -21,12 +22,10 @@ class Registration:
     """Creates users: self-registration (unverified, a verification email queued) in any system,
     and verified admins (CLI, ADMIN_* bootstrap)."""
 
-    def __init__(self, systems: UserSystems, credentials: Credentials, verification: Verification,
-                 events: EventBus) -> None:
-        self._systems = systems
+    def __init__(self, deps: IdentityDeps, credentials: Credentials, verification: Verification) -> None:
+        self._deps = deps
         self._credentials = credentials
         self._verification = verification
-        self._events = events
 
     async def register(self, system: UserSystem[U], email: str, password: str, password_confirm: str | None,
                        data: dict[str, Any]) -> U:
@@ -38,19 +37,19 @@ class Registration:
         check_text(email=email)
         user = await system.create(email, password, data, verified=False)
         await self._verification.send(system, user)
-        await self._events.emit([AuditEvent("register", user_id=user.id, details={"audience": system.audience})])
+        await self._deps.events.emit([AuditEvent("register", user_id=user.id, details={"audience": system.audience})])
         return user
 
     async def create_admin(self, email: str, password: str, name: str = "") -> AdminUser:
         """Create a verified admin-table user with role `admin`. Raises like `register`."""
         await self._credentials.check_policy(password, None)
         check_text(email=email)
-        return await self._systems.admin.create(email, password, {"name": name, "role": ROLE_ADMIN}, verified=True)
+        return await self._deps.systems.admin.create(email, password, {"name": name, "role": ROLE_ADMIN}, verified=True)
 
     async def ensure_admin(self, email: str, password: str) -> bool:
         """Create the admin if no admin exists yet; True when one was created. Replicas starting at
         once may all see no admin: the one whose insert loses (the address is taken) returns False."""
-        if await self._systems.admin.count_admins() > 0:
+        if await self._deps.systems.admin.count_admins() > 0:
             return False
         try:
             await self.create_admin(email, password)

@@ -9,45 +9,43 @@ from __future__ import annotations
 from cms.errors import NotFound, Unauthorized
 from cms.models import ADMIN_AUDIENCE, Principal, Session, audience_collection_id
 from cms.services.access import require_admin
-from cms.services.delivery.events import AuditEvent, EventBus
-from cms.services.identity.session_tokens import SessionService
-from cms.services.identity.systems import U, UserSystem, UserSystems
+from cms.services.delivery.events import AuditEvent
+from cms.services.identity.deps import IdentityDeps
+from cms.services.identity.systems import U, UserSystem
 
 
 class UserSessions:
     """Session management for signed-in users of any system."""
 
-    def __init__(self, systems: UserSystems, sessions: SessionService, events: EventBus) -> None:
-        self._systems = systems
-        self._sessions = sessions
-        self._events = events
+    def __init__(self, deps: IdentityDeps) -> None:
+        self._deps = deps
 
     async def authenticate(self, access_token: str, audience: str) -> Principal:
         """The principal behind an access token whose (verified) audience is `audience`: the token's
         type and expiry, an active session and an existing user are required. Raises Unauthorized."""
         if audience != ADMIN_AUDIENCE and audience_collection_id(audience) is None:
             raise Unauthorized("Token is not valid here")
-        claims, session = await self._sessions.authenticate(access_token, audience)
-        return await self._sessions.principal(session.id,
-                                              lambda: self._systems.principal(audience, claims.sub, session.id))
+        claims, session = await self._deps.sessions.authenticate(access_token, audience)
+        return await self._deps.sessions.principal(session.id,
+                                              lambda: self._deps.systems.principal(audience, claims.sub, session.id))
 
     async def logout(self, principal: Principal) -> None:
         """Revoke the caller's session: its access and refresh tokens stop working at once."""
         if principal.session_id is not None:
-            await self._sessions.revoke(principal.session_id)
-            await self._events.emit([AuditEvent("logout", user_id=principal.user_id,
+            await self._deps.sessions.revoke(principal.session_id)
+            await self._deps.events.emit([AuditEvent("logout", user_id=principal.user_id,
                                                 details={"session_id": principal.session_id})])
 
     async def active(self, system: UserSystem[U], user: U) -> list[Session]:
         """The user's active sessions, newest first."""
-        return await self._sessions.list_active(user.id, system.audience)
+        return await self._deps.sessions.list_active(user.id, system.audience)
 
     async def revoke(self, system: UserSystem[U], user: U, session_id: str) -> None:
         """Revoke one of the user's sessions (its tokens stop working at once). Raises NotFound (no
         active session of the user has this id)."""
-        if not await self._sessions.revoke(session_id, user_id=user.id):
+        if not await self._deps.sessions.revoke(session_id, user_id=user.id):
             raise NotFound("Session not found")
-        await self._events.emit([AuditEvent("session_revoked", user_id=user.id,
+        await self._deps.events.emit([AuditEvent("session_revoked", user_id=user.id,
                                             details={"audience": system.audience, "session_id": session_id})])
 
     async def revoke_all(self, system: UserSystem[U], user: U, *, by: Principal | None = None) -> int:
@@ -58,7 +56,7 @@ class UserSessions:
         if by is not None:
             require_admin(by)
             details["target_user_id"] = user.id
-        count = await self._sessions.revoke_all(user.id, system.audience)
-        await self._events.emit([AuditEvent("session_revoked", user_id=by.user_id if by is not None else user.id,
+        count = await self._deps.sessions.revoke_all(user.id, system.audience)
+        await self._deps.events.emit([AuditEvent("session_revoked", user_id=by.user_id if by is not None else user.id,
                                             details={**details, "count": count})])
         return count

@@ -27,15 +27,14 @@ from cms.errors import NotFound, Unauthorized
 from cms.models import ADMIN_AUDIENCE, Collection, Principal, audience_collection_id, collection_audience
 from cms.services.access import AUTH_TYPE
 from cms.services.caching.catalog import Catalog
-from cms.services.content.fields import RecordSchemas
-from cms.services.delivery.events import CREATE, DELETE, CollectionEvent, EventBus, RecordEvent
+from cms.services.content.record_writer import RecordWriter
+from cms.services.delivery.events import CREATE, DELETE, CollectionEvent, RecordEvent
 from cms.services.identity.admin_users import AdminUsers
 from cms.services.identity.collection_users import CollectionUsers
 from cms.services.identity.session_tokens import SessionService
 from cms.services.operations.settings import SettingsService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.collection_users import CollectionUserRepository
-from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.identity")
 
@@ -127,23 +126,19 @@ class UserSystems:
     after deleted auth collections and user records (event subscribers)."""
 
     def __init__(self, admin_users: AdminUserRepository, collection_users: CollectionUserRepository,
-                 records: RecordRepository, schemas: RecordSchemas, catalog: Catalog,
-                 sessions: SessionService, settings: SettingsService, events: EventBus, *,
-                 clock: Clock = utcnow) -> None:
+                 writer: RecordWriter, catalog: Catalog, sessions: SessionService, settings: SettingsService,
+                 *, clock: Clock = utcnow) -> None:
+        """`writer`: the one record writer, which creates the users of auth collections."""
         self.admin = AdminUsers(admin_users, settings, clock=clock, changed=sessions.invalidate)
         self._users = collection_users
-        self._records = records
-        self._schemas = schemas
+        self._writer = writer
         self._catalog = catalog
         self._sessions = sessions
-        self._events = events
-        self._clock = clock
         self._forgetters: list[Callable[[str], Awaitable[int]]] = []
 
     def of(self, collection: Collection) -> CollectionUsers:
         """The user system of an auth collection already looked up."""
-        return CollectionUsers(collection, self._users, self._records, self._schemas, self._catalog,
-                               self._events, clock=self._clock)
+        return CollectionUsers(collection, self._users, self._writer)
 
     async def collection(self, name: str) -> CollectionUsers:
         """The auth collection called `name`. Raises NotFound (no such collection, or not of type auth)."""
