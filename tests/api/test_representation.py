@@ -163,6 +163,11 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     await c.call("GET", RECORDS, args=posts_args)
     await c.call("GET", RECORDS + "/{record_id}", args=record_args)
     await c.call("PATCH", RECORDS + "/{record_id}", admin_token, args=record_args, json={"data": {"views": 2}})
+    answers = await c.call("POST", V1 + "/batch", admin_token, json={"requests": [
+        {"method": "POST", "url": "/api/v1/collections/posts/records", "body": {"data": {"title": "b"}}},
+        {"method": "PATCH", "url": f"/api/v1/collections/posts/records/{record['id']}", "body": {"data": {"views": 3}}},
+    ]})
+    assert [a["status"] for a in answers] == [201, 200]
     await c.call("POST", RECORDS + "/bulk-update", admin_token, args=posts_args,
                  json={"record_ids": [record["id"]], "data": {"views": 3}})
     csv = aiohttp.FormData()
