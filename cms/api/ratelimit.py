@@ -12,7 +12,7 @@ from aiohttp.typedefs import Handler
 
 from cms.api.guards import route_of
 from cms.web.context import client_ip, services
-from cms.web.ratelimit import DECISION_KEY, limit_headers, refusal
+from cms.web.ratelimit import DECISION_KEY, enforce, limit_headers, refusal
 
 log = logging.getLogger("cms.api")
 
@@ -56,13 +56,5 @@ async def charge_general(request: web.Request, cost: int) -> None:
     counted then); lets the request through when the limiter fails, as the middleware does."""
     if cost < 1:
         return
-    try:
-        decision = await services(request).rate_limits.hit_general(client_ip(request), cost=cost)
-    except Exception:  # a limiter outage must not take the API down
-        log.warning("rate limiter unavailable; batch let through", exc_info=True)
-        return
-    if decision is None:
-        return
-    request[DECISION_KEY] = decision
-    if not decision.allowed:
-        raise await refusal(request, decision, "general")
+    await enforce(request, services(request).rate_limits.hit_general(client_ip(request), cost=cost), "general",
+                  outage="batch")

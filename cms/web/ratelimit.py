@@ -7,6 +7,7 @@ context). The API's general limit is `cms.api.ratelimit`'s middleware."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
 
 from aiohttp import web
 
@@ -40,19 +41,30 @@ async def refusal(request: web.Request, decision: RateLimitDecision, what: str, 
     return error
 
 
-async def enforce_auth_limit(request: web.Request, action: str, identifier: str) -> None:
-    """Count one auth attempt (`action`: login, register, otp, reset, refresh) for the client IP
-    and `identifier` (email or token). Raises RateLimited (429) past the auth limit."""
+async def enforce(request: web.Request, hit: Awaitable[RateLimitDecision | None], what: str, identifier: str = "",
+                  *, outage: str, remember: bool = True) -> None:
+    """Await the limiter's `hit` (a count already under way) and raise the 429 of a refused
+    decision of limit `what` (`identifier` as for `refusal`). `remember`: keep the decision for
+    the response's `X-RateLimit-*` headers. Fails open: when the limiter errors (Redis down) the
+    request goes on and "rate limiter unavailable; <outage> let through" is logged."""
     try:
-        decision = await services(request).rate_limits.hit_auth(action, client_ip(request), identifier)
-    except Exception:  # fail open, as above
-        log.warning("rate limiter unavailable; auth attempt let through", exc_info=True)
+        decision = await hit
+    except Exception:  # a limiter outage must not take the API down
+        log.warning("rate limiter unavailable; %s let through", outage, exc_info=True)
         return
     if decision is None:
         return
-    request[DECISION_KEY] = decision
+    if remember:
+        request[DECISION_KEY] = decision
     if not decision.allowed:
-        raise await refusal(request, decision, f"auth:{action}", identifier)
+        raise await refusal(request, decision, what, identifier)
+
+
+async def enforce_auth_limit(request: web.Request, action: str, identifier: str) -> None:
+    """Count one auth attempt (`action`: login, register, otp, reset, refresh) for the client IP
+    and `identifier` (email or token). Raises RateLimited (429) past the auth limit."""
+    await enforce(request, services(request).rate_limits.hit_auth(action, client_ip(request), identifier),
+                  f"auth:{action}", identifier, outage="auth attempt")
 
 
 async def enforce_mail_limit(request: web.Request, endpoint: str, address: str, *, user_id: str | None = None) -> None:
@@ -61,10 +73,5 @@ async def enforce_mail_limit(request: web.Request, endpoint: str, address: str, 
     seconds until the exhausted window frees) past MAIL_PER_MINUTE or MAIL_PER_HOUR, the same
     whether or not the address belongs to anyone. Off with `rate_limit_enabled`; fails open when
     Redis errors."""
-    try:
-        decision = await services(request).rate_limits.hit_mail(endpoint, address, user_id=user_id)
-    except Exception:  # fail open, as above
-        log.warning("rate limiter unavailable; email let through", exc_info=True)
-        return
-    if decision is not None and not decision.allowed:
-        raise await refusal(request, decision, f"mail:{endpoint}", address)
+    await enforce(request, services(request).rate_limits.hit_mail(endpoint, address, user_id=user_id),
+                  f"mail:{endpoint}", address, outage="email", remember=False)
