@@ -4,6 +4,7 @@ and cached reads that stay exact across two app instances."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -97,7 +98,27 @@ async def test_nested_paths_and_back_relations_newest_first(client: Any, one_pos
     [author] = deep["expand"]["authors_via_team"]
     [written] = author["expand"]["posts_via_author"]
     assert written["id"] == post["id"] and len(written["expand"]["tags"]) == 2
-    assert MAX_BACK_RELATIONS == 1000
+
+
+async def test_back_relations_keep_the_newest_per_record(client: Any, admin_token: str, blog: Any,
+                                                         mongo_db: Any, mongo_commands: CommandLog) -> None:
+    """At most MAX_BACK_RELATIONS per record, the newest, even when one record's comments would take
+    the whole page's budget of one query (then the others are asked again)."""
+    busy = await create_record(client, admin_token, "posts", {"title": "busy"})
+    quiet = await create_record(client, admin_token, "posts", {"title": "quiet"})
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    planted = [{"_id": f"q{n}", "created": start + timedelta(seconds=n), "updated": start, "body": f"q{n}",
+                "post": quiet["id"]} for n in range(2)]  # older than every comment of `busy`
+    planted += [{"_id": f"b{n:05}", "created": start + timedelta(days=1, seconds=n), "updated": start,
+                 "body": f"b{n}", "post": busy["id"]} for n in range(2 * MAX_BACK_RELATIONS + 5)]
+    await mongo_db[records_mongo_name(blog["comments"]["id"])].insert_many(planted)
+    mongo_commands.commands.clear()
+    listed = await get_json(client, records_path("posts"), expand="comments_via_post", sort="title")
+    busy_shown, quiet_shown = [p["expand"]["comments_via_post"] for p in listed["items"]]
+    assert len(busy_shown) == MAX_BACK_RELATIONS
+    assert busy_shown[0]["body"] == f"b{2 * MAX_BACK_RELATIONS + 4}" and busy_shown[-1]["body"] == "b1005"
+    assert [c["body"] for c in quiet_shown] == ["q1", "q0"]
+    assert len(mongo_commands.named("find", blog["comments"]["id"])) == 2  # a second round for `quiet` only
 
 
 async def test_hidden_and_missing_records_are_left_out(client: Any, admin_token: str, one_post: Any,
