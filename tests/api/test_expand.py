@@ -322,7 +322,8 @@ async def test_batch_requests_answer_as_alone(client: Any, admin_token: str, one
     requests = [
         {"method": "POST", "url": "/api/v1/collections/posts/records?expand=author&fields=title,expand.author.name",
          "body": {"data": {"title": "B", "author": ada["id"]}}},
-        {"method": "PATCH", "url": f"/api/v1/collections/posts/records/{post['id']}?expand=comments_via_post",
+        {"method": "PATCH",
+         "url": f"/api/v1/collections/posts/records/{post['id']}?expand=comments_via_post,author,tags",
          "body": {"data": {"title": "P2"}}},
         {"method": "POST", "url": "/api/v1/collections/comments/records?expand=post",
          "body": {"data": {"body": "c9", "post": post["id"]}}},
@@ -332,6 +333,7 @@ async def test_batch_requests_answer_as_alone(client: Any, admin_token: str, one
     first, second, third = [a["body"] for a in await response.json()]
     assert first == {"title": "B", "expand": {"author": {"name": "Ada"}}}
     assert [c["body"] for c in second["expand"]["comments_via_post"]] == ["c2", "c1"]
+    assert second["expand"]["author"]["name"] == "Ada" and len(second["expand"]["tags"]) == 2
     assert third["expand"]["post"]["title"] == "P2"  # sees the batch's own earlier write
     bad = [requests[0], {**requests[1], "url": f"/api/v1/collections/posts/records/{post['id']}?expand=nope"}]
     body = await error_of(await client.post(BATCH, headers=bearer(admin_token), json={"requests": bad}),

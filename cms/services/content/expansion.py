@@ -31,6 +31,7 @@ from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import is_multi, value_list
 from cms.services.representation.record_view import Expanded, RecordView
 from cms.store.records import RecordRepository
+from cms.store.transactions import current_session
 
 MAX_BACK_RELATIONS = 1000
 """Records one back-relation embeds per record (the newest)."""
@@ -90,7 +91,7 @@ class Expansion:
     async def load(self, records: RecordRepository, parents: Sequence[Record]) -> tuple[Expanded, ...]:
         """The related records of `parents` (one page or one record), one query per segment (none for
         a segment whose view rule refuses the caller, or with nothing to look up)."""
-        return tuple(await asyncio.gather(*[_load(records, s, parents) for s in self.segments]))
+        return await _load_all(records, self.segments, parents)
 
 
 NOTHING = Expansion()
@@ -165,8 +166,17 @@ async def _load(records: RecordRepository, segment: Segment, parents: Sequence[R
     children: tuple[Expanded, ...] = ()
     if segment.children:
         unique = list({r.id: r for found in related.values() for r in found}.values())
-        children = tuple(await asyncio.gather(*[_load(records, c, unique) for c in segment.children]))
+        children = await _load_all(records, segment.children, unique)
     return Expanded(segment.name, segment.many, related, children)
+
+
+async def _load_all(records: RecordRepository, segments: Sequence[Segment],
+                    parents: Sequence[Record]) -> tuple[Expanded, ...]:
+    """Sibling segments at once; one after the other inside a transaction (a batch), whose session
+    takes one operation at a time."""
+    if current_session() is not None:
+        return tuple([await _load(records, s, parents) for s in segments])
+    return tuple(await asyncio.gather(*[_load(records, s, parents) for s in segments]))
 
 
 def _visible(query: dict[str, Any], access: Access) -> dict[str, Any]:

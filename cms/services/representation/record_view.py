@@ -107,6 +107,8 @@ def view_of(expand: str | None, fields: str | None) -> RecordView:
     a value over MAX_VIEW_PARAMETER_LENGTH, more than MAX_EXPAND_PATHS paths (counted as sent) or
     MAX_FIELD_NAMES names, an empty segment or a path deeper than MAX_EXPAND_DEPTH. Whether a
     segment names a relation is checked against the collection (`content.expansion`)."""
+    if expand is None and fields is None:  # every read without them: no work, no new object
+        return FULL
     return RecordView(expand=_expand_paths(expand), fields=_picker(fields))
 
 
