@@ -4,9 +4,10 @@ A request's method and URL are read here, as the router would read them alone (t
 percent-decoded), and its body is loaded with the schema of the records routes (`RecordWriteSchema`,
 through `load_body`, as `parse_body` loads a body alone), so a bad request gets the answer it would
 get alone. What a batch may not hold (another method or path, another query parameter than
-`expand` and `fields`) is a 400 `validation_error` for that request. Either way the request only
-fails the batch when its turn comes (`BatchRequest.refusal`), so the failure reported is the first
-in request order. `expand` and `fields` are accepted and ignored until they are built.
+`expand` and `fields`) is a 400 `validation_error` for that request, and a malformed `expand` or
+`fields` the 400 `invalid_filter` it gets alone. Either way the request only fails the batch when its
+turn comes (`BatchRequest.refusal`), so the failure reported is the first in request order. `expand`
+and `fields` shape the request's answer as they would alone (decisions.md, Relations in one request).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ from cms.api.schemas import RecordWriteSchema
 from cms.errors import CmsError, UriTooLong, ValidationFailed
 from cms.services import access as actions
 from cms.services.content.batch import BatchRequest
+from cms.services.representation.record_view import view_of
 from cms.web.context import load, load_body, parse_body, services
 
 RECORD_URL = re.compile(r"^/api/v1/collections/(?P<collection>[^/{}]+)/records(?:/(?P<record_id>[^/{}]+))?$")
 """The paths a batch may write to (aiohttp's `{name}` matches `[^{}/]+` alike)."""
-IGNORED_PARAMETERS = frozenset({"expand", "fields"})
-"""Query parameters a request may carry; ignored until `expand` and `fields` are built."""
+VIEW_PARAMETERS = frozenset({"expand", "fields"})
+"""The query parameters a request may carry: how its answer shows the record."""
 ACTIONS = {"POST": actions.CREATE, "PATCH": actions.UPDATE, "DELETE": actions.DELETE}
 
 BATCH_BODY = BatchSchema()
@@ -85,13 +87,16 @@ def _read(item: Any) -> BatchRequest:
     if parts.scheme or parts.netloc or match is None or (match["record_id"] is None) != (method == "POST"):
         raise _unsupported("url", f"{method} {url[:200]} is not a record write; a batch holds POST {RECORD_URLS} "
                                   "without an id, PATCH and DELETE with one.")
-    others = sorted({name for name, _ in parse_qsl(parts.query, keep_blank_values=True)} - IGNORED_PARAMETERS)
+    parameters = parse_qsl(parts.query, keep_blank_values=True)
+    others = sorted({name for name, _ in parameters} - VIEW_PARAMETERS)
     if others:
         raise _unsupported("url", f"Query parameters other than expand and fields are refused: {', '.join(others)}.")
+    first = {name: value for name, value in reversed(parameters)}  # the first of repeats, as alone
+    view = view_of(first.get("expand"), first.get("fields"))
     record_id = unquote(match["record_id"]) if match["record_id"] is not None else None
     action = ACTIONS[method]
     data = None if action == actions.DELETE else load_body(fields.get("body"), RECORD_WRITE)["data"]
-    return BatchRequest(action, unquote(match["collection"]), record_id, data)
+    return BatchRequest(action, unquote(match["collection"]), record_id, data, view=view)
 
 
 def _unsupported(field_name: str, message: str) -> UnsupportedRequest:

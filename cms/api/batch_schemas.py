@@ -31,7 +31,7 @@ class BatchRequestSchema(Schema):
                            "`validation_error` as this request's answer"})
     url = fields.String(required=True, metadata={"description":
                         f"`{RECORD_URLS}`: POST without an id, PATCH and DELETE with one; the query parameters "
-                        "`expand` and `fields` are accepted and (for now) ignored, any other is refused"})
+                        "`expand` and `fields` shape the answer as alone, any other is refused"})
     body = fields.Raw(allow_none=True, metadata={"type": "object", "description":
                       "The JSON body the request would carry alone, `{\"data\": {...}}`; may be left out for DELETE"})
 

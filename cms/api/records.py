@@ -17,6 +17,7 @@ from cms.api.schemas import (
 )
 from cms.services import representation as represent
 from cms.services.caching.read_cache import CachedBody
+from cms.services.representation.record_view import RecordView, view_of
 from cms.web.context import REQUEST_ID, parse_body, parse_query, services
 from cms.web.files import etag_matches
 from cms.web.uploads import read_upload
@@ -43,6 +44,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
         search=query["search"],
         skip_total=query["skip_total"],
         principal=principal,
+        view=record_view(request),
     )
     return cached_response(request, cached)
 
@@ -51,9 +53,16 @@ async def get_record(request: web.Request) -> web.StreamResponse:
     """`GET .../records/{record_id}`: one record under the view rule, through the read cache."""
     principal = principal_of(request)
     cached = await services(request).records.get_body(
-        request.match_info["collection_name"], request.match_info["record_id"], principal=principal
+        request.match_info["collection_name"], request.match_info["record_id"], principal=principal,
+        view=record_view(request),
     )
     return cached_response(request, cached)
+
+
+def record_view(request: web.Request) -> RecordView:
+    """The view the `expand` and `fields` query parameters ask for (`FULL` without them; read
+    straight from the query, so a read without them costs no schema load). Raises InvalidFilter."""
+    return view_of(request.query.get("expand"), request.query.get("fields"))
 
 
 def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
@@ -74,18 +83,20 @@ async def create_record(request: web.Request) -> web.Response:
     """`POST .../records`: 201 with the record, if the create rule allows it."""
     principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
-    record = await services(request).records.create(principal, request.match_info["collection_name"], body["data"])
-    return json_response(represent.record_json(record), status=201)
+    name = request.match_info["collection_name"]
+    present = await services(request).records.presenter(name, record_view(request), principal)
+    record = await services(request).records.create(principal, name, body["data"])
+    return json_response(await present(record), status=201)
 
 
 async def update_record(request: web.Request) -> web.Response:
     """`PATCH .../records/{record_id}`: the changed record, under the view and update rules."""
     principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
-    record = await services(request).records.update(
-        principal, request.match_info["collection_name"], request.match_info["record_id"], body["data"]
-    )
-    return json_response(represent.record_json(record))
+    name = request.match_info["collection_name"]
+    present = await services(request).records.presenter(name, record_view(request), principal)
+    record = await services(request).records.update(principal, name, request.match_info["record_id"], body["data"])
+    return json_response(await present(record))
 
 
 async def delete_record(request: web.Request) -> web.Response:

@@ -193,14 +193,15 @@ ROUTES: tuple[Route, ...] = (
           "files", policy=OPTIONAL, status=204),
     # --- end files
     # records
-    Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search)", "records",
+    Route("GET", RECORDS, records.list_records, "List records (page, per_page, sort, filter, search, expand, fields)",
+          "records",
           policy=OPTIONAL, query=s.RecordListQuerySchema, response=s.RecordPageSchema),
-    Route("POST", RECORDS, records.create_record, "Create a record", "records",
-          policy=OPTIONAL, body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
+    Route("POST", RECORDS, records.create_record, "Create a record", "records", policy=OPTIONAL,
+          query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
     Route("GET", RECORDS + "/{record_id}", records.get_record, "Get a record", "records",
-          policy=OPTIONAL, response=s.RecordSchema),
+          policy=OPTIONAL, query=s.RecordViewQuerySchema, response=s.RecordSchema),
     Route("PATCH", RECORDS + "/{record_id}", records.update_record, "Change some fields of a record", "records",
-          policy=OPTIONAL, body=s.RecordWriteSchema, response=s.RecordSchema),
+          policy=OPTIONAL, query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema),
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
           policy=OPTIONAL, status=204),
     # --- records: bulk and CSV (issue 4)

@@ -232,6 +232,16 @@ class RecordRepository:
             cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
             return [record_from_document(d) async for d in cursor]
 
+    async def find_related(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
+                           limit: int) -> list[Record]:
+        """Records matching `query` (the related records of a page, by `_id` or relation field `$in`)
+        in `sort` order, at most `limit` (0: all), in the current transaction if any (a batch sees
+        what it wrote). Raises InvalidFilter when the server refuses the query."""
+        async with self._scan_slot(), translate_query_errors():
+            cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, limit=limit,
+                                                          session=current_session())
+            return [record_from_document(d) async for d in cursor]
+
     async def count(self, collection_id: str, query: dict[str, Any]) -> int:
         """How many records match `query`; for the whole collection (`{}`) the server's count from
         its collection metadata (`estimated_document_count`: no scan on MongoDB; issue "Fast

@@ -170,13 +170,19 @@ async def test_requests_a_batch_may_not_hold(client: Client, admin_token: str, p
     assert await titles(client, admin_token) == ["one", "two"]
 
 
-async def test_expand_and_fields_are_accepted_and_ignored(client: Client, admin_token: str, posts: Any,
-                                                          transactions: None) -> None:
+async def test_expand_and_fields_shape_each_answer_as_alone(client: Client, admin_token: str, posts: Any,
+                                                           transactions: None) -> None:
     request = post("posts", {"title": "three"})
-    request["url"] += "?expand=author&fields=id,title"
+    request["url"] += "?fields=id,title"
     response = await client.post(BATCH, headers=bearer(admin_token), json={"requests": [request]})
     assert response.status == 200, await response.text()
-    assert (await response.json())[0]["body"]["title"] == "three"
+    body = (await response.json())[0]["body"]
+    assert set(body) == {"id", "title"} and body["title"] == "three"
+    request["url"] += "&expand=author"  # posts has no `author`: the 400 the request gets alone
+    failed = await failed_batch(client, [request], bearer(admin_token))
+    assert (failed["index"], failed["status"], failed["body"]["code"]) == (0, 400, "invalid_filter")
+    assert "expand" in failed["body"]["detail"] and "'author'" in failed["body"]["detail"]
+    assert await titles(client, admin_token) == ["one", "three", "two"]  # the failed batch created nothing
 
 
 # --- limits -----------------------------------------------------------------------------------------

@@ -17,11 +17,12 @@ from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache
-from cms.services.content import batch, collections, csv_io, group_commit, records, relations
+from cms.services.content import batch, collections, csv_io, expansion, group_commit, records, relations
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.identity import otp
 from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
+from cms.services.representation import record_view
 from cms.store import records as record_store
 
 MIB = 1024 * 1024
@@ -37,6 +38,12 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     # decisions.md, Batch writes (the range: README)
     "batch-50-requests": ((SETTINGS_DEFAULTS["batch_max_requests"][0], batch.DEFAULT_MAX_REQUESTS), (50, 50)),
     "batch-setting-1-to-1000": (SETTINGS_RANGES["batch_max_requests"], (1, 1_000)),
+    # decisions.md, Relations in one request (the parameter length: README)
+    "expand-6-levels": (record_view.MAX_EXPAND_DEPTH, 6),
+    "expand-10-paths": (record_view.MAX_EXPAND_PATHS, 10),
+    "back-relations-1000-per-record": (expansion.MAX_BACK_RELATIONS, 1_000),
+    "expand-and-fields-1000-chars": (record_view.MAX_VIEW_PARAMETER_LENGTH, 1_000),
+    "fields-100-names": (record_view.MAX_FIELD_NAMES, 100),
     "auth-rate-10-per-minute": ((rate_limits.AUTH_LIMIT, rate_limits.DEFAULT_WINDOW_S), (10, 60)),
     "general-rate-600-per-minute": (SETTINGS_DEFAULTS["rate_limit_per_minute"][0], 600),
     "otp-6-digits": (codes.OTP_DIGITS, 6),

@@ -32,6 +32,7 @@ from cms.api.schemas.records import (
     BulkUpdateSchema,
     RecordExportQuerySchema,
     RecordListQuerySchema,
+    RecordViewQuerySchema,
     RecordWriteSchema,
 )
 from cms.api.schemas.settings import SettingUpdateSchema
@@ -86,7 +87,8 @@ __all__ = [
     "FileSchema", "ForgotPasswordSchema", "HealthSchema", "LoginResponseSchema", "MessageSchema",
     "OAuthCallbackSchema", "OAuthProviderSchema", "OAuthProvidersQuerySchema", "OtpRequestSchema", "OtpVerifySchema",
     "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordListQuerySchema", "RecordPageSchema",
-    "RecordSchema", "RecordWriteSchema", "RecoveryCodesSchema", "RedeliverySchema", "RefreshSchema",
+    "RecordSchema", "RecordViewQuerySchema", "RecordWriteSchema", "RecoveryCodesSchema", "RedeliverySchema",
+    "RefreshSchema",
     "RegisterResponseSchema", "RegisterSchema", "ResetPasswordSchema", "SessionSchema", "SettingSchema",
     "SettingUpdateSchema", "TokenBodySchema", "TokenSchema", "TwoFactorCodeSchema", "TwoFactorDisableSchema",
     "TwoFactorSetupSchema", "WebhookCreateSchema", "WebhookListQuerySchema", "WebhookSchema", "WebhookUpdateSchema",

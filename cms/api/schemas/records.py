@@ -14,8 +14,25 @@ class RecordWriteSchema(Schema):
     data = fields.Dict(required=True, metadata={"description": "Field values of the record"})
 
 
-class RecordListQuerySchema(Schema):
-    """Query of a record list: page (1-based), per_page, sort, filter, search, skip_total."""
+class RecordViewQuerySchema(Schema):
+    """How the records of an answer are shown (decisions.md, Relations in one request): `expand`
+    and `fields`, on record list, view, create and update (and a batch request's URL)."""
+
+    expand = fields.String(load_default=None, metadata={
+        "description": "Relation paths whose records are embedded under each record's `expand`: field names joined "
+                       "by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, "
+                       "comma-separated. Records the caller may not view are left out. An unknown or non-relation "
+                       "segment is 400 `invalid_filter`",
+        "example": "author.team,comments_via_post"})
+    field_names = fields.String(load_default=None, data_key="fields", metadata={
+        "description": "Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level "
+                       "field) and `expand.<segment>.<name>`; unknown names are ignored",
+        "example": "id,title,expand.author.name"})
+
+
+class RecordListQuerySchema(RecordViewQuerySchema):
+    """Query of a record list: page (1-based), per_page, sort, filter, search, skip_total, and the
+    view (`expand`, `fields`)."""
 
     page = fields.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
     per_page = fields.Integer(load_default=DEFAULT_PER_PAGE, validate=validate.Range(min=1),

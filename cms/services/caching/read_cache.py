@@ -108,21 +108,26 @@ class ReadCache:
     def _version_key(self, collection: str) -> str:
         return keys.read_cache_version(self._prefix, collection)
 
-    async def lookup(self, collection: str, key: str) -> tuple[str | None, bytes | None]:
+    async def lookup(self, collection: str, key: str,
+                     related: Sequence[str] = ()) -> tuple[str | None, bytes | None]:
         """The current stamp of `collection` and the body stored under `key` if it was computed
         under that stamp: `(stamp, body)`; `(stamp, None)` on a miss, and always while the switch is
         off (the stamp still lets identical reads share one query, `SingleFlight`); `(None, None)`
-        when Redis failed (then nothing may be shared or stored either)."""
+        when Redis failed (then nothing may be shared or stored either). `related`: the other
+        collections the body shows records of (an `expand`); their versions join the stamp
+        (`<epoch>.<version>.<related versions...>`), read in the same `MGET`, so a write to any of
+        them makes the entry stale too."""
         names = [keys.read_cache_epoch(self._prefix), self._version_key(collection)]
+        names.extend(self._version_key(name) for name in related)
         on = self._switch is None or await self._switch()
         if on:
             names.append(keys.read_cache_entry(self._prefix, key))
-        values = await self._counters.read(self._redis, names, 2)
+        counters = 2 + len(related)
+        values = await self._counters.read(self._redis, names, counters)
         if values is None:  # the database still answers: never fail a read on the cache
             return None, None
-        epoch, version, *entries = values
-        stamp = f"{counter_text(epoch)}.{counter_text(version)}"
-        entry = entries[0] if entries else None
+        stamp = ".".join(counter_text(v) for v in values[:counters])
+        entry = values[counters] if on else None
         if entry is None:
             return stamp, None
         stored_stamp, _, body = bytes(entry).partition(b"|")

@@ -29,7 +29,7 @@ from cms.services import access as actions
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import EventBus
 from cms.services.operations.settings import SettingsService
-from cms.services.representation import record_json
+from cms.services.representation.record_view import FULL, RecordView
 from cms.store.transactions import Transactions
 
 DEFAULT_MAX_REQUESTS = 50
@@ -47,13 +47,14 @@ class BatchRequest:
     the object of field values of a create or update (as `{"data": ...}` alone). `refusal`: the
     answer the request gets without running (a method or path a batch may not hold, a body that
     does not validate); it fails the batch when its turn comes, so the first failure reported is
-    the first in request order."""
+    the first in request order. `view`: how its answer shows the record (`?expand=`, `?fields=`)."""
 
     action: str
     collection_name: str = ""
     record_id: str | None = None
     data: Any = None
     refusal: CmsError | None = None
+    view: RecordView = FULL
 
 
 @dataclass(frozen=True)
@@ -132,12 +133,14 @@ class BatchService:
             raise request.refusal
         name = request.collection_name
         if request.action == actions.CREATE:
-            return BatchAnswer(201, record_json(await self._records.create(principal, name, request.data)))
+            present = await self._records.presenter(name, request.view, principal)
+            return BatchAnswer(201, await present(await self._records.create(principal, name, request.data)))
         if request.record_id is None:
             raise BadRequest("A record id is required")
         if request.action == actions.UPDATE:
-            return BatchAnswer(200, record_json(await self._records.update(principal, name, request.record_id,
-                                                                           request.data)))
+            present = await self._records.presenter(name, request.view, principal)
+            return BatchAnswer(200, await present(await self._records.update(principal, name, request.record_id,
+                                                                             request.data)))
         if request.action == actions.DELETE:
             await self._records.delete(principal, name, request.record_id)
             return BatchAnswer(204, None)

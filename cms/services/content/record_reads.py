@@ -24,8 +24,10 @@ from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
 from cms.services.caching.single_flight import SingleFlight
+from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.content.fields import CollectionFields, text_field_names
 from cms.services.representation import records as represent
+from cms.services.representation.record_view import FULL, RecordView
 from cms.store.records import RecordRepository
 
 MAX_PER_PAGE = 100
@@ -39,6 +41,8 @@ SortOrder = list[tuple[str, int]]
 Prepared = tuple[str, Callable[[], Awaitable[bytes]], bool]
 """A read prepared on a collection definition: its cache key, how to compute its body, whether
 every caller gets that body (shared)."""
+Present = Callable[[Record], Awaitable[dict[str, Any]]]
+"""How a written record is answered: its JSON as a view shows it (`RecordReads.presenter`)."""
 
 
 
@@ -64,42 +68,77 @@ class RecordReads:
         search: str | None = None,
         skip_total: bool = False,
         principal: Principal | None = None,
+        view: RecordView = FULL,
     ) -> CachedBody:
         """`list` as the API sends it: the JSON body `{items, total, page, per_page}` (`total` -1 with
-        `skip_total`), served from the read cache when an entry computed under the same stamp, query
-        and access decision exists, else computed once for all identical concurrent reads
-        (`SingleFlight`) and stored. Raises what `list` raises."""
+        `skip_total`), each record as `view` shows it (`expand`, `fields`), served from the read cache
+        when an entry computed under the same stamp, query, view and access decisions exists, else
+        computed once for all identical concurrent reads (`SingleFlight`) and stored. Raises what
+        `list` raises, and InvalidFilter for an expand path that is not a relation."""
         per_page = min(per_page, MAX_PER_PAGE)
 
-        def prepare(collection: Collection) -> Prepared:
+        def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
             query = self.query(collection, filter_expr=filter_expr, search=search,
                                access=check(principal, collection, actions.LIST))
             order = self._order(collection, sort)
-            key = entry_key(collection.name, "list", collection.id, query, order, page, per_page, skip_total)
+            parts: list[Any] = [collection.id, query, order, page, per_page, skip_total]
+            if not view.full:
+                parts += [view.parts(), expansion.key_parts()]
+            key = entry_key(collection.name, "list", *parts)
 
             async def compute() -> bytes:
                 items, total = await self._page(collection, query, order, page, per_page, skip_total)
-                return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page))
+                expanded = await expansion.load(self._records, items) if expansion.segments else ()
+                return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page),
+                                                   view, expanded)
 
-            return key, compute, collection.rules.list_rule == ""
+            return key, compute, collection.rules.list_rule == "" and expansion.shared
 
+        if view.expand:
+            return await self._read_expanded(collection_name, view, principal, prepare)
         return await self._read_through(collection_name, prepare)
 
-    async def get_body(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> CachedBody:
-        """`get` as the API sends it: the record's JSON, through the read cache like `list_body`
-        (a hidden or missing record is never cached). Raises what `get` raises."""
+    async def get_body(self, collection_name: str, record_id: str, *, principal: Principal | None = None,
+                       view: RecordView = FULL) -> CachedBody:
+        """`get` as the API sends it: the record's JSON as `view` shows it, through the read cache like
+        `list_body` (a hidden or missing record is never cached). Raises what `get` raises, and
+        InvalidFilter for an expand path that is not a relation."""
 
-        def prepare(collection: Collection) -> Prepared:
-            view = check(principal, collection, actions.VIEW)
-            view.require()
-            key = entry_key(collection.name, "get", collection.id, record_id, view.decision)
+        def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
+            access = check(principal, collection, actions.VIEW)
+            access.require()
+            parts: list[Any] = [collection.id, record_id, access.decision]
+            if not view.full:
+                parts += [view.parts(), expansion.key_parts()]
+            key = entry_key(collection.name, "get", *parts)
 
             async def compute() -> bytes:
-                return represent.record_bytes(await self._visible(view, record_id))
+                record = await self._visible(access, record_id)
+                expanded = await expansion.load(self._records, [record]) if expansion.segments else ()
+                return represent.record_bytes(record, view, expanded)
 
-            return key, compute, collection.rules.view_rule == ""
+            return key, compute, collection.rules.view_rule == "" and expansion.shared
 
+        if view.expand:
+            return await self._read_expanded(collection_name, view, principal, prepare)
         return await self._read_through(collection_name, prepare)
+
+    async def presenter(self, collection_name: str, view: RecordView, principal: Principal | None) -> Present:
+        """How a record of `collection_name` written for `principal` is answered under `view`: ask
+        before the write, so a bad expand path refuses it before anything changes. With `FULL`, no
+        look-up at all. Raises NotFound (collection) or InvalidFilter (an expand path that is not a
+        relation)."""
+        if view.full:
+            async def full(record: Record) -> dict[str, Any]:
+                return represent.record_json(record)
+            return full
+        expansion = await resolve(self._catalog, await self._catalog.by_name(collection_name), view, principal)
+
+        async def present(record: Record) -> dict[str, Any]:
+            expanded = await expansion.load(self._records, [record]) if expansion.segments else ()
+            return represent.record_json(record, view, expanded)
+
+        return present
 
     async def list_json(
         self,
@@ -124,6 +163,23 @@ class RecordReads:
         """`get_body` read back: the same cached record as `represent.record_json` shows it.
         Raises what `get` raises."""
         return represent.read_record((await self.get_body(collection_name, record_id, principal=principal)).body)
+
+    async def _read_expanded(self, collection_name: str, view: RecordView, principal: Principal | None,
+                             prepare: Callable[[Collection, Expansion], Prepared]) -> CachedBody:
+        """The body of a read with `expand`: the definitions of every collection it reaches as of this
+        request's catalog epoch, and the read cache's stamp covering their versions too (one `MGET`),
+        so a write to any of them, or a rule change (the epoch), makes the entry stale. When the
+        epoch moved between the two, the body is served and not kept."""
+        collection, epoch = await self._catalog.by_name_and_epoch(collection_name)
+        expansion = await resolve(self._catalog, collection, view, principal)
+        key, compute, shared = prepare(collection, expansion)
+        if self._cache is None:
+            body = await compute()
+            return CachedBody(body, etag_of(key, None, body), shared)
+        stamp, cached = await self._cache.lookup(collection.name, key, expansion.collections())
+        if stamp is not None and stamp_epoch(stamp) != epoch:
+            stamp, cached = None, None
+        return await self._serve(key, compute, shared, stamp, cached)
 
     async def _read_through(self, collection_name: str, prepare: Callable[[Collection], Prepared]) -> CachedBody:
         """The body of a read of `collection_name`: `prepare(collection)` gives its cache key, how
@@ -156,9 +212,15 @@ class RecordReads:
                 stamp, cached = await self._cache.lookup(collection.name, key)
                 if stamp is not None and stamp_epoch(stamp) != epoch:  # changed again: serve, keep nothing
                     stamp, cached = None, None
+        return await self._serve(key, compute, shared, stamp, cached)
+
+    async def _serve(self, key: str, compute: Callable[[], Awaitable[bytes]], shared: bool, stamp: str | None,
+                     cached: bytes | None) -> CachedBody:
+        """The cached body when the stamp vouches for it, else `compute()`d: stored and shared by
+        identical concurrent reads under a stamp, neither without one."""
         if cached is not None and stamp is not None:
             return CachedBody(cached, etag_of(key, stamp, cached), shared)
-        if stamp is None:  # no stamp, no sharing: a read must not join one that began before a write
+        if stamp is None or self._cache is None:  # no stamp, no sharing: not with a read begun before a write
             body = await compute()
             return CachedBody(body, etag_of(key, None, body), shared)
         cache, current = self._cache, stamp

@@ -42,9 +42,8 @@ from cms.services.representation.operations import (
     setting,
     settings,
 )
+from cms.services.representation.record_view import FULL, RecordView
 from cms.services.representation.records import (
-    FULL,
-    RecordView,
     bulk_deleted,
     bulk_updated,
     csv_import,

@@ -8,8 +8,10 @@ and auth-collection users (`collection_user`).
 A record is `{id, created, updated, ...fields}`: the system fields, then its collection's own fields
 (flat; dates as ISO 8601 UTC with milliseconds and `Z`). `RecordSchema` declares the system fields
 `record_json` writes and is what /openapi.json documents as `Record`; the page, bulk and CSV answers
-are dumped by their schemas. How a record is shown (`RecordView`) is an argument of every function
-here, so the next issue's `expand` and `fields` plug in at this one place.
+are dumped by their schemas. How a record is shown (`RecordView`: `expand` and `fields`, record_view.py)
+is an argument of every function here, with the related records loaded for it (`Expanded` trees, from
+`content/expansion.py`): each record gains `expand: {segment: record or [records]}` and is then
+narrowed to `fields` (decisions.md, Relations in one request).
 
     from cms.services import representation as represent
     return json_response(represent.record_json(record), status=201)
@@ -18,7 +20,7 @@ here, so the next issue's `expand` and `fields` plug in at this one place.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -27,26 +29,11 @@ from marshmallow import INCLUDE, fields
 from cms.models import Page, Record
 from cms.services.content.fields import to_json_value
 from cms.services.representation.base import Rendered, Representation, Timestamp, dump_one
+from cms.services.representation.record_view import FULL, Expanded, RecordView
 
 if TYPE_CHECKING:  # the services import this module: only their types here
     from cms.services.content.csv_io import ImportResult
     from cms.services.delivery.events import RecordEvent
-
-
-@dataclass(frozen=True)
-class RecordView:
-    """How records are shown: today always in full (`FULL`). Reserved for the next issue, which
-    widens their types: `expand` (relation fields whose target records are embedded) and `fields`
-    (the keys kept). Every function here takes a view, so they are implemented in `RecordSchema`
-    alone; the reads (`RecordReads.list_body` / `get_body`) then take a view and add it to their
-    cache key, since the cached bytes depend on it."""
-
-    expand: None = None
-    fields: None = None
-
-
-FULL = RecordView()
-"""Every field of the record, relations as ids."""
 
 
 class RecordSchema(Representation):
@@ -60,14 +47,20 @@ class RecordSchema(Representation):
         """marshmallow options."""
 
         unknown = INCLUDE  # documents additionalProperties: the collection's fields sit beside these
+        optional = ("expand",)  # only with `?expand=`, and only when a related record is visible
 
     id = fields.String()
     created = Timestamp()
     updated = Timestamp()
+    expand = fields.Dict(metadata={
+        "description": "Only with `?expand=`: relation segment -> the related record (a relation holding at most "
+                       "one id) or an array of records (more, and back-relations `<collection>_via_<field>`); "
+                       "records the caller may not view are left out, and so is a segment with none",
+        "example": {"author": {"id": "u1", "name": "Ada"}}})
 
 
-SYSTEM_KEYS = tuple(RecordSchema().fields)
-"""`id, created, updated`: the keys `RecordSchema` declares, in order."""
+SYSTEM_KEYS = ("id", "created", "updated")
+"""The record attributes `record_json` writes first, in order (`expand` is added only when asked)."""
 
 
 class RecordPageSchema(Representation):
@@ -111,28 +104,47 @@ _BULK_UPDATED = BulkUpdatedSchema()
 _CSV_IMPORT = CsvImportResultSchema()
 
 
-def record_json(record: Record, view: RecordView = FULL) -> dict[str, Any]:
-    """`{id, created, updated, ...fields}` with JSON-safe values, as `view` shows it."""
+def record_json(record: Record, view: RecordView = FULL, expanded: Sequence[Expanded] = ()) -> dict[str, Any]:
+    """`{id, created, updated, ...fields}` with JSON-safe values, as `view` shows it: with
+    `expand: {segment: record | [records]}` when `expanded` (the related records `view.expand`
+    loaded) holds any for this record (no `expand` key otherwise), then narrowed to `view.fields`."""
     body: dict[str, Any] = {key: to_json_value(getattr(record, key)) for key in SYSTEM_KEYS}
     for key, value in record.data.items():
         body[key] = [to_json_value(v) for v in value] if isinstance(value, list) else to_json_value(value)
-    return body
+    if expanded:
+        expand = _expand_json(record.id, expanded)
+        if expand:
+            body["expand"] = expand
+    return body if view.fields is None else view.fields.pick(body)
 
 
-def record_page(page: Page[Record], view: RecordView = FULL) -> dict[str, Any]:
-    """`{items: [record_json], total, page, per_page}` (`total` -1 when not counted)."""
-    return dump_one(_RECORD_PAGE, {"items": [record_json(r, view) for r in page.items], "total": page.total,
-                                   "page": page.page, "per_page": page.per_page})
+def _expand_json(record_id: str, expanded: Sequence[Expanded]) -> dict[str, Any]:
+    """`{segment: record | [records]}` of the segments with visible records related to `record_id`."""
+    expand: dict[str, Any] = {}
+    for segment in expanded:
+        related = segment.related.get(record_id)
+        if not related:
+            continue
+        shown = [record_json(r, FULL, segment.children) for r in related]
+        expand[segment.segment] = shown if segment.many else shown[0]
+    return expand
 
 
-def record_bytes(record: Record, view: RecordView = FULL) -> bytes:
+def record_page(page: Page[Record], view: RecordView = FULL, expanded: Sequence[Expanded] = ()) -> dict[str, Any]:
+    """`{items: [record_json], total, page, per_page}` (`total` -1 when not counted); the envelope
+    is never narrowed by `view.fields`, its records are."""
+    return dump_one(_RECORD_PAGE, {"items": [record_json(r, view, expanded) for r in page.items],
+                                   "total": page.total, "page": page.page, "per_page": page.per_page})
+
+
+def record_bytes(record: Record, view: RecordView = FULL, expanded: Sequence[Expanded] = ()) -> bytes:
     """`record_json` encoded: the bytes the read cache keeps and the API sends for a view."""
-    return orjson.dumps(record_json(record, view))
+    return orjson.dumps(record_json(record, view, expanded))
 
 
-def record_page_bytes(page: Page[Record], view: RecordView = FULL) -> bytes:
+def record_page_bytes(page: Page[Record], view: RecordView = FULL, expanded: Sequence[Expanded] = ()) -> bytes:
     """`record_page` encoded: the bytes the read cache keeps and the API sends for a list."""
-    return orjson.dumps(record_page(page, view))
+    return orjson.dumps(record_page(page, view, expanded))
 
 
 def read_record(body: bytes) -> dict[str, Any]:

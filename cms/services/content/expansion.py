@@ -1,0 +1,218 @@
+"""Relations in one request: which collections an `expand` names, and loading their records
+(decisions.md, Relations in one request).
+
+`resolve(catalog, collection, view, principal)` reads the expand paths of a `RecordView` against
+the collections: a segment is a relation field of the collection it is read in (the record of
+`max_select` 1 or unset, else an array), or a back-relation `<collection>_via_<field>` (the records
+of `<collection>` whose relation field `<field>` points at this collection and holds the record's
+id; an array, newest first, at most MAX_BACK_RELATIONS per record). Paths sharing a prefix share
+its segment. Each segment carries the view rule of its collection bound to the caller
+(`access.check`), so only the records the caller may view are loaded.
+
+`Expansion.load(records, parents)` loads them for a whole page at once: one database query per
+segment (forward: one `_id $in` of every id the page's records hold; back: one query on the
+relation field with `$in` of the page's ids), the view rule in the query, whatever the page size.
+The read cache keys an expanded read with `key_parts()` and stamps it with the versions of
+`collections()` as well (content/record_reads.py), so a write to any of them makes it stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cms.errors import InvalidFilter, NotFound
+from cms.models import Collection, Principal, Record
+from cms.services import access as actions
+from cms.services.access import Access, check
+from cms.services.caching.catalog import Catalog
+from cms.services.content.fields import is_multi, value_list
+from cms.services.representation.record_view import Expanded, RecordView
+from cms.store.records import RecordRepository
+from cms.store.transactions import current_session
+
+MAX_BACK_RELATIONS = 1000
+"""Records one back-relation embeds per record (the newest)."""
+BACK_RELATION = "_via_"
+"""What joins `<collection>` and `<field>` in a back-relation segment."""
+NEWEST_FIRST: list[tuple[str, int]] = [("created", -1), ("_id", -1)]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One resolved segment: its `name` (the key under `expand`), the `target` collection of the
+    related records, the relation `field` (of the parent's collection, or of `target` when `back`),
+    `many` (shown as an array), `access` (target's view rule bound to the caller) and `children`
+    (the deeper segments, read in `target`)."""
+
+    name: str
+    target: Collection
+    field: str
+    back: bool
+    many: bool
+    access: Access
+    children: tuple[Segment, ...] = ()
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """The resolved expand paths of a view over one collection: a tree of `segments`."""
+
+    segments: tuple[Segment, ...] = ()
+
+    def collections(self) -> list[str]:
+        """The name of every collection whose records the expansion embeds, sorted, once each."""
+        names: set[str] = set()
+        stack = list(self.segments)
+        while stack:
+            segment = stack.pop()
+            names.add(segment.target.name)
+            stack.extend(segment.children)
+        return sorted(names)
+
+    def key_parts(self) -> list[Any]:
+        """Plain values naming what the expansion shows to this caller (for the read cache's key):
+        each segment's name, target collection id and bound view decision, nested."""
+        return [_parts(s) for s in self.segments]
+
+    @property
+    def shared(self) -> bool:
+        """True when every caller sees the same related records (every target's view rule is "")."""
+        stack = list(self.segments)
+        while stack:
+            segment = stack.pop()
+            if segment.target.rules.view_rule != "":
+                return False
+            stack.extend(segment.children)
+        return True
+
+    async def load(self, records: RecordRepository, parents: Sequence[Record]) -> tuple[Expanded, ...]:
+        """The related records of `parents` (one page or one record), one query per segment (none for
+        a segment whose view rule refuses the caller, or with nothing to look up)."""
+        return await _load_all(records, self.segments, parents)
+
+
+NOTHING = Expansion()
+
+
+def _parts(segment: Segment) -> list[Any]:
+    return [segment.name, segment.target.id, segment.access.decision, [_parts(c) for c in segment.children]]
+
+
+async def resolve(catalog: Catalog, collection: Collection, view: RecordView,
+                  principal: Principal | None) -> Expansion:
+    """The expansion `view.expand` asks for on records of `collection`, for `principal` (None: no
+    credentials). Raises InvalidFilter (400) naming `expand` and the segment that is not a relation
+    field of its collection nor a back-relation pointing at it."""
+    if not view.expand:
+        return NOTHING
+    tree: dict[str, Any] = {}
+    for path in view.expand:
+        level = tree
+        for segment in path:
+            level = level.setdefault(segment, {})
+    return Expansion(await _resolve_level(catalog, collection, tree, principal, ()))
+
+
+async def _resolve_level(catalog: Catalog, parent: Collection, tree: dict[str, Any],
+                         principal: Principal | None, prefix: tuple[str, ...]) -> tuple[Segment, ...]:
+    segments = []
+    for name, deeper in tree.items():
+        target, field_name, back, many = await _relation(catalog, parent, name, prefix)
+        children = await _resolve_level(catalog, target, deeper, principal, (*prefix, name))
+        segments.append(Segment(name, target, field_name, back, many, check(principal, target, actions.VIEW),
+                                children))
+    return tuple(segments)
+
+
+async def _relation(catalog: Catalog, parent: Collection, name: str,
+                    prefix: tuple[str, ...]) -> tuple[Collection, str, bool, bool]:
+    """(target collection, relation field, back, many) of segment `name` read in `parent`."""
+    where = ".".join((*prefix, name))
+    spec = parent.field(name)
+    if spec is not None:
+        if spec.type != "relation" or spec.collection_id is None:
+            raise InvalidFilter(f"expand: '{name}' (in '{where}') is a {spec.type} field of '{parent.name}', "
+                                "not a relation")
+        target = await catalog.find_by_id(spec.collection_id)
+        if target is None:
+            raise InvalidFilter(f"expand: '{name}' (in '{where}') points at a collection that no longer exists")
+        return target, name, False, is_multi(spec)
+    start = name.find(BACK_RELATION)
+    while start > 0:
+        collection_name, field_name = name[:start], name[start + len(BACK_RELATION):]
+        try:
+            target = await catalog.by_name(collection_name)
+        except NotFound:
+            target = None
+        back_spec = target.field(field_name) if target is not None else None
+        if target is not None and back_spec is not None and back_spec.type == "relation" \
+                and back_spec.collection_id == parent.id:
+            return target, field_name, True, True
+        start = name.find(BACK_RELATION, start + 1)
+    raise InvalidFilter(f"expand: '{name}' (in '{where}') is neither a field of '{parent.name}' nor a "
+                        f"back-relation <collection>{BACK_RELATION}<field> pointing at it")
+
+
+async def _load(records: RecordRepository, segment: Segment, parents: Sequence[Record]) -> Expanded:
+    if segment.access.refused or not parents:
+        return Expanded(segment.name, segment.many)
+    if segment.back:
+        related = await _back(records, segment, parents)
+    else:
+        related = await _forward(records, segment, parents)
+    children: tuple[Expanded, ...] = ()
+    if segment.children:
+        unique = list({r.id: r for found in related.values() for r in found}.values())
+        children = await _load_all(records, segment.children, unique)
+    return Expanded(segment.name, segment.many, related, children)
+
+
+async def _load_all(records: RecordRepository, segments: Sequence[Segment],
+                    parents: Sequence[Record]) -> tuple[Expanded, ...]:
+    """Sibling segments at once; one after the other inside a transaction (a batch), whose session
+    takes one operation at a time."""
+    if current_session() is not None:
+        return tuple([await _load(records, s, parents) for s in segments])
+    return tuple(await asyncio.gather(*[_load(records, s, parents) for s in segments]))
+
+
+def _visible(query: dict[str, Any], access: Access) -> dict[str, Any]:
+    return query if access.query is None else {"$and": [query, access.query]}
+
+
+async def _forward(records: RecordRepository, segment: Segment, parents: Sequence[Record]) -> dict[str, list[Record]]:
+    """Parent id -> the visible records its relation field names, in the field's order (one query)."""
+    held = {p.id: [v for v in value_list(p.data.get(segment.field)) if isinstance(v, str)] for p in parents}
+    wanted = list(dict.fromkeys(i for ids in held.values() for i in ids))
+    if not wanted:
+        return {}
+    query = _visible({"_id": {"$in": wanted}}, segment.access)
+    found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0)}
+    related = {pid: [found[i] for i in ids if i in found] for pid, ids in held.items()}
+    return {pid: shown for pid, shown in related.items() if shown}
+
+
+async def _back(records: RecordRepository, segment: Segment, parents: Sequence[Record]) -> dict[str, list[Record]]:
+    """Parent id -> the visible records of the target whose relation field holds it, newest first, at
+    most MAX_BACK_RELATIONS each. One query of at most MAX_BACK_RELATIONS per parent in all; should a
+    few parents take that whole budget, the others are asked again (each round completes at least one
+    parent, so it ends)."""
+    pending = list(dict.fromkeys(p.id for p in parents))
+    related: dict[str, list[Record]] = {}
+    while pending:
+        limit = MAX_BACK_RELATIONS * len(pending)
+        query = _visible({segment.field: {"$in": pending}}, segment.access)
+        found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit)
+        got: dict[str, list[Record]] = {pid: [] for pid in pending}
+        for record in found:
+            for pid in value_list(record.data.get(segment.field)):
+                if pid in got and len(got[pid]) < MAX_BACK_RELATIONS:
+                    got[pid].append(record)
+        related.update({pid: shown for pid, shown in got.items() if shown})
+        if len(found) < limit:
+            break
+        pending = [pid for pid in pending if len(got[pid]) < MAX_BACK_RELATIONS]
+    return related
