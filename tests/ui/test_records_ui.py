@@ -268,3 +268,62 @@ def test_editor_form_without_the_csrf_token_is_refused(admin_page: BrowserPage, 
     admin_page.goto(f"/_/collections/{name}/records")
     expect(admin_page.page.locator("#total")).to_have_text("1")
     admin_page.watch.assert_clean()
+
+
+def test_relation_labels_in_the_table_and_picking_a_related_record_by_search(admin_page: BrowserPage, api: Api):
+    # the label is the first text-like field of the related collection ("name", after a number field)
+    people = f"people_{uuid.uuid4().hex[:6]}"
+    status, people_def = api.call("POST", "/api/v1/collections", {"name": people, "schema": [
+        {"name": "code", "type": "number"}, {"name": "name", "type": "text"}]})
+    assert status == 201, people_def
+    ids = {}
+    for code, person in enumerate(("Ann Lee", "Bob Stone", "Cy Stone")):
+        status, record = api.call("POST", f"/api/v1/collections/{people}/records",
+                                  {"data": {"code": code, "name": person}})
+        assert status == 201, record
+        ids[person] = record["id"]
+    name = make_collection(api, "books", [
+        {"name": "title", "type": "text"},
+        {"name": "author", "type": "relation", "collection_id": people_def["id"]},
+        {"name": "editors", "type": "relation", "collection_id": people_def["id"], "max_select": 2}])
+    status, book = api.call("POST", f"/api/v1/collections/{name}/records", {"data": {
+        "title": "First", "author": ids["Ann Lee"], "editors": [ids["Bob Stone"], ids["Ann Lee"]]}})
+    assert status == 201, book
+
+    ui = admin_page.page
+    admin_page.goto(f"/_/collections/{name}/records")
+    row = ui.locator(f'tr[data-id="{book["id"]}"]')
+    expect(row.locator('td[data-column="author"]')).to_have_text("Ann Lee")
+    expect(row.locator('td[data-column="editors"]')).to_have_text("Bob Stone, Ann Lee")
+    link = row.locator('td[data-column="author"] a')
+    assert link.get_attribute("href") == f"/_/collections/{people}/records/{ids['Ann Lee']}"
+
+    # a new book: the author picked by searching, two editors picked one search at a time
+    ui.click("#new-record")
+    ui.fill("#field-title", "Second")
+    ui.fill("#pick-author", "stone")
+    options = ui.locator("#options-author .relation-option")
+    expect(options).to_have_count(2)  # Bob Stone and Cy Stone, newest first
+    expect(options.first).to_contain_text("Cy Stone")
+    ui.locator(f'#options-author .relation-option[data-id="{ids["Bob Stone"]}"]').click()
+    expect(ui.locator("#field-author")).to_have_value(ids["Bob Stone"])
+    expect(ui.locator("#chosen-author li")).to_have_text([f"Bob Stone {ids['Bob Stone']} ×"])
+    for person in ("Cy Stone", "Ann Lee"):
+        ui.fill("#pick-editors", person.split()[0])
+        ui.locator(f'#options-editors .relation-option[data-id="{ids[person]}"]').click()
+    ui.fill("#pick-editors", "Bob")  # a third is refused: max_select 2
+    ui.locator(f'#options-editors .relation-option[data-id="{ids["Bob Stone"]}"]').click()
+    expect(ui.locator('[data-field="editors"] .relation-note')).to_have_text("At most 2 records: remove one first.")
+    expect(ui.locator("#field-editors")).to_have_value(f"{ids['Cy Stone']}, {ids['Ann Lee']}")
+    ui.locator(f'#chosen-editors li[data-id="{ids["Cy Stone"]}"] .relation-remove').click()
+    ui.locator(f'#options-editors .relation-option[data-id="{ids["Bob Stone"]}"]').click()
+    ui.click("#save-record")
+    expect(ui.locator(".flash")).to_have_text("Record created")
+    record_id = ui.locator("#record-id").inner_text()
+    status, saved = api.call("GET", f"/api/v1/collections/{name}/records/{record_id}")
+    assert status == 200 and saved["author"] == ids["Bob Stone"], saved
+    assert saved["editors"] == [ids["Ann Lee"], ids["Bob Stone"]]
+    # the saved editor shows the values with their labels
+    expect(ui.locator("#chosen-editors .relation-label")).to_have_text(["Ann Lee", "Bob Stone"])
+    expect(ui.locator("#chosen-author .relation-label")).to_have_text(["Bob Stone"])
+    admin_page.watch.assert_clean()

@@ -32,10 +32,19 @@ from cms.admin_ui.common import (
     streamed_admin_page,
 )
 from cms.admin_ui.session import CSRF_FIELD, CSRF_HEADER, csrf_token_matches
+from cms.admin_ui.views.relations import (
+    MAX_PICK_QUERY_CHARS,
+    Chosen,
+    RelationTarget,
+    chosen,
+    expand_view,
+    relation_targets,
+)
 from cms.errors import CmsError, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, FieldSpec, Principal
-from cms.services.content.fields import is_multi
+from cms.services.content.fields import is_multi, value_list
 from cms.services.content.files import FormPart
+from cms.services.representation.record_view import FULL, RecordView
 from cms.web.context import services
 from cms.web.uploads import form_parts
 
@@ -48,7 +57,8 @@ _INT = re.compile(r"[+-]?\d+")
 
 @dataclass
 class EditorField:
-    """One field of the editor: its spec, the widget, the value as the form shows it, its errors."""
+    """One field of the editor: its spec, the widget, the value as the form shows it, its errors;
+    a relation's `target` (None: its collection is gone) and the (id, label) of its `chosen` records."""
 
     spec: FieldSpec
     widget: str
@@ -56,6 +66,8 @@ class EditorField:
     errors: list[str]
     files: list[dict[str, Any]] = field(default_factory=list)
     multi: bool = False
+    target: RelationTarget | None = None
+    chosen: list[Chosen] = field(default_factory=list)
 
 
 def widget_of(spec: FieldSpec) -> str:
@@ -75,7 +87,7 @@ def widget_of(spec: FieldSpec) -> str:
     if spec.type == "file":
         return "file"
     if spec.type == "relation":
-        return "ids"
+        return "relation"
     return "text"
 
 
@@ -169,7 +181,8 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
                         values: dict[str, Any], errors: dict[str, list[str]], *, shown: bool = False,
                         record: dict[str, Any] | None = None) -> list[EditorField]:
     """The editor's fields: `values` are API JSON values (or, with `shown`, the form's own strings);
-    the files listed are those of the stored `record`."""
+    the files listed are those of the stored `record`, the relations labelled from its `expand`."""
+    targets = await relation_targets(services(request), collection)
     out = []
     for spec in collection.fields:
         value: Any = values.get(spec.name)
@@ -186,9 +199,12 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
         if spec.type == "file" and stored:
             for file_id in (stored if isinstance(stored, list) else [stored])[:20]:
                 files.append(await _file_info(request, principal, str(file_id)))
+        target = targets.get(spec.name)
+        ids = [p for p in re.split(r"[\s,]+", shown_val) if p] if shown else value_list(value)
         out.append(EditorField(spec=spec, widget=widget_of(spec), value=shown_val,
                                errors=errors.get(spec.name, []) + errors.get(f"data.{spec.name}", []),
-                               files=files, multi=is_multi(spec)))
+                               files=files, multi=is_multi(spec), target=target,
+                               chosen=chosen(ids, record, target) if target else []))
     return out
 
 
@@ -208,14 +224,21 @@ async def _editor(request: web.Request, principal: Principal, collection: Collec
                                  error.fields if error else {}, shown=shown, record=record)
     return await render(request, "records/editor.html", status=status, collection=collection, record=record,
                         fields=fields, error=_other_errors(collection, error),
-                        file_prefix=FILE_INPUT_PREFIX)
+                        file_prefix=FILE_INPUT_PREFIX, max_pick=MAX_PICK_QUERY_CHARS)
 
 
 async def record_json_of(request: web.Request, principal: Principal, collection: Collection,
-                         record_id: str) -> dict[str, Any]:
+                         record_id: str, view: RecordView = FULL) -> dict[str, Any]:
     """The record as `GET /api/v1/collections/{name}/records/{record_id}` answers it (view rule,
-    read cache). Raises NotFound, Unauthorized / Forbidden."""
-    return await services(request).records.get_json(collection.name, record_id, principal=principal)
+    read cache), as `view` shows it. Raises NotFound, Unauthorized / Forbidden."""
+    return await services(request).records.get_json(collection.name, record_id, principal=principal, view=view)
+
+
+async def labelled_record(request: web.Request, principal: Principal, collection: Collection,
+                          record_id: str) -> dict[str, Any]:
+    """`record_json_of` with its relations expanded (the editor's labels). Raises like it."""
+    view = expand_view(await relation_targets(services(request), collection))
+    return await record_json_of(request, principal, collection, record_id, view)
 
 
 @admin_page
@@ -229,7 +252,7 @@ async def new(request: web.Request, principal: Principal) -> web.StreamResponse:
 async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/records/{record_id}: the editor of one record (view rule, as the API)."""
     collection = await services(request).catalog.by_name(request.match_info["collection_name"])
-    record = await record_json_of(request, principal, collection, request.match_info["record_id"])
+    record = await labelled_record(request, principal, collection, request.match_info["record_id"])
     return await _editor(request, principal, collection, record, record)
 
 
@@ -267,7 +290,7 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
     svc = services(request)
     collection = await svc.catalog.by_name(request.match_info["collection_name"])
     creating = record_id is None
-    existing = None if creating else await record_json_of(request, principal, collection, record_id or "")
+    existing = None if creating else await labelled_record(request, principal, collection, record_id or "")
     if request.content_type != "multipart/form-data":
         raise PageRefused(400, "The editor form is sent as multipart/form-data.")
     parts = form_parts(request).__aiter__()

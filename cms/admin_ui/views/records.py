@@ -28,9 +28,12 @@ from cms.admin_ui.common import (
     redirect,
     render,
 )
+from cms.admin_ui.views import relations
 from cms.admin_ui.views.record_editor import create, edit, new, record_json_of, update
+from cms.admin_ui.views.relations import RelationTarget, chosen, expand_view, relation_targets
 from cms.errors import CmsError
 from cms.models import Collection, FieldSpec, Page, Principal
+from cms.services.content.fields import value_list
 from cms.services.content.records import DEFAULT_PER_PAGE, MAX_PER_PAGE
 from cms.web.context import services
 from cms.web.files import file_headers
@@ -116,6 +119,21 @@ def _cell(spec: FieldSpec | None, value: Any) -> str:
     return text if len(text) <= CELL_CHARS else text[:CELL_CHARS - 1] + "…"
 
 
+def _relation_cell(item: dict[str, Any], target: RelationTarget) -> list[tuple[str, str, bool]]:
+    """A relation's cell: (id, text, found) of each related record, the text its label, or its id
+    when it is hidden or missing (found False: shown greyed), cut like `_cell` past CELL_CHARS."""
+    out: list[tuple[str, str, bool]] = []
+    used = 0
+    for record_id, label in chosen(value_list(item.get(target.field)), item, target):
+        text = label if label is not None else record_id
+        if used + len(text) > CELL_CHARS:
+            out.append((record_id, text[:max(CELL_CHARS - used - 1, 0)] + "…", label is not None))
+            break
+        out.append((record_id, text, label is not None))
+        used += len(text) + 2  # ", "
+    return out
+
+
 @admin_page
 async def index(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/records: one page of the records table, from the same cached
@@ -126,6 +144,9 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     error: ErrorMessage | None = None
     status = 200
     listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)
+    specs = {f.name: f for f in collection.fields}
+    columns = state.cols if state.cols is not None else [*specs, *SYSTEM_COLUMNS]
+    targets = await relation_targets(svc, collection, columns)
     if state.problems:
         error, status = ErrorMessage(detail="Invalid table parameters", code="validation_error",
                                      fields={k: [v] for k, v in state.problems.items()}), 422
@@ -133,16 +154,16 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
         try:
             listing = await svc.records.list_json(
                 collection.name, page=state.page, per_page=state.per_page, sort=state.sort or None,
-                filter_expr=state.filter or None, search=state.search or None, principal=principal)
+                filter_expr=state.filter or None, search=state.search or None, principal=principal,
+                view=expand_view(targets))
         except CmsError as exc:
             if exc.status == 404:
                 raise
             error, status = error_message(exc), exc.status
-    specs = {f.name: f for f in collection.fields}
-    columns = state.cols if state.cols is not None else [*specs, *SYSTEM_COLUMNS]
     total = listing.total
     pages = max(1, math.ceil(total / state.per_page)) if total > 0 else 1
-    rows = [(item["id"], [(c, _cell(specs.get(c), item.get(c))) for c in columns]) for item in listing.items]
+    rows = [(item["id"], [(c, _relation_cell(item, targets[c]) if c in targets else _cell(specs.get(c), item.get(c)))
+                          for c in columns]) for item in listing.items]
 
     def url(**changes: Any) -> str:
         return f"{PREFIX}/collections/{collection.name}/records?{urlencode(state.params(**changes))}"
@@ -160,6 +181,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
         request, "records/index.html", status=status, collection=collection, state=state, error=error,
         columns=columns, all_columns=[*specs, *SYSTEM_COLUMNS], rows=rows, total=total, pages=pages,
         url=url, sort_link=sort_link, per_page_choices=(10, 30, 50, 100),
+        related={name: target.collection.name for name, target in targets.items()},
     )
 
 
@@ -215,5 +237,6 @@ def routes() -> list[web.RouteDef]:
         web.get(base + "/{record_id}/delete", confirm_delete),
         web.post(base + "/{record_id}/delete", delete),
         web.get(base + "/{record_id}/files/{file_id}", file),
+        *relations.routes(),
     ]
 

@@ -150,19 +150,21 @@ class RecordReads:
         filter_expr: str | None = None,
         search: str | None = None,
         principal: Principal | None = None,
+        view: RecordView = FULL,
     ) -> Page[dict[str, Any]]:
         """`list_body` read back: the same cached page, each record as `represent.record_json`
-        shows it (for callers that render records other than as the API's bytes: the admin UI).
-        Raises what `list` raises."""
+        shows it under `view` (for callers that render records other than as the API's bytes: the
+        admin UI). Raises what `list_body` raises."""
         cached = await self.list_body(collection_name, page=page, per_page=per_page, sort=sort,
-                                      filter_expr=filter_expr, search=search, principal=principal)
+                                      filter_expr=filter_expr, search=search, principal=principal, view=view)
         return represent.read_record_page(cached.body)
 
-    async def get_json(self, collection_name: str, record_id: str, *,
-                       principal: Principal | None = None) -> dict[str, Any]:
-        """`get_body` read back: the same cached record as `represent.record_json` shows it.
-        Raises what `get` raises."""
-        return represent.read_record((await self.get_body(collection_name, record_id, principal=principal)).body)
+    async def get_json(self, collection_name: str, record_id: str, *, principal: Principal | None = None,
+                       view: RecordView = FULL) -> dict[str, Any]:
+        """`get_body` read back: the same cached record as `represent.record_json` shows it under
+        `view`. Raises what `get_body` raises."""
+        cached = await self.get_body(collection_name, record_id, principal=principal, view=view)
+        return represent.read_record(cached.body)
 
     async def _read_expanded(self, collection_name: str, view: RecordView, principal: Principal | None,
                              prepare: Callable[[Collection, Expansion], Prepared]) -> CachedBody:
