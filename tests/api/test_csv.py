@@ -263,6 +263,9 @@ async def test_import_checks_relation_targets(client, admin_token):
     assert result["imported"] == 1
     assert result["failed"] == [{"row": 2, "errors": {"author": ["Unknown record id."]}},
                                 {"row": 3, "errors": {"editors": ["Unknown record id."]}}]
+    # export keeps relations as ids (never the labels the admin UI shows)
+    rows = await export_rows(client, admin_token, "books")
+    assert rows[0][3:] == ["title", "author", "editors"] and rows[1][3:] == ["ok", ann["id"], f'["{ann["id"]}"]']
 
 
 @pytest.mark.parametrize("content, words", [

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cms.admin_ui.views import relations as ui_relations
 from cms.config import Config
 from cms.filters import mongo
 from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
@@ -60,6 +61,7 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "json-integer-100-digits": (json_input.MAX_JSON_INT_DIGITS, 100),
     "regex-512-chars": (mongo.MAX_REGEX_LENGTH, 512),
     "per-page-max-100": (records.MAX_PER_PAGE, 100),  # STYLE rule 4 too
+    "relation-picker-10-records-100-chars": ((ui_relations.PICK_RESULTS, ui_relations.MAX_PICK_QUERY_CHARS), (10, 100)),
     "cascade-10000-records": (relations.MAX_CASCADE_RECORDS, 10_000),
     "read-cache-entries-300-s": (read_cache.DEFAULT_TTL_S, 300),
     "read-cache-bodies-1-mib": (read_cache.MAX_ENTRY_BYTES, 1 * MIB),
