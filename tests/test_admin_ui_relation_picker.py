@@ -1,8 +1,8 @@
 """The record editor's relation picker (`GET /_/collections/{name}/relations/{field}?q=`,
 cms/admin_ui/views/relations.py): the related collection's records as the API's `search` lists them
-for the same caller (its list rule: a locked collection still opens to an admin, as in the API), and
-only for admins (a signed-in user is refused even where the API's rules would let them list), at most PICK_RESULTS of them, and a search
-text of at most MAX_PICK_QUERY_CHARS characters."""
+for the same caller (its list rule: a locked collection still opens to an admin, as in the API), at
+most PICK_RESULTS of them, for a search of at most MAX_PICK_QUERY_CHARS characters; and only for
+admins (a signed-in user is refused even where the API's rules would let them list)."""
 
 from __future__ import annotations
 

@@ -326,4 +326,16 @@ def test_relation_labels_in_the_table_and_picking_a_related_record_by_search(adm
     # the saved editor shows the values with their labels
     expect(ui.locator("#chosen-editors .relation-label")).to_have_text(["Ann Lee", "Bob Stone"])
     expect(ui.locator("#chosen-author .relation-label")).to_have_text(["Bob Stone"])
+
+    # an id typed by hand that names no record: refused, and shown back bare (no label) with the error
+    admin_page.watch.allow(r"status of 422")
+    missing = "00000000-0000-0000-0000-000000000000"
+    ui.fill("#field-author", missing)
+    expect(ui.locator("#chosen-author li")).to_have_text([f"{missing} ×"])
+    ui.click("#save-record")
+    expect(ui.locator('[data-error-for="author"]')).to_have_text("Unknown record id.")
+    expect(ui.locator("#field-author")).to_have_value(missing)
+    expect(ui.locator(f'#chosen-author li[data-id="{missing}"] code.muted')).to_have_count(1)
+    expect(ui.locator("#chosen-editors .relation-label")).to_have_text(["Ann Lee", "Bob Stone"])
+    assert api.call("GET", f"/api/v1/collections/{name}/records/{record_id}")[1]["author"] == ids["Bob Stone"]
     admin_page.watch.assert_clean()

@@ -200,11 +200,14 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
             for file_id in (stored if isinstance(stored, list) else [stored])[:20]:
                 files.append(await _file_info(request, principal, str(file_id)))
         target = targets.get(spec.name)
-        ids = [p for p in re.split(r"[\s,]+", shown_val) if p] if shown else value_list(value)
+        labelled: list[Chosen] = []
+        if target is not None:
+            ids = value_list(value) if not shown else [p for p in re.split(r"[\s,]+", str(shown_val)) if p]
+            labelled = chosen(ids, record, target)
         out.append(EditorField(spec=spec, widget=widget_of(spec), value=shown_val,
                                errors=errors.get(spec.name, []) + errors.get(f"data.{spec.name}", []),
                                files=files, multi=is_multi(spec), target=target,
-                               chosen=chosen(ids, record, target) if target else []))
+                               chosen=labelled))
     return out
 
 
