@@ -348,5 +348,6 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             api_keys=api_keys,
             authenticator=authenticator,
             files=files,
-            batch=BatchService(records, platform.events, content.transactions, platform.settings),
+            batch=BatchService(records, platform.events, content.transactions, platform.settings,
+                               writer=content.writer),
         )

@@ -75,12 +75,23 @@ class RecordRepository:
     async def insert_many(self, collection_id: str, records: Sequence[Record]) -> list[InsertFailure]:
         """Store new records in one unordered bulk insert: every record that can be stored is.
         Returns the ones that were refused (unique-index conflicts, by index), empty when all went in."""
+        return await self._insert_many(collection_id, records, ordered=False)
+
+    async def insert_in_order(self, collection_id: str, records: Sequence[Record]) -> InsertFailure | None:
+        """Store new records in one ordered bulk insert (a batch's run of creates, in its transaction):
+        in order, stopping at the first record refused (a unique-index conflict), which is returned
+        (its index); None when all went in."""
+        failures = await self._insert_many(collection_id, records, ordered=True)
+        return failures[0] if failures else None
+
+    async def _insert_many(self, collection_id: str, records: Sequence[Record], *,
+                           ordered: bool) -> list[InsertFailure]:
         if not records:
             return []
         try:
             async with translate_errors("record"):
                 await self._mongo_coll(collection_id).insert_many(
-                    [record_to_document(r) for r in records], ordered=False, session=current_session()
+                    [record_to_document(r) for r in records], ordered=ordered, session=current_session()
                 )
         except BulkWriteError as exc:
             failures = [write_failure(e) for e in exc.details.get("writeErrors", [])]

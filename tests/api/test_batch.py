@@ -32,6 +32,7 @@ from tests.conftest import (
     error_of,
     records_path,
 )
+from tests.fixtures import CommandLog
 
 BATCH = "/api/v1/batch"
 FIELDS = [{"name": "title", "type": "text", "validation": {"required": True, "max": 20}},
@@ -183,6 +184,56 @@ async def test_expand_and_fields_shape_each_answer_as_alone(client: Client, admi
     assert (failed["index"], failed["status"], failed["body"]["code"]) == (0, 400, "invalid_filter")
     assert "expand" in failed["body"]["detail"] and "'author'" in failed["body"]["detail"]
     assert await titles(client, admin_token) == ["one", "three", "two"]  # the failed batch created nothing
+
+
+# --- a run of creates into one collection: one insert ----------------------------------------------
+
+
+async def test_a_run_of_creates_into_one_collection_is_one_insert(client: Client, admin_token: str,
+                                                                  transactions: None, mongo_commands: CommandLog
+                                                                  ) -> None:
+    authors = await create_collection(client, admin_token, "authors", [{"name": "name", "type": "text"}])
+    author = await create_record(client, admin_token, "authors", {"name": "a"})
+    posts = await create_collection(client, admin_token, "posts", [
+        *FIELDS, {"name": "author", "type": "relation", "collection_id": authors["id"]}])
+    mongo_commands.commands.clear()
+    twelve = [post("posts", {"title": f"t{i}", "slug": f"s{i}", "author": author["id"]}) for i in range(12)]
+    response = await client.post(BATCH, headers=bearer(admin_token), json={"requests": twelve})
+    assert response.status == 200, await response.text()
+    assert [(a["status"], a["body"]["title"]) for a in await response.json()] == [(201, f"t{i}") for i in range(12)]
+    assert mongo_commands.insert_sizes(posts["id"]) == [12]
+    assert len(mongo_commands.named("find", authors["id"])) == 1  # the relation checked once for the run
+    # a run ends where another collection or another action comes
+    mongo_commands.commands.clear()
+    response = await client.post(BATCH, headers=bearer(admin_token), json={"requests": [
+        post("posts", {"title": "a"}), post("posts", {"title": "b"}), post("authors", {"name": "c"}),
+        post("posts", {"title": "d"}), post("posts", {"title": "e"}), post("posts", {"title": "f"}),
+        patch("authors", author["id"], {"name": "g"}), post("posts", {"title": "h"})]})
+    assert response.status == 200, await response.text()
+    assert [a["status"] for a in await response.json()] == [201] * 6 + [200, 201]
+    assert mongo_commands.insert_sizes(posts["id"]) == [2, 3, 1]
+    assert await titles(client, admin_token) == sorted(["a", "b", "d", "e", "f", "h", *(f"t{i}" for i in range(12))])
+
+
+@pytest.mark.parametrize("case", ["a stored slug", "the slug of request 2", "an invalid create after a clash"])
+async def test_a_run_of_creates_fails_at_its_first_failing_create(
+        client: Client, admin_token: str, posts: Any, transactions: None, seen: list[RecordEvent], case: str) -> None:
+    requests = [post("posts", {"title": f"t{i}", "slug": f"s{i}"}) for i in range(9)]
+    index, alone_data = 6, {"title": "t6", "slug": "one"}  # alone, a duplicate of the stored "one"
+    if case == "a stored slug":
+        requests[6] = post("posts", alone_data)
+    elif case == "the slug of request 2":
+        requests[6] = post("posts", {"title": "t6", "slug": "s2"})
+    else:
+        requests[3], requests[6] = post("posts", alone_data), post("posts", {"title": "x" * 21})
+        index = 3
+    seen.clear()
+    failed = await failed_batch(client, requests, bearer(admin_token))
+    alone = await client.post(records_path("posts"), headers=bearer(admin_token), json={"data": alone_data})
+    assert (alone.status, (await alone.json())["code"]) == (400, "already_exists")
+    assert failed == {"index": index, "status": alone.status, "body": await alone.json()}
+    assert await titles(client, admin_token) == ["one", "two"]  # none of the run stayed
+    assert seen == []
 
 
 # --- limits -----------------------------------------------------------------------------------------

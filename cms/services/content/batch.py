@@ -6,11 +6,15 @@ transaction (decisions.md: Batch writes).
 request, in order, through the same `RecordService` method its REST route calls: the same rules, the
 same validation, the same one writer (`RecordWriter`, whose own units nest into the batch's, whose
 driver calls join the batch's session, and whose creates are never grouped inside it). A later
-request therefore reads what an earlier one wrote. The first request that fails (a CmsError) ends
-the batch: the transaction aborts, the events held so far are dropped, and the batch answers
-`BatchFailed`, 400 with `failed: {index, status, body}` where `body` is the error the request would
-have got alone (`CmsError.to_body`, the one rendering of the error model). When every request
-succeeds the transaction commits, then the events go out, one per record written.
+request therefore reads what an earlier one wrote. A run of consecutive creates into one collection
+is one step (`RecordWriter.create_all`): the collection is looked up once, each create is checked
+and validated as alone, then the run is stored by one ordered insert (a unique clash stops it at
+the clashing create, whose index and answer are the batch's), guarded and emitted once. The first
+request that fails (a CmsError) ends the batch: the transaction aborts, the events held so far are
+dropped, and the batch answers `BatchFailed`, 400 with `failed: {index, status, body}` where `body`
+is the error the request would have got alone (`CmsError.to_body`, the one rendering of the error
+model). When every request succeeds the transaction commits, then the events go out, one per record
+written.
 
 A server without multi-document transactions (a standalone mongod; `Capabilities.transactions`,
 detected by trying) cannot hold the all-or-nothing promise: every batch is refused there with 400
@@ -26,6 +30,9 @@ from typing import Any
 from cms.errors import BadRequest, CmsError, ValidationFailed
 from cms.models import Principal
 from cms.services import access as actions
+from cms.services.access import Access, check
+from cms.services.content.record_reads import Present
+from cms.services.content.record_writer import CreateFailed, RecordWriter
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import EventBus
 from cms.services.operations.settings import SettingsService
@@ -84,11 +91,13 @@ class BatchService:
     """Runs batches of record writes as one transaction. `records`: the service the REST routes
     call; `events`: the bus whose unit holds the batch's events until the commit; `transactions`:
     the database's transactions (None or not `enabled`: no batch can run); `settings`: for
-    `batch_max_requests` (None: DEFAULT_MAX_REQUESTS)."""
+    `batch_max_requests` (None: DEFAULT_MAX_REQUESTS); `writer`: the process's one record writer,
+    which stores each run of creates."""
 
     def __init__(self, records: RecordService, events: EventBus, transactions: Transactions | None,
-                 settings: SettingsService | None = None) -> None:
+                 settings: SettingsService | None = None, *, writer: RecordWriter) -> None:
         self._records = records
+        self._writer = writer
         self._events = events
         self._transactions = transactions
         self._settings = settings
@@ -120,21 +129,51 @@ class BatchService:
         await self.check(len(requests))
         answers: list[BatchAnswer] = []
         async with self._events.unit(self._transactions):
-            for index, request in enumerate(requests):
+            for start, run in runs(requests):
                 try:
-                    answers.append(await self._run_one(principal, request))
+                    if _creates(run[0]):
+                        answers.extend(await self._create_all(principal, run))
+                    else:
+                        answers.append(await self._run_one(principal, run[0]))
+                except CreateFailed as exc:
+                    raise BatchFailed(start + exc.index, exc.error) from None
                 except CmsError as exc:
-                    raise BatchFailed(index, exc) from None
+                    raise BatchFailed(start, exc) from None
         return answers
 
+    async def _create_all(self, principal: Principal | None, run: Sequence[BatchRequest]) -> list[BatchAnswer]:
+        """A run of creates into one collection (`runs`), as `RecordService.create_in` would make
+        each: the collection looked up once, one `RecordWriter.create_all`. Raises what the look-up
+        raises (the run's first create fails) or CreateFailed (index within the run)."""
+        collection, epoch = await self._records.writable_for_new_records(run[0].collection_name)
+
+        def rule(data: Any) -> Access:
+            create = check(principal, collection, actions.CREATE, data if isinstance(data, dict) else None)
+            create.require()
+            return create
+
+        # how each answer is shown (its own `expand`/`fields`), asked before anything is written: a
+        # bad path fails its own request, after the creates before it (the first failure in order)
+        presents: list[Present] = []
+        refused: CmsError | None = None
+        for request in run:
+            try:
+                presents.append(await self._records.presenter(request.collection_name, request.view, principal))
+            except CmsError as exc:
+                refused = exc
+                break
+        records = await self._writer.create_all(collection, [r.data for r in run[:len(presents)]], rule,
+                                                epoch=epoch) if presents else []
+        if refused is not None:
+            raise CreateFailed(len(presents), refused)
+        return [BatchAnswer(201, await present(record)) for present, record in zip(presents, records, strict=True)]
+
     async def _run_one(self, principal: Principal | None, request: BatchRequest) -> BatchAnswer:
-        """One request, through the method its REST route calls; raises what that raises."""
+        """One request other than a create, through the method its REST route calls; raises what
+        that raises."""
         if request.refusal is not None:
             raise request.refusal
         name = request.collection_name
-        if request.action == actions.CREATE:
-            present = await self._records.presenter(name, request.view, principal)
-            return BatchAnswer(201, await present(await self._records.create(principal, name, request.data)))
         if request.record_id is None:
             raise BadRequest("A record id is required")
         if request.action == actions.UPDATE:
@@ -145,3 +184,23 @@ class BatchService:
             await self._records.delete(principal, name, request.record_id)
             return BatchAnswer(204, None)
         raise BadRequest(f"Unknown batch action {request.action!r}")
+
+
+def runs(requests: Sequence[BatchRequest]) -> list[tuple[int, list[BatchRequest]]]:
+    """`requests` cut into steps, in order, as (index of the first, requests): each run of
+    consecutive creates into one collection (none refused) is one step, every other request a step
+    of its own."""
+    steps: list[tuple[int, list[BatchRequest]]] = []
+    for index, request in enumerate(requests):
+        last = steps[-1][1][-1] if steps else None
+        if (last is not None and _creates(request) and _creates(last)
+                and last.collection_name == request.collection_name):
+            steps[-1][1].append(request)
+        else:
+            steps.append((index, [request]))
+    return steps
+
+
+def _creates(request: BatchRequest) -> bool:
+    """Whether `request` is a create that runs (not refused before its turn)."""
+    return request.action == actions.CREATE and request.refusal is None

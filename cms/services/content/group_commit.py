@@ -117,7 +117,7 @@ class InsertGroups:
                     if not waiter.done():
                         waiter.set_result(None)
                 else:
-                    _fail(waiter, _refusal(failure))
+                    _fail(waiter, insert_refusal(failure))
         finally:
             left = self._in_flight.get(collection_id, 1) - 1
             if left:
@@ -140,9 +140,10 @@ class InsertGroups:
         return sum(len(group.records) for group in groups)
 
 
-def _refusal(failure: InsertFailure) -> Exception:
-    """The error one record of a group gets: AlreadyExists for a duplicate key, else the server's
-    refusal as a RuntimeError (a 500, as a single insert's unexpected refusal would be)."""
+def insert_refusal(failure: InsertFailure) -> Exception:
+    """The error one record of a group (or of a batch's run of creates) gets: AlreadyExists for a
+    duplicate key, else the server's refusal as a RuntimeError (a 500, as a single insert's
+    unexpected refusal would be)."""
     if failure.code == DUPLICATE_KEY:
         return already_exists(failure.field, "record")
     return RuntimeError(f"insert refused by the server (code {failure.code}): {failure.message}")

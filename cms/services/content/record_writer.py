@@ -20,7 +20,9 @@ Batches (decisions.md: Batch writes) run several writes in one MongoDB transacti
 (events are held until the commit), its driver calls join the caller's session
 (`store.transactions.current_session`), creates are never grouped (a group's insert would run
 outside the transaction) and a failed guard raises NotFound without dropping anything (the
-caller's abort undoes the insert).
+caller's abort undoes the insert). A batch's run of consecutive creates into one collection goes
+through `create_all`: the same steps for every record of the run, with one relation look-up per
+relation field, one ordered `insert_many`, one guard and one `emit` for the run.
 """
 
 from __future__ import annotations
@@ -32,12 +34,12 @@ from datetime import datetime
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.errors import BadRequest, CmsError, NotFound, ValidationFailed
 from cms.models import Collection, Record
 from cms.services.access import Access
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
-from cms.services.content.group_commit import InsertGroups
+from cms.services.content.group_commit import InsertGroups, insert_refusal
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
 from cms.services.representation import records as represent
 from cms.store.bulk import InsertFailure
@@ -58,6 +60,20 @@ Undo = Callable[[], Awaitable[object]]
 CheckRecord = Callable[[], Awaitable[datetime | None]]
 """The rule check of a single update: the record's `updated` the write must still find, or None
 when no rule depends on the record."""
+CreateRule = Callable[[Any], Access]
+"""The create rule of one create, given its `data`: the caller's `Access` once `require()` passed
+(raises the rule's outright refusal)."""
+
+
+class CreateFailed(Exception):
+    """Create `index` (from 0) of a run given to `RecordWriter.create_all` failed with `error`, the
+    CmsError it would have got alone; the creates before it were stored in the caller's transaction
+    (which the caller aborts)."""
+
+    def __init__(self, index: int, error: CmsError) -> None:
+        super().__init__(f"create {index} failed: {error.detail}")
+        self.index = index
+        self.error = error
 
 
 class _CollectionGone(Exception):
@@ -189,6 +205,54 @@ class RecordWriter:
         except _CollectionGone:
             await self._undo(collection, undo)
         return record
+
+    async def create_all(self, collection: Collection, datas: Sequence[Any], rule: CreateRule, *,
+                         epoch: str | None = None) -> list[Record]:
+        """Create one record of `collection` (looked up under the catalog epoch `epoch`) per item of
+        `datas`, in order, inside the caller's transaction (a batch, decisions.md: Batch writes;
+        raises RuntimeError outside one): each as `create` would (`rule(data)` first), but with one
+        relation look-up per relation field, one ordered insert, one guard and one `emit` for all.
+        Returns the records. Raises CreateFailed(index, error) for the first create that fails,
+        with the error it would have got alone: its rule, schema or relations, a unique field
+        (AlreadyExists, also against an earlier create of the run) or NotFound (the collection was
+        deleted meanwhile: the first create's error)."""
+        if current_session() is None:
+            raise RuntimeError("create_all runs inside a caller's transaction")
+        records, failed = self._drafts(collection, datas, rule)
+        relation_errors = await self.relation_failures(collection, [record.data for record in records])
+        if relation_errors:
+            first = min(relation_errors)
+            records = records[:first]
+            failed = CreateFailed(first, ValidationFailed("Relation points to a missing record",
+                                                          errors=relation_errors[first]))
+        refused = await self._records.insert_in_order(collection.id, records)
+        if refused is not None:
+            error = insert_refusal(refused)
+            if not isinstance(error, CmsError):
+                raise error
+            raise CreateFailed(refused.index, error)
+        if records and not await self._catalog.exists(collection.id, since_epoch=epoch):
+            raise CreateFailed(0, NotFound(f"Collection '{collection.name}' not found"))
+        if failed is not None:
+            raise failed
+        await self.emit_created(collection, records)
+        return records
+
+    def _drafts(self, collection: Collection, datas: Sequence[Any], rule: CreateRule
+                ) -> tuple[list[Record], CreateFailed | None]:
+        """Steps 1 and 2 of `create_all`, in order: the records of `datas` up to the first that its
+        rule or the schema refuses, and that refusal (None when every one passed)."""
+        records: list[Record] = []
+        for index, data in enumerate(datas):
+            try:
+                create = rule(data)
+                record = self.new_record(collection, data)
+                if not create.allows(record):
+                    raise create.refusal()
+            except CmsError as exc:
+                return records, CreateFailed(index, exc)
+            records.append(record)
+        return records, None
 
     async def insert_many(self, collection: Collection, records: Sequence[Record]) -> list[InsertFailure]:
         """Step 4 for a batch of validated records (CSV import): one unordered `insert_many`;
