@@ -65,14 +65,18 @@ UNEXPRESSED: list[tuple[str, list[str], str]] = [
     (r"^POST /api/v1/api-keys$", ["422"], "`expires_at` must be in the future"),
     (r"^(POST|PATCH) /api/v1/webhooks", ["422"], "`collection_name` must name an existing collection"),
     (r"^POST /api/v1/files$", ["422"], "`collection` and `record_id` must name an existing record"),
-    (r"^(POST|PATCH) /api/v1/collections/\{collection_name\}/records(/\{record_id\}|/bulk-update)?$", ["422"],
-     "`data` keys and values must fit the schema the collection defines at run time (unknown field: 422)"),
+    (r"^(POST|PATCH) /api/v1/collections/\{collection_name\}/records(/\{record_id\}|/bulk-update)?$",
+     ["400", "422"], "`data` keys and values must fit the schema the collection defines at run time (unknown "
+     "field: 422); `expand` must name its relations (400 invalid_filter)"),
     (r"^POST /api/v1/collections/\{collection_name\}/records/bulk-(delete|update)$", ["422"],
      "every id must name an existing record (all or nothing)"),
     (r"^POST /api/v1/collections/\{collection_name\}/records/import/csv$", ["422"],
      "the file must be UTF-8 CSV whose header names the collection's fields"),
     (r"^GET /api/v1/collections/\{collection_name\}/records(/export/csv)?$", ["400"],
-     "`filter` and `sort` must parse in the filter grammar and name the collection's fields (400 invalid_filter)"),
+     "`filter` and `sort` must parse in the filter grammar and name the collection's fields, and `expand` its "
+     "relations (400 invalid_filter)"),
+    (r"^GET /api/v1/collections/\{collection_name\}/records/\{record_id\}$", ["400"],
+     "`expand` must name the collection's relation fields or back-relations (400 invalid_filter)"),
     (r"^(POST|PATCH) /api/v1/collections(/\{collection_id\})?$", ["400", "422"],
      "field definitions must have unique names and type-specific attributes (422); rules must parse and name "
      "the collection's fields (400 invalid_filter)"),
