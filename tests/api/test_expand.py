@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cms.app import create_app
-from cms.services.content.expansion import MAX_BACK_RELATIONS
+from cms.services.content.expansion import MAX_BACK_RELATIONS, MAX_EXPANDED_RECORDS
 from cms.services.representation.record_view import (
     MAX_EXPAND_DEPTH,
     MAX_EXPAND_PATHS,
@@ -350,3 +350,20 @@ async def test_the_document_shows_expand_and_fields(client: Any) -> None:
         parameters = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
         assert parameters["expand"]["schema"]["example"] == "author.team,comments_via_post"
         assert parameters["fields"]["schema"]["example"] == "id,title,expand.author.name"
+
+
+async def test_one_request_loads_at_most_max_expanded_records(client: Any, admin_token: str, blog: Any,
+                                                              mongo_db: Any) -> None:
+    """Every level multiplies what a page embeds; past MAX_EXPANDED_RECORDS over all segments the
+    request is refused (400 naming `expand`) rather than loading them: 11 posts of a full
+    back-relation each (11,000 comments) pass it, 10 posts (10,000) do not."""
+    start = datetime(2020, 1, 1, tzinfo=UTC)
+    posts = [await create_record(client, admin_token, "posts", {"title": f"p{n:02}"}) for n in range(11)]
+    planted = [{"_id": f"c{p:02}-{n:04}", "created": start + timedelta(seconds=n), "updated": start,
+                "body": "c", "post": post["id"]} for p, post in enumerate(posts) for n in range(MAX_BACK_RELATIONS)]
+    assert len(planted) == MAX_EXPANDED_RECORDS + MAX_BACK_RELATIONS
+    await mongo_db[records_mongo_name(blog["comments"]["id"])].insert_many(planted)
+    refused = await get_json(client, records_path("posts"), status=400, expand="comments_via_post")
+    assert refused["code"] == "invalid_filter" and refused["detail"].startswith("expand:"), refused
+    ten = await get_json(client, records_path("posts"), expand="comments_via_post", sort="title", per_page="10")
+    assert [len(p["expand"]["comments_via_post"]) for p in ten["items"]] == [MAX_BACK_RELATIONS] * 10

@@ -35,6 +35,9 @@ from cms.store.transactions import current_session
 
 MAX_BACK_RELATIONS = 1000
 """Records one back-relation embeds per record (the newest)."""
+MAX_EXPANDED_RECORDS = 10_000
+"""Related records one request may load over all its segments and levels; past it the request is
+400 `invalid_filter` (six levels of multi-relations would otherwise multiply without bound)."""
 BACK_RELATION = "_via_"
 """What joins `<collection>` and `<field>` in a back-relation segment."""
 NEWEST_FIRST: list[tuple[str, int]] = [("created", -1), ("_id", -1)]
@@ -91,7 +94,21 @@ class Expansion:
     async def load(self, records: RecordRepository, parents: Sequence[Record]) -> tuple[Expanded, ...]:
         """The related records of `parents` (one page or one record), one query per segment (none for
         a segment whose view rule refuses the caller, or with nothing to look up)."""
-        return await _load_all(records, self.segments, parents)
+        return await _load_all(records, self.segments, parents, _Budget())
+
+
+class _Budget:
+    """What is left of MAX_EXPANDED_RECORDS for one `load` (siblings share it)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_EXPANDED_RECORDS
+
+    def take(self, count: int) -> None:
+        """Count `count` more related records. Raises InvalidFilter once past the bound."""
+        self.left -= count
+        if self.left < 0:
+            raise InvalidFilter(f"expand: more than {MAX_EXPANDED_RECORDS:,} related records in one request; "
+                                "ask for fewer paths, shallower paths or a smaller page")
 
 
 NOTHING = Expansion()
@@ -156,46 +173,49 @@ async def _relation(catalog: Catalog, parent: Collection, name: str,
                         f"back-relation <collection>{BACK_RELATION}<field> pointing at it")
 
 
-async def _load(records: RecordRepository, segment: Segment, parents: Sequence[Record]) -> Expanded:
+async def _load(records: RecordRepository, segment: Segment, parents: Sequence[Record], budget: _Budget) -> Expanded:
     if segment.access.refused or not parents:
         return Expanded(segment.name, segment.many)
     if segment.back:
-        related = await _back(records, segment, parents)
+        related = await _back(records, segment, parents, budget)
     else:
-        related = await _forward(records, segment, parents)
+        related = await _forward(records, segment, parents, budget)
     children: tuple[Expanded, ...] = ()
     if segment.children:
         unique = list({r.id: r for found in related.values() for r in found}.values())
-        children = await _load_all(records, segment.children, unique)
+        children = await _load_all(records, segment.children, unique, budget)
     return Expanded(segment.name, segment.many, related, children)
 
 
 async def _load_all(records: RecordRepository, segments: Sequence[Segment],
-                    parents: Sequence[Record]) -> tuple[Expanded, ...]:
+                    parents: Sequence[Record], budget: _Budget) -> tuple[Expanded, ...]:
     """Sibling segments at once; one after the other inside a transaction (a batch), whose session
     takes one operation at a time."""
     if current_session() is not None:
-        return tuple([await _load(records, s, parents) for s in segments])
-    return tuple(await asyncio.gather(*[_load(records, s, parents) for s in segments]))
+        return tuple([await _load(records, s, parents, budget) for s in segments])
+    return tuple(await asyncio.gather(*[_load(records, s, parents, budget) for s in segments]))
 
 
 def _visible(query: dict[str, Any], access: Access) -> dict[str, Any]:
     return query if access.query is None else {"$and": [query, access.query]}
 
 
-async def _forward(records: RecordRepository, segment: Segment, parents: Sequence[Record]) -> dict[str, list[Record]]:
+async def _forward(records: RecordRepository, segment: Segment, parents: Sequence[Record],
+                   budget: _Budget) -> dict[str, list[Record]]:
     """Parent id -> the visible records its relation field names, in the field's order (one query)."""
     held = {p.id: [v for v in value_list(p.data.get(segment.field)) if isinstance(v, str)] for p in parents}
     wanted = list(dict.fromkeys(i for ids in held.values() for i in ids))
     if not wanted:
         return {}
+    budget.take(len(wanted))  # before the query: the ids are known
     query = _visible({"_id": {"$in": wanted}}, segment.access)
     found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0)}
     related = {pid: [found[i] for i in ids if i in found] for pid, ids in held.items()}
     return {pid: shown for pid, shown in related.items() if shown}
 
 
-async def _back(records: RecordRepository, segment: Segment, parents: Sequence[Record]) -> dict[str, list[Record]]:
+async def _back(records: RecordRepository, segment: Segment, parents: Sequence[Record],
+                budget: _Budget) -> dict[str, list[Record]]:
     """Parent id -> the visible records of the target whose relation field holds it, newest first, at
     most MAX_BACK_RELATIONS each. One query of at most MAX_BACK_RELATIONS per parent in all; should a
     few parents take that whole budget, the others are asked again (each round completes at least one
@@ -203,9 +223,10 @@ async def _back(records: RecordRepository, segment: Segment, parents: Sequence[R
     pending = list(dict.fromkeys(p.id for p in parents))
     related: dict[str, list[Record]] = {}
     while pending:
-        limit = MAX_BACK_RELATIONS * len(pending)
+        limit = min(MAX_BACK_RELATIONS * len(pending), budget.left + 1)  # one more shows the bound passed
         query = _visible({segment.field: {"$in": pending}}, segment.access)
         found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit)
+        budget.take(len(found))
         got: dict[str, list[Record]] = {pid: [] for pid in pending}
         for record in found:
             for pid in value_list(record.data.get(segment.field)):
