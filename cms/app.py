@@ -42,6 +42,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
         app[SERVICES] = services
     else:
         app.cleanup_ctx.append(_services_ctx(config))
+    app.cleanup_ctx.append(_realtime_ctx)
     add_routes(app)
     app.on_shutdown.append(_close_realtime_streams)
     app.router.add_get("/openapi.json", openapi_json)
@@ -66,13 +67,19 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
             app[SERVICES] = services
             if config.admin_email and config.admin_password:
                 await services.identity.registration.ensure_admin(config.admin_email, config.admin_password)
-            await services.realtime.start()
-            try:
-                yield
-            finally:
-                await services.realtime.stop()
+            yield
 
     return ctx
+
+
+async def _realtime_ctx(app: web.Application) -> AsyncIterator[None]:
+    """This process's realtime hub reads the event stream while the app serves."""
+    hub = app[SERVICES].realtime
+    await hub.start()
+    try:
+        yield
+    finally:
+        await hub.stop()
 
 
 async def _close_realtime_streams(app: web.Application) -> None:

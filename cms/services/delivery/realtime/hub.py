@@ -288,7 +288,10 @@ class RealtimeHub:
     # --- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start reading the stream from its end, and the housekeeping (keep-alive, trim)."""
+        """Start reading the stream from its end, and the housekeeping (keep-alive, trim); a no-op
+        when started already."""
+        if self._tasks:
+            return
         try:
             self._position = await self._stream.last_id()
         except Exception as exc:  # Redis away at start: read from now on once it is back

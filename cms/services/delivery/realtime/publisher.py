@@ -40,6 +40,6 @@ def _body(event: RecordEvent) -> dict[str, Any]:
         record = None if event.record is None else represent.record_json(event.record)
     else:
         record = event.data
-    previous = getattr(event, "previous", None)
+    previous = event.previous
     return {"n": event.collection, "a": event.event, "i": event.record_id, "r": record,
             "p": None if previous is None else represent.record_json(previous)}
