@@ -80,6 +80,9 @@ UNEXPRESSED: list[tuple[str, list[str], str]] = [
     (r"^(POST|PATCH) /api/v1/collections(/\{collection_id\})?$", ["400", "422"],
      "field definitions must have unique names and type-specific attributes (422); rules must parse and name "
      "the collection's fields (400 invalid_filter)"),
+    (r"^POST /api/v1/realtime$", ["422"],
+     "`client_id` must name a connected client (404) and each topic an existing collection with a filter and "
+     "expand paths that fit it (422)"),
     (r"^POST /api/v1/batch$", ["400", "422"],
      "each request must name existing collections and records and fit their run-time schemas (else 400 with "
      "`failed`); at most `batch_max_requests` requests, a setting (422)"),

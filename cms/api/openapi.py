@@ -32,6 +32,16 @@ BEARER: dict[str, list[str]] = {"bearerAuth": []}
 ANONYMOUS: dict[str, list[str]] = {}
 
 
+EVENT_STREAM = "text/event-stream"
+SSE_EVENT: dict[str, Any] = {
+    "type": "object", "description": "One server-sent event (decisions.md, Realtime): `connect` (data "
+    "`{client_id}`), `resync` (reload your data), or an event named by the topic as subscribed with data "
+    "`{action: create|update|delete, record}`; every event has an `id` (resume with `Last-Event-ID`)",
+    "properties": {"event": {"type": "string"}, "id": {"type": "string"},
+                   "data": {"type": "string", "description": "JSON"}, "retry": {"type": "integer"}},
+}
+"""The schema of each event of a `text/event-stream` answer."""
+
 def policy_docs(policy: Policy) -> tuple[list[dict[str, list[str]]] | None, str, str]:
     """What the document says of a route of `policy`: its `security` (None: public, no key) and the
     descriptions of its 401 and 403 answers."""
@@ -72,7 +82,9 @@ def _operation(route: Route) -> dict[str, Any]:
                                  **{name: {"type": "string", "minLength": 1} for name in route.form_fields}}}
         operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": upload}}}
     success: dict[str, Any] = {"description": "Success"}
-    if route.produces != "application/json":
+    if route.produces == EVENT_STREAM:
+        success["content"] = {EVENT_STREAM: {"schema": SSE_EVENT}}
+    elif route.produces != "application/json":
         success["content"] = {route.produces: {"schema": {"type": "string"}}}
     elif route.response is not None:
         schema: Any = {"type": "array", "items": route.response} if route.many else route.response
