@@ -29,6 +29,10 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
         conn.close("gone")
         raise
 
+    transport = request.transport
+    if transport is not None:
+        conn.abort = transport.abort
+
     async def write(message: bytes) -> None:
         await response.write(message)
 

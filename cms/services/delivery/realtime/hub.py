@@ -105,7 +105,7 @@ class Connection:
     messages waiting (`queue` of (entry order, bytes)) and what the stream sends first."""
 
     __slots__ = ("client_id", "conn_id", "ref", "principal", "checked_epoch", "refused", "subscriptions",
-                 "queue", "wake", "closed", "reason", "first", "replay_from", "replayed_through")
+                 "queue", "wake", "closed", "reason", "first", "replay_from", "replayed_through", "abort")
 
     def __init__(self, client_id: str, conn_id: str) -> None:
         self.client_id = client_id
@@ -122,6 +122,9 @@ class Connection:
         self.first: list[bytes] = []
         self.replay_from: str | None = None
         self.replayed_through = (0, 0)
+        self.abort: Callable[[], None] | None = None
+        """Drops the connection at once (set by the HTTP layer): for a client that stopped reading,
+        whose writes would otherwise wait for it."""
 
     def push(self, order: tuple[int, int], message: bytes) -> None:
         """Queue `message` of the entry `order`; a full queue closes the connection instead."""
@@ -130,6 +133,8 @@ class Connection:
         if len(self.queue) >= MAX_QUEUE:
             log.info("realtime client %s closed: more than %d events waiting", self.client_id, MAX_QUEUE)
             self.close("slow")
+            if self.abort is not None:
+                self.abort()
             return
         self.queue.append((order, message))
         self.wake.set()
