@@ -124,6 +124,11 @@ def _config(admin_token: str, logout_token: str, user_token: str, record_id: str
         "[[operations]]",
         'include-name = "POST /api/v1/settings"',
         _bearer(user_token),
+        "",
+        "# the realtime stream never ends: its first events (connect, perhaps resync) are what a request shows",
+        "[[operations]]",
+        'include-name = "GET /api/v1/realtime"',
+        "max-stream-events = 2",
     ]
     for label_regex, statuses, reason in UNEXPRESSED:
         lines += ["", f"# {reason}", "[[operations]]", f"include-name-regex = {_toml_string(label_regex)}",

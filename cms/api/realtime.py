@@ -7,21 +7,22 @@ from aiohttp import web
 from aiohttp_sse import EventSourceResponse
 
 from cms.api.guards import presented_credential, principal_of
-from cms.api.schemas.realtime import RealtimeSubscribeSchema
+from cms.api.schemas.realtime import RealtimeStreamQuerySchema, RealtimeSubscribeSchema
 from cms.services.identity.authn import CredentialRef
-from cms.web.context import parse_body, services
+from cms.web.context import parse_body, parse_query, services
 
 PING_INTERVAL_S = 20.0
 """Seconds between `: ping` comments (decisions.md)."""
 SUBSCRIBE_BODY = RealtimeSubscribeSchema()
+STREAM_QUERY = RealtimeStreamQuerySchema()
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
     """`GET /api/v1/realtime[?client_id=]`: `text/event-stream` until the client leaves, the stream is
     taken over or closed as slow, or the server stops. 503 past the per-process limit."""
     hub = services(request).realtime
-    client_id = request.query.get("client_id")
-    conn = await hub.open(client_id[:64] if client_id else None, request.headers.get("Last-Event-ID"))
+    client_id = parse_query(request, STREAM_QUERY).get("client_id")
+    conn = await hub.open(client_id or None, request.headers.get("Last-Event-ID"))
     response = EventSourceResponse(ping_interval=PING_INTERVAL_S, sep="\n")
     try:
         await response.prepare(request)
