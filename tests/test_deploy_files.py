@@ -1,5 +1,6 @@
 """The deployment files, checked without a Docker engine: docker-compose.yml (services, environment,
-health checks, the replica set, Redis persistence), deploy/Caddyfile and the Dockerfile."""
+health checks, the replica set, Redis persistence), deploy/Caddyfile (replicas found in Docker's DNS,
+realtime unbuffered) and the Dockerfile."""
 
 from __future__ import annotations
 
@@ -140,6 +141,40 @@ def test_web_replicas_sit_behind_caddy_which_they_trust(compose: dict[str, Any])
         assert "ports" not in services[name]  # reachable only through the proxy
     caddyfile = (ROOT / "deploy" / "Caddyfile").read_text()
     assert re.search(r"dynamic a \{\s*name web\s*port 8090", caddyfile)
+
+
+def caddyfile_directives() -> str:
+    """deploy/Caddyfile without its comments."""
+    return re.sub(r"#.*", "", (ROOT / "deploy" / "Caddyfile").read_text())
+
+
+def caddy_block(text: str, opener: str) -> str:
+    """The body of the block that starts with the line `opener {` in `text` (braces matched)."""
+    match = re.search(r"^\s*" + re.escape(opener) + r"\s*\{", text, re.M)
+    assert match, f"no block {opener!r}"
+    depth, start = 1, match.end()
+    for index in range(start, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[index], 0)
+        if depth == 0:
+            return text[start:index]
+    pytest.fail(f"block {opener!r} is not closed")
+
+
+def test_caddy_passes_realtime_streams_through_unbuffered() -> None:
+    """Server-sent events (README, Realtime): the realtime path has its own proxy, which flushes
+    every write at once, and no `encode` in front of it; every other path is gzipped as before."""
+    site = caddy_block(caddyfile_directives(), "{$SITE_ADDRESS::80}")
+    realtime = caddy_block(site, "handle /api/v1/realtime")
+    rest = caddy_block(site, "handle")
+    top_level = site
+    while re.search(r"\{[^{}]*\}", top_level):
+        top_level = re.sub(r"\{[^{}]*\}", "", top_level)
+    assert "encode" not in top_level  # nothing site-wide in front of the realtime path
+    assert re.search(r"^\s*flush_interval -1\s*$", caddy_block(realtime, "reverse_proxy"), re.M)
+    assert "encode" not in realtime
+    assert re.search(r"^\s*encode gzip\s*$", rest, re.M) and "flush_interval" not in rest
+    for block in (realtime, rest):  # both reach the same replicas
+        assert re.search(r"^\s*import replicas\s*$", caddy_block(block, "reverse_proxy"), re.M)
 
 
 def test_volumes_are_named(compose: dict[str, Any]) -> None:

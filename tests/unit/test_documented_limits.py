@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cms.admin_ui.views import relations as ui_relations
+from cms.api import realtime as realtime_api
 from cms.config import Config
 from cms.filters import mongo
 from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
@@ -20,6 +21,9 @@ from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache
 from cms.services.content import batch, collections, csv_io, expansion, group_commit, records, relations
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
+from cms.services.delivery.realtime import hub as realtime_hub
+from cms.services.delivery.realtime import stream as realtime_stream
+from cms.services.delivery.realtime import topics as realtime_topics
 from cms.services.identity import otp
 from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
@@ -54,6 +58,14 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "webhook-response-kept-2-kib": (webhook_sender.MAX_RESPONSE_BYTES, 2 * 1024),
     "deliveries-max-200": (webhooks.MAX_LOG_PAGE, 200),
     "audit-limit-50-max-200": ((audit.DEFAULT_LIMIT, audit.MAX_LIMIT), (50, 200)),
+    # decisions.md, Realtime
+    "realtime-1000-topics": (realtime_topics.MAX_TOPICS, 1_000),
+    "realtime-topic-2500-chars": (realtime_topics.MAX_TOPIC_LENGTH, 2_500),
+    "realtime-kept-10-minutes-100000-events": (
+        (realtime_stream.RETENTION_S, realtime_stream.RETENTION_EVENTS), (10 * 60, 100_000)),
+    "realtime-client-forgotten-after-10-minutes": (realtime_stream.CLIENT_TTL_S, 10 * 60),
+    "realtime-queue-1000-events": (realtime_hub.MAX_QUEUE, 1_000),
+    "realtime-ping-20-s": (realtime_api.PING_INTERVAL_S, 20),
     # README
     "mail-1-a-minute": ((rate_limits.MAIL_PER_MINUTE, rate_limits.MAIL_MINUTE_WINDOW_S), (1, 60)),
     "mail-5-an-hour": ((rate_limits.MAIL_PER_HOUR, rate_limits.MAIL_HOUR_WINDOW_S), (5, 3600)),
@@ -80,6 +92,9 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "redis-200-connections": (REDIS_MAX_CONNECTIONS, 200),
     "mongodb-found-within-10-s": (MONGODB_CONNECT_TIMEOUT_S, 10),
     "settings-version-every-0.5-s": (VERSION_CHECK_INTERVAL_S, 0.5),
+    "realtime-stream-1000000-events": (realtime_stream.MAX_STREAM_EVENTS, 1_000_000),
+    "realtime-10000-connections-per-process": (SETTINGS_DEFAULTS["realtime_max_connections"][0], 10_000),
+    "realtime-setting-0-to-1000000": (SETTINGS_RANGES["realtime_max_connections"], (0, 1_000_000)),
 }
 
 
