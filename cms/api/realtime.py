@@ -26,7 +26,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     try:
         await response.prepare(request)
     except BaseException:
-        conn.close("gone")
+        hub.release(conn)
         raise
 
     async def write(message: bytes) -> None:
