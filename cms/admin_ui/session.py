@@ -108,6 +108,16 @@ def read_tokens(request: web.Request) -> tuple[str, str] | None:
     return (access, refresh) if sep and access and refresh else None
 
 
+def access_token(request: web.Request) -> str | None:
+    """The access token the request's principal was authenticated with (`current_principal`): the
+    cookie's, or the new one when this request refreshed it; None without a session."""
+    change = request.get(COOKIE_CHANGE_KEY)
+    if isinstance(change, TokenPair):
+        return change.access_token
+    tokens = read_tokens(request)
+    return None if tokens is None else tokens[0]
+
+
 def write_cookie(request: web.Request, response: web.StreamResponse, pair: TokenPair | None) -> None:
     """Set the session cookie to `pair` (HttpOnly, SameSite=Lax, Secure over HTTPS), or clear it."""
     if pair is None:

@@ -27,7 +27,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     try:
         await response.prepare(request)
     except BaseException:
-        conn.close("gone")
+        hub.release(conn)
         raise
 
     transport = request.transport

@@ -169,6 +169,8 @@ def browser() -> Iterator[Any]:
 FAVICON_CUT_SHORT = re.compile(r"^failed: GET \S+/_/static/favicon\.svg net::ERR_ABORTED$")
 """Chromium fetches the favicon after the page has loaded; a form submitted at once navigates away
 mid-fetch and the favicon request is aborted: not a failure of the page."""
+LIVE_STREAM_LEFT = re.compile(r"^failed: GET \S+/_/collections/[^/\s]+/records/live\S* net::ERR_ABORTED$")
+"""The records page keeps its live stream open (records_live.py): leaving the page aborts it."""
 
 
 @dataclass
@@ -177,7 +179,7 @@ class Watch:
 
     origin: str
     problems: list[str] = field(default_factory=list)
-    allowed: list[re.Pattern[str]] = field(default_factory=lambda: [FAVICON_CUT_SHORT])
+    allowed: list[re.Pattern[str]] = field(default_factory=lambda: [FAVICON_CUT_SHORT, LIVE_STREAM_LEFT])
 
     def allow(self, pattern: str) -> None:
         """Tolerate console errors matching `pattern` (e.g. the log line of an expected 403)."""

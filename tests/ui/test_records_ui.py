@@ -339,3 +339,34 @@ def test_relation_labels_in_the_table_and_picking_a_related_record_by_search(adm
     expect(ui.locator("#chosen-editors .relation-label")).to_have_text(["Ann Lee", "Bob Stone"])
     assert api.call("GET", f"/api/v1/collections/{name}/records/{record_id}")[1]["author"] == ids["Bob Stone"]
     admin_page.watch.assert_clean()
+
+
+def test_records_table_updates_live_without_a_reload(admin_page: BrowserPage, api: Api):
+    name = make_collection(api, "live", [{"name": "title", "type": "text"}])
+    status, first = api.call("POST", f"/api/v1/collections/{name}/records", {"data": {"title": "before"}})
+    assert status == 201, first
+    ui = admin_page.page
+    admin_page.goto(f"/_/collections/{name}/records")
+    expect(ui.locator("#total")).to_have_text("1")
+    expect(ui.locator("#live-status")).to_have_attribute("data-state", "open")
+    ui.evaluate("window.sameDocument = true")  # gone if the page reloads
+
+    status, created = api.call("POST", f"/api/v1/collections/{name}/records", {"data": {"title": "from the API"}})
+    assert status == 201, created
+    row = ui.locator(f'#records tr[data-id="{created["id"]}"]')
+    expect(row).to_have_count(1, timeout=10_000)  # the table fetched itself
+    expect(row.locator('td[data-column="title"]')).to_have_text("from the API")
+    expect(ui.locator("#total")).to_have_text("2")
+
+    # a burst: every write shows, in fewer table fetches than writes; the page stays the same document
+    refreshes: list[str] = []
+    ui.on("request", lambda r: refreshes.append(r.url) if f"/collections/{name}/records?" in r.url else None)
+    for n in range(5):
+        assert api.call("POST", f"/api/v1/collections/{name}/records", {"data": {"title": f"burst {n}"}})[0] == 201
+    assert api.call("DELETE", f"/api/v1/collections/{name}/records/{first['id']}")[0] == 204
+    expect(ui.locator("#total")).to_have_text("6", timeout=10_000)
+    expect(ui.locator(f'#records tr[data-id="{first["id"]}"]')).to_have_count(0)
+    assert ui.evaluate("window.sameDocument") is True
+    assert 1 <= len(refreshes) < 6, refreshes
+    expect(ui.locator("#live-status")).to_have_attribute("data-state", "open")
+    admin_page.watch.assert_clean()

@@ -1,5 +1,5 @@
-"""The admin UI's vendored assets (issue 15): htmx exactly as published on npm, with its licence,
-and no page or asset that needs the network."""
+"""The admin UI's vendored assets (issue 15): htmx and its SSE extension exactly as published on npm,
+with their licences, and no page or asset that needs the network."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ TEMPLATES = Path(cms.admin_ui.__file__).parent / "templates"
 HTMX_VERSION = "2.0.11"
 """npm `htmx.org@2.0.11`, file `dist/htmx.min.js` (`npm pack htmx.org@2.0.11`)."""
 HTMX_SHA256 = "d6fdc75f204e6bdefa99b69bf1e6d4ac69b8a364f77929f45c13476b4000f717"
+HTMX_SSE_VERSION = "2.2.4"
+"""npm `htmx-ext-sse@2.2.4` (for htmx 2), file `dist/sse.min.js` (`npm pack htmx-ext-sse@2.2.4`; the tarball's
+integrity is sha512-LJmxVhykyflBWgh5PvbRidcyuqMHlgfajmmzumvKctv9puvsufeH6OaejSMZTNTnEI8O2wXXn4ZZtBdpEMqmEQ==)."""
+HTMX_SSE_SHA256 = "98a46496de0c3605fbffdce9167ba427bdd9553184f83f149c261891a92c0136"
 FIRST_LOAD_JS_GZIP_LIMIT = 150 * 1024
 
 
@@ -24,6 +28,13 @@ def test_vendored_htmx_is_the_published_file():
     assert hashlib.sha256(data).hexdigest() == HTMX_SHA256, f"htmx.min.js is not npm htmx.org@{HTMX_VERSION}"
     licence = (STATIC / "htmx.LICENSE").read_text()
     assert licence.startswith("Zero-Clause BSD")
+
+
+def test_vendored_sse_extension_is_the_published_file():
+    data = (STATIC / "htmx-ext-sse.min.js").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == HTMX_SSE_SHA256, \
+        f"htmx-ext-sse.min.js is not npm htmx-ext-sse@{HTMX_SSE_VERSION}"
+    assert (STATIC / "htmx-ext-sse.LICENSE").read_text().startswith("BSD Zero Clause License")
 
 
 def test_first_load_javascript_is_small():

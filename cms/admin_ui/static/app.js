@@ -96,4 +96,29 @@
     });
     ids.forEach(function (id) { if (!shown[id]) { shown[id] = true; chosen.append(chip(id, "")); } });
   });
+
+  // The records table's live indicator (#live-status, templates/records/index.html): what htmx's SSE
+  // extension reports of the page's stream. "open" while connected; "connecting" while the browser
+  // reconnects; "off" once the extension closed it (it retries later, and then reports again).
+  function liveStatus(state, title) {
+    var status = document.getElementById("live-status");
+    if (status) {
+      status.dataset.state = state;
+      status.title = title;
+    }
+  }
+  document.addEventListener("htmx:sseOpen", function () {
+    liveStatus("open", "Live: the table updates itself");
+  });
+  document.addEventListener("htmx:sseError", function (event) {
+    var source = event.detail && event.detail.source;
+    if (source && source.readyState === EventSource.CONNECTING) {
+      liveStatus("connecting", "Reconnecting to live updates");
+    } else {
+      liveStatus("off", "Live updates are off; reload the page to see changes");
+    }
+  });
+  document.addEventListener("htmx:sseClose", function () {
+    liveStatus("off", "Live updates are off; reload the page to see changes");
+  });
 })();

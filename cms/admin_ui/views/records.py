@@ -5,7 +5,9 @@ The table reads the same cached list as `GET /api/v1/collections/{name}/records`
 the filter grammar, sort, search, page and per_page are passed through unchanged, so the page shows
 exactly what the API answers (InvalidFilter messages inline). Column choice is kept in the query string (`cols`).
 
-Deleting asks first; files are served for previews. The editor is record_editor.py.
+Deleting asks first; files are served for previews. The editor is record_editor.py. The table
+updates itself while the page is open (records_live.py: htmx's SSE extension re-fetches
+`records/table.html`, the part of the page below the query forms, on `records-changed`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import orjson
 from aiohttp import web
@@ -28,7 +30,7 @@ from cms.admin_ui.common import (
     redirect,
     render,
 )
-from cms.admin_ui.views import relations
+from cms.admin_ui.views import records_live, relations
 from cms.admin_ui.views.record_editor import create, edit, new, record_json_of, update
 from cms.admin_ui.views.relations import RelationTarget, chosen, expand_view, relation_targets
 from cms.errors import CmsError
@@ -141,6 +143,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     svc = services(request)
     collection = await svc.catalog.by_name(request.match_info["collection_name"])
     state = table_state(request, collection)
+    position = svc.realtime.position  # taken before the read: the live stream starts from it
     error: ErrorMessage | None = None
     status = 200
     listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)
@@ -177,8 +180,12 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
             return url(sort=column, page=1), "desc"
         return url(sort=column, page=1), ""
 
+    # the live stream's refresh asks for the table alone (htmx targets #records-view)
+    refresh = request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == "records-view"
+    live_url = None if error else f"{records_live.live_path(collection.name)}?after={quote(position)}"
     return await render(
-        request, "records/index.html", status=status, collection=collection, state=state, error=error,
+        request, "records/table.html" if refresh else "records/index.html", status=status,
+        collection=collection, state=state, error=error, live_url=live_url, table_url=url(),
         columns=columns, all_columns=[*specs, *SYSTEM_COLUMNS], rows=rows, total=total, pages=pages,
         url=url, sort_link=sort_link, per_page_choices=(10, 30, 50, 100),
         related={name: target.collection.name for name, target in targets.items()},
@@ -232,6 +239,7 @@ def routes() -> list[web.RouteDef]:
         web.get(base, index, name="admin_ui.records"),
         web.get(base + "/new", new),
         web.post(base + "/new", create),
+        *records_live.routes(),  # before /{record_id}
         web.get(base + "/{record_id}", edit),
         web.post(base + "/{record_id}", update),
         web.get(base + "/{record_id}/delete", confirm_delete),

@@ -41,6 +41,7 @@ from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.delivery.realtime.stream import (
     CONNECT,
     RECORD,
+    REDIS_DOWN,
     SUBSCRIPTIONS,
     TAKEOVER,
     Entry,
@@ -65,6 +66,8 @@ RETRY_S = 1.0
 """Seconds between tries of the reader while Redis does not answer."""
 CLIENT_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 """What a client id may look like (ours are UUIDs)."""
+MAX_SCAN = 10_000
+"""Entries `written_since` looks at; past them it answers "maybe" (True)."""
 
 CREATE, UPDATE, DELETE = "create", "update", "delete"
 AFTER, BEFORE = "after", "before"
@@ -316,6 +319,47 @@ class RealtimeHub:
 
     # --- connections -----------------------------------------------------------------------------
 
+    @property
+    def position(self) -> str:
+        """The id of the newest stream entry this process has read and handed out ("0-0" before the
+        first). A record entry is appended after its write committed and the read cache learnt of
+        it, so a read that starts after taking `position` shows every write up to it."""
+        return self._position
+
+    async def written_since(self, collection: str, after: str) -> tuple[bool, str]:
+        """(Whether a record of `collection` may have been written since stream entry `after`, the
+        newest entry id that answer covers). True also when that can no longer be told: `after` is
+        not a stream id, entries after it were trimmed or lost, or more than MAX_SCAN follow it.
+        `after` "0-0" (the `position` of a hub that started on an empty stream and has read nothing
+        yet) looks at the stream from its start. Raises ServiceUnavailable when Redis does not answer."""
+        try:
+            floor = await self._stream.floor()
+            order = _order_or_none(after)
+            if floor is None or order is None or (order != (0, 0) and order < entry_order(floor)):
+                return True, await self._stream.last_id()
+            seen, scanned = after, 0
+            while scanned < MAX_SCAN:
+                entries = await self._stream.range(seen, count=READ_COUNT)
+                if not entries:
+                    return False, seen
+                seen, scanned = entries[-1].id, scanned + len(entries)
+                if any(e.kind == RECORD and _collection_of(e.body) == collection for e in entries):
+                    return True, seen
+            return True, seen
+        except REDIS_DOWN as exc:
+            raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
+
+    def expires_in_s(self, ref: CredentialRef | None) -> float | None:
+        """Seconds until events under `ref` stop for good (its access token's expiry, by the hub's
+        clock; 0 when past); None when it has no expiry (anonymous, an API key)."""
+        if ref is None or ref.expires_at is None:
+            return None
+        return max(0.0, (ref.expires_at - self._clock()).total_seconds())
+
+    def release(self, conn: Connection) -> None:
+        """Close and forget `conn` when its stream will not be served (`serve` does this itself)."""
+        self._unregister(conn)
+
     async def open(self, client_id: str | None, last_event_id: str | None) -> Connection:
         """A new stream: a new client, or with `client_id` (and `last_event_id`) the resume of a known
         one, whose missed events `serve` replays first (or that gets `resync` when they are no longer
@@ -333,7 +377,7 @@ class RealtimeHub:
                 if conn is not None:
                     return conn
             return await self._connect(resync=resuming)
-        except (ConnectionError, OSError, TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
 
     async def _connect(self, *, resync: bool) -> Connection:
@@ -480,7 +524,7 @@ class RealtimeHub:
         try:
             entry = await self._stream.set_subscriptions(
                 client_id, state, orjson.dumps({"client": client_id, "state": orjson.loads(state)}))
-        except (ConnectionError, OSError, TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
         if entry is None:
             raise NotFound("Realtime client not found; open GET /api/v1/realtime first")

@@ -22,10 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.services.caching import keys
 
 RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER = "r", "c", "s", "t"
+REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, TimeoutError)
+"""What a call of the stream raises when Redis does not answer (redis-py's errors are not the builtins)."""
 RETENTION_S = 600
 """Entries younger than this many seconds are never trimmed (decisions.md: at least 10 minutes)."""
 RETENTION_EVENTS = 100_000
