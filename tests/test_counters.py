@@ -54,8 +54,9 @@ def started(value: object) -> int:
     (keys.realtime_stream("db1"), "cms:rt:db1:events"),
     (keys.realtime_floor("db1"), "cms:rt:db1:floor"),
     (keys.realtime_client("db1", "c1"), "cms:rt:db1:client:c1"),
+    (keys.realtime_active("db1"), "cms:rt:db1:active"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry",
-        "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client"])
+        "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
 

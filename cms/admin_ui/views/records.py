@@ -143,7 +143,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     svc = services(request)
     collection = await svc.catalog.by_name(request.match_info["collection_name"])
     state = table_state(request, collection)
-    position = svc.realtime.position  # taken before the read: the live stream starts from it
+    position = await svc.realtime.watch_from()  # taken before the read: the live stream starts from it
     error: ErrorMessage | None = None
     status = 200
     listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)

@@ -91,3 +91,9 @@ def realtime_client(db: str, client_id: str) -> str:
     """The state of one realtime client (its subscriptions and the credential behind them), kept
     10 minutes past its last stream: `cms:rt:<db>:client:<client id>`."""
     return f"{ROOT}:rt:{db}:client:{client_id}"
+
+
+def realtime_active(db: str) -> str:
+    """Present while realtime is in use on database `db` (a client connected within 10 minutes): record
+    events are appended to the stream only then: `cms:rt:<db>:active`."""
+    return f"{ROOT}:rt:{db}:active"

@@ -95,6 +95,11 @@ class ApiKeyService:
             raise Unauthorized("Invalid API key")
         return await self.authenticate_hash(hash_token(secret))
 
+    async def expires_at(self, key_hash: str) -> datetime | None:
+        """When the key whose SHA-256 hex digest is `key_hash` expires (None: never, or no such key)."""
+        key = await self._keys.by_hash(key_hash)
+        return None if key is None else key.expires_at
+
     async def authenticate_hash(self, key_hash: str) -> Principal:
         """As `authenticate`, for the key whose SHA-256 hex digest is `key_hash` (a realtime stream
         re-checks the key of its subscriptions with it, never holding the secret). Raises Unauthorized."""

@@ -30,7 +30,7 @@ from cms.services.identity.sessions import UserSessions
 class CredentialRef:
     """What stands behind a principal, kept instead of the credential: for a token, its `audience`,
     `session_id`, `user_id` and `expires_at` (the access token's `exp`, aware UTC); for an API key,
-    `key_hash` (SHA-256 hex of the secret)."""
+    `key_hash` (SHA-256 hex of the secret) and `expires_at` (the key's expiry; None: never)."""
 
     audience: str = ""
     session_id: str = ""
@@ -73,7 +73,8 @@ class Authenticator:
         checks it by later. Raises Unauthorized."""
         principal = await self.authenticate(credential)
         if is_api_key(credential):
-            return principal, CredentialRef(key_hash=hash_token(credential))
+            key_hash = hash_token(credential)
+            return principal, CredentialRef(key_hash=key_hash, expires_at=await self._api_keys.expires_at(key_hash))
         audience = self._codec.verified_audience(credential)
         claims = self._codec.decode(credential, typ=ACCESS, audience=audience)
         return principal, CredentialRef(audience=audience, session_id=claims.sid, user_id=claims.sub,

@@ -319,11 +319,17 @@ class RealtimeHub:
 
     # --- connections -----------------------------------------------------------------------------
 
-    @property
-    def position(self) -> str:
-        """The id of the newest stream entry this process has read and handed out ("0-0" before the
+    async def watch_from(self) -> str:
+        """Keep record history from now on (realtime is marked in use, `EventStream.activate`), then
+        the id of the newest stream entry this process has read and handed out ("0-0" before the
         first). A record entry is appended after its write committed and the read cache learnt of
-        it, so a read that starts after taking `position` shows every write up to it."""
+        it, so a read that starts after this shows every write up to the returned position, and
+        `written_since` sees every later one. A Redis failure is logged (`written_since` then answers
+        "changed")."""
+        try:
+            await self._stream.activate()
+        except REDIS_DOWN as exc:
+            log.warning("realtime: could not mark realtime in use (%r)", exc)
         return self._position
 
     async def written_since(self, collection: str, after: str) -> tuple[bool, str]:
@@ -376,7 +382,7 @@ class RealtimeHub:
                 conn = await self._resume(client_id, last_event_id)
                 if conn is not None:
                     return conn
-            return await self._connect(resync=resuming)
+            return await self._connect(resync=client_id is not None)
         except REDIS_DOWN as exc:
             raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
 

@@ -9,7 +9,9 @@ subscriptions, or closes its old stream, exactly between the writes before and a
 
 Client state (`keys.realtime_client`) lives in Redis beside the stream, so a subscription POST or a
 resume may reach any replica: every change of it and its control entry are written by one Lua script
-(atomic). The floor (`keys.realtime_floor`) is the id above which the history is complete; trimming
+(atomic). Record events are appended only while a client connected within the last CLIENT_TTL_S
+(`keys.realtime_active`, set with every connect, resume and keep-alive): no client could resume from
+before that. The floor (`keys.realtime_floor`) is the id above which the history is complete; trimming
 (`trim`) raises it, and a Redis that lost its data has none (a resume from before it gets `resync`).
 
 Retention: entries go only when older than RETENTION_S and beyond the newest RETENTION_EVENTS, or
@@ -42,6 +44,7 @@ TRIM_STEP = 10_000
 """Entries one trim call looks at (one Lua call must stay short: Redis runs nothing else meanwhile)."""
 
 _APPEND = """
+if ARGV[1] == 'r' and redis.call('EXISTS', KEYS[3]) == 0 then return {} end
 local ids = {}
 for i = 2, #ARGV do
   ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'k', ARGV[1], 'b', ARGV[i])
@@ -51,6 +54,7 @@ return ids
 """
 _CONNECT = """
 redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[1])
+redis.call('SET', KEYS[4], '1', 'EX', ARGV[1])
 local id = redis.call('XADD', KEYS[1], '*', 'k', 'c', 'b', ARGV[3])
 redis.call('SET', KEYS[2], id, 'NX')
 return id
@@ -59,6 +63,7 @@ _TAKEOVER = """
 local state = redis.call('GET', KEYS[3])
 if not state then return false end
 redis.call('EXPIRE', KEYS[3], ARGV[1])
+redis.call('SET', KEYS[4], '1', 'EX', ARGV[1])
 local id = redis.call('XADD', KEYS[1], '*', 'k', 't', 'b', ARGV[2])
 redis.call('SET', KEYS[2], id, 'NX')
 return {state, id, redis.call('GET', KEYS[2])}
@@ -122,6 +127,7 @@ class EventStream:
         self._db = db
         self._stream = keys.realtime_stream(db)
         self._floor = keys.realtime_floor(db)
+        self._active = keys.realtime_active(db)
         self._append = redis.register_script(_APPEND)
         self._connect = redis.register_script(_CONNECT)
         self._takeover = redis.register_script(_TAKEOVER)
@@ -132,16 +138,18 @@ class EventStream:
         return keys.realtime_client(self._db, client_id)
 
     async def append(self, kind: str, bodies: list[bytes]) -> list[str]:
-        """Append one entry of `kind` per body, in order, in one round trip; returns their ids."""
+        """Append one entry of `kind` per body, in order, in one round trip; returns their ids. RECORD
+        entries are appended only while realtime is in use (`keys.realtime_active`: a client connected
+        within CLIENT_TTL_S), so a deployment without realtime clients keeps no history in Redis."""
         if not bodies:
             return []
-        ids = await self._append(keys=[self._stream, self._floor], args=[kind, *bodies])
+        ids = await self._append(keys=[self._stream, self._floor, self._active], args=[kind, *bodies])
         return [_text(i) for i in ids]
 
     async def connect(self, client_id: str, state: bytes) -> str:
         """Store a new client's `state` (forgotten CLIENT_TTL_S later unless touched) and append its
         CONNECT entry; returns the entry id (the stream position the client starts at)."""
-        entry = await self._connect(keys=[self._stream, self._floor, self._client(client_id)],
+        entry = await self._connect(keys=[self._stream, self._floor, self._client(client_id), self._active],
                                     args=[CLIENT_TTL_S, state, client_id.encode()])
         return _text(entry)
 
@@ -149,7 +157,7 @@ class EventStream:
         """Resume `client_id`: refresh its state's life and append a TAKEOVER entry (`body`) that closes
         its older streams on every replica. Returns (its state, the entry id, the floor: None when
         history is unknown), or None for a forgotten client."""
-        answer = await self._takeover(keys=[self._stream, self._floor, self._client(client_id)],
+        answer = await self._takeover(keys=[self._stream, self._floor, self._client(client_id), self._active],
                                       args=[CLIENT_TTL_S, body])
         if not answer:
             return None
@@ -169,7 +177,12 @@ class EventStream:
         async with self._redis.pipeline(transaction=False) as pipe:
             for client_id in client_ids:
                 pipe.expire(self._client(client_id), CLIENT_TTL_S)
+            pipe.set(self._active, b"1", ex=CLIENT_TTL_S)
             await pipe.execute()
+
+    async def activate(self) -> None:
+        """Mark realtime as in use for CLIENT_TTL_S: record events are appended from now on."""
+        await self._redis.set(self._active, b"1", ex=CLIENT_TTL_S)
 
     async def last_id(self) -> str:
         """The id of the newest entry ("0-0" for an empty or missing stream)."""

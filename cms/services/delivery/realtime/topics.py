@@ -86,8 +86,8 @@ def parse_topic(text: str) -> Topic:
 async def check_topics(catalog: Catalog, texts: Sequence[Any], principal: Principal | None) -> list[Topic]:
     """The topics `texts` (a JSON array from a client) once each is valid: a string that parses,
     naming an existing collection, with a filter and expand paths that fit it. Raises
-    ValidationFailed (422) with `errors: {"subscriptions": {"<index>": [message]}}` naming every bad
-    one, or for more than MAX_TOPICS."""
+    ValidationFailed (422) with `errors: {"subscriptions.<index>": [message]}` naming every bad one
+    (the dotted keys of every validation error), or `{"subscriptions": [...]}` for more than MAX_TOPICS."""
     if len(texts) > MAX_TOPICS:
         raise ValidationFailed(f"At most {MAX_TOPICS} subscriptions, {len(texts)} given",
                                errors={"subscriptions": [f"At most {MAX_TOPICS} subscriptions."]})
@@ -102,17 +102,17 @@ async def check_topics(catalog: Catalog, texts: Sequence[Any], principal: Princi
             topic.filter_query(collection)
             await resolve(catalog, collection, topic.view, principal)
         except NotFound:
-            failures[str(index)] = [f"'{str(text)[:80]}': unknown collection"]
+            failures[f"subscriptions.{index}"] = [f"'{str(text)[:80]}': unknown collection"]
             continue
         except CmsError as exc:
             if exc.status >= 500:
                 raise
-            failures[str(index)] = [f"'{str(text)[:80]}': {exc.detail}"]
+            failures[f"subscriptions.{index}"] = [f"'{str(text)[:80]}': {exc.detail}"]
             continue
         except ValueError as exc:
-            failures[str(index)] = [f"'{str(text)[:80]}': {exc}"]
+            failures[f"subscriptions.{index}"] = [f"'{str(text)[:80]}': {exc}"]
             continue
         topics.append(topic)
     if failures:
-        raise ValidationFailed("Invalid subscriptions", errors={"subscriptions": failures})
+        raise ValidationFailed("Invalid subscriptions", errors=failures)
     return topics
