@@ -43,6 +43,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     else:
         app.cleanup_ctx.append(_services_ctx(config))
     add_routes(app)
+    app.on_shutdown.append(_close_realtime_streams)
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
     _add_cors(app, config)
@@ -65,9 +66,22 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
             app[SERVICES] = services
             if config.admin_email and config.admin_password:
                 await services.identity.registration.ensure_admin(config.admin_email, config.admin_password)
-            yield
+            await services.realtime.start()
+            try:
+                yield
+            finally:
+                await services.realtime.stop()
 
     return ctx
+
+
+async def _close_realtime_streams(app: web.Application) -> None:
+    """Graceful shutdown: end every realtime stream first, so clients reconnect (to another replica)
+    and resume, instead of waiting out the shutdown time-out."""
+    services = app.get(SERVICES)
+    if services is not None:
+        for conn in list(services.realtime.connections.values()):
+            conn.close("shutdown")
 
 
 def _add_cors(app: web.Application, config: Config) -> None:

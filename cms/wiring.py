@@ -33,6 +33,7 @@ from cms.services.content.record_writer import RecordWriter
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
+from cms.services.delivery.realtime import EventStream, RealtimeHub, RealtimePublisher
 from cms.services.delivery.webhook_outbox import WebhookOutbox
 from cms.services.delivery.webhook_sender import WebhookSender, address_check
 from cms.services.delivery.webhooks import WebhookService
@@ -101,6 +102,8 @@ class Services:
     authenticator: Authenticator
     files: FileService
     batch: BatchService
+    realtime: RealtimeHub
+    """This process's realtime streams; started by the web app only (`RealtimeHub.start`)."""
 
 
 REDIS_INFO_FIGURES = (
@@ -216,6 +219,20 @@ def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
     return read_cache
 
 
+def build_realtime(infra: Infra, platform: Platform, content: Content, authenticator: Authenticator) -> RealtimeHub:
+    """The realtime stream on the queue's Redis, its publisher (subscribed after the read cache, so a
+    client that reads on an event never gets the answer from before it) and this process's hub."""
+    stream = EventStream(infra.redis, infra.config.mongodb_db)
+    platform.events.subscribe(RealtimePublisher(stream).on_record_events)
+
+    async def max_connections() -> int:
+        return int((await platform.settings.values())["realtime_max_connections"])
+
+    return RealtimeHub(stream, content.catalog, content.record_repository, authenticator,
+                       session_epoch=platform.sessions.epoch, max_connections=max_connections, clock=infra.clock,
+                       block_ms=max(100, min(5_000, (infra.config.database_timeout_s - 1) * 1000)))
+
+
 async def build_files(infra: Infra, platform: Platform, content: Content) -> FileService:
     """The file service; deleting a record or collection deletes its files (event subscriber)."""
     file_repository = FileRepository(infra.db)
@@ -267,7 +284,8 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
         email_change=EmailChange(deps, credentials),
         sessions=sessions,
     )
-    api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock)
+    api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock,
+                             on_revoked=p.sessions.invalidate)
     return identity, api_keys, Authenticator(p.codec, sessions, api_keys)
 
 
@@ -323,6 +341,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         identity, api_keys, authenticator = await build_identity(infra, platform, content)
         webhooks, webhook_outbox = await build_webhooks(infra, platform, content, identity)
         read_cache = build_read_cache(infra, platform)
+        realtime = build_realtime(infra, platform, content, authenticator)
         files = await build_files(infra, platform, content)
         records = RecordService(content.catalog, content.record_repository, content.writer,
                                 settings=platform.settings, cache=read_cache, files=files)
@@ -350,4 +369,5 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             files=files,
             batch=BatchService(records, platform.events, content.transactions, platform.settings,
                                writer=content.writer),
+            realtime=realtime,
         )

@@ -51,8 +51,11 @@ def started(value: object) -> int:
     (keys.rate_limit_prefix("db1"), "cms:ratelimit:db1"),
     (keys.admin_ui_refresh("db1", "beef"), "cms:admin-ui:refresh:db1:beef"),
     (keys.admin_ui_refresh_lock("db1", "beef"), "cms:admin-ui:refresh:db1:beef:lock"),
+    (keys.realtime_stream("db1"), "cms:rt:db1:events"),
+    (keys.realtime_floor("db1"), "cms:rt:db1:floor"),
+    (keys.realtime_client("db1", "c1"), "cms:rt:db1:client:c1"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry",
-        "ratelimit", "refresh", "refresh-lock"])
+        "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
 

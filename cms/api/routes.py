@@ -21,6 +21,7 @@ from cms.api import (
     collection_auth,
     collections,
     files,
+    realtime,
     records,
     settings,
     system,
@@ -225,6 +226,16 @@ ROUTES: tuple[Route, ...] = (
           "all or nothing; each counts against the rate limit; needs a replica set", "records",
           policy=OPTIONAL, body=batch_schemas.BatchSchema, response=batch_schemas.BatchAnswerSchema, many=True,
           failure=batch_schemas.BatchFailureSchema),
+    # --- realtime (decisions.md: Realtime); the stream needs no credentials, a subscription carries them
+    Route("GET", V1 + "/realtime", realtime.open_stream,
+          "Open the realtime stream (server-sent events): `connect` with the `client_id`, then the events of "
+          "the client's subscriptions (`id:` on every event, `: ping` every 20 s); resume with `?client_id=` and "
+          "the `Last-Event-ID` header; 503 past the server's connection limit", "realtime",
+          query=s.RealtimeStreamQuerySchema, produces="text/event-stream"),
+    Route("POST", V1 + "/realtime", realtime.subscribe,
+          "Set the client's subscriptions (replacing the previous set) under this request's credentials; "
+          "204 once in force on every replica", "realtime",
+          policy=OPTIONAL, body=s.RealtimeSubscribeSchema, status=204),
     # --- API keys (issue 9)
     api_key_route("POST", API_KEYS, api_keys.create_api_key,
                   "Create an API key (admin-table users); the secret `key` is returned only here",

@@ -95,6 +95,10 @@ class TokenCodec:
         token = jwt.encode(payload, self._secret_key, algorithm=ALGORITHM)
         return token, claims
 
+    def now(self) -> datetime:
+        """The codec's clock reading (aware UTC): what token expiry is checked against."""
+        return self._clock()
+
     def decode(self, token: str, *, typ: str, audience: str, check_expiry: bool = True) -> TokenClaims:
         """Verify `token` and return its claims; it must be of type `typ` and for exactly `audience`.
 

@@ -45,9 +45,11 @@ ADMIN_TABLE_TOKEN_ONLY = "Not an admin-table user token"
 """The 401 detail of an admin-table user's endpoint called with another kind of credential."""
 COLLECTION_TOKEN_ONLY = "Not a token of this collection"
 """The 401 detail of an auth collection's user endpoint called with another kind of credential."""
-API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files|batch)(/.*)?$")
-"""What an API key may reach: records and files (decisions.md), and batches of record writes (the
-`write` scope; each request then runs as the key's owner); anything else under /api is 403."""
+API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files|batch|realtime)(/.*)?$")
+"""What an API key may reach: records and files (decisions.md), batches of record writes (the
+`write` scope; each request then runs as the key's owner) and realtime subscriptions (reads: the
+`read` scope, whatever the method); anything else under /api is 403."""
+REALTIME_PATH = "/api/v1/realtime"
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -98,7 +100,7 @@ def require_api_key_reach(principal: Principal, method: str, path: str) -> None:
     files only (API_KEY_PATHS); `read` scope for GET/HEAD, `write` for POST/PATCH/PUT/DELETE."""
     if not API_KEY_PATHS.match(path):
         raise Forbidden("API keys may be used on records and files only")
-    needed = "read" if method in READ_METHODS else "write"
+    needed = "read" if method in READ_METHODS or path == REALTIME_PATH else "write"
     if needed not in principal.scopes:
         raise Forbidden(f"This API key lacks the '{needed}' scope")
 

@@ -18,7 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from cms.errors import AlreadyExists
 from cms.models import CollectionUser, Record
 from cms.store.client import Database
-from cms.store.documents import record_from_document, record_to_document, records_mongo_name
+from cms.store.documents import record_after_update, record_from_document, record_to_document, records_mongo_name
 from cms.store.errors import translate_errors
 from cms.store.transactions import current_session
 
@@ -109,17 +109,22 @@ class CollectionUserRepository:
         )
 
     async def update_record(self, collection_id: str, user_id: str, values: dict[str, Any],
-                            updated: datetime) -> Record | None:
+                            updated: datetime) -> tuple[Record, Record] | None:
         """Set `values` (e.g. verified=True, email=...) and `updated` on the user's record; returns the
-        record after the change, or None if the user is gone. Joins the transaction open in this
-        task, if one is. Raises AlreadyExists (email taken)."""
+        record as it was before the change and as it is after it (`record_after_update`), or None if
+        the user is gone. Joins the transaction open in this task, if one is. Raises AlreadyExists
+        (email taken)."""
         await self.ensure_email_index(collection_id)
+        change = {**values, "updated": updated}
         async with translate_errors("email"):
             doc = await self._records(collection_id).find_one_and_update(
-                {"_id": user_id}, {"$set": {**values, "updated": updated}},
-                return_document=ReturnDocument.AFTER, session=current_session(),
+                {"_id": user_id}, {"$set": change},
+                return_document=ReturnDocument.BEFORE, session=current_session(),
             )
-        return record_from_document(doc) if doc else None
+        if not doc:
+            return None
+        before = record_from_document(doc)
+        return before, record_after_update(before, change, ())
 
     async def delete_credentials(self, user_id: str) -> None:
         """Forget a user's credentials (its record is gone)."""

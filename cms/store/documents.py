@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from cms.models import Record
@@ -64,3 +65,14 @@ def record_from_document(doc: dict[str, Any]) -> Record:
 def record_to_document(record: Record) -> dict[str, Any]:
     """A Record as a document (`data` values at the top level)."""
     return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
+
+
+def record_after_update(record: Record, set_values: Mapping[str, Any], unset: Iterable[str]) -> Record:
+    """`record` as MongoDB stores it after `{"$set": set_values, "$unset": unset}` (top-level
+    names; `updated` in `set_values` stamps the record, any other name is a field value), computed
+    in memory: the one place that replays an update on a record read before it (single and bulk
+    record updates, auth-collection user updates)."""
+    cleared = set(unset)
+    doc = {k: v for k, v in record_to_document(record).items() if k not in cleared}
+    doc.update(set_values)
+    return record_from_document(doc)

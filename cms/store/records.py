@@ -24,6 +24,7 @@ from cms.store.client import Capabilities, Database
 from cms.store.documents import (
     RECORDS_PREFIX,
     UNIQUE_PREFIX,
+    record_after_update,
     record_from_document,
     record_to_document,
     records_mongo_name,
@@ -108,19 +109,23 @@ class RecordRepository:
     async def update(
         self, collection_id: str, record_id: str, set_values: dict[str, Any], unset: Sequence[str], *,
         expected_updated: datetime | None = None,
-    ) -> Record | None:
-        """Set and unset fields of one record; returns the record after the change, or None if gone
-        (or, with `expected_updated`, when its `updated` is no longer that: it changed since it was
-        read). Raises AlreadyExists on a unique-index conflict."""
+    ) -> tuple[Record, Record] | None:
+        """Set and unset fields of one record (`set_values` may stamp `updated`); returns the record
+        as it was before the change and as it is after it (`record_after_update`, no second read),
+        or None if gone (or, with `expected_updated`, when its `updated` is no longer that: it
+        changed since it was read). Raises AlreadyExists on a unique-index conflict."""
         change: dict[str, Any] = {"$set": set_values}
         if unset:
             change["$unset"] = {name: "" for name in unset}
         async with translate_errors("record"):
             doc = await self._mongo_coll(collection_id).find_one_and_update(
-                _one(record_id, expected_updated), change, return_document=ReturnDocument.AFTER,
+                _one(record_id, expected_updated), change, return_document=ReturnDocument.BEFORE,
                 session=current_session(),
             )
-        return record_from_document(doc) if doc else None
+        if not doc:
+            return None
+        before = record_from_document(doc)
+        return before, record_after_update(before, set_values, unset)
 
     async def delete(self, collection_id: str, record_id: str, *,
                      expected_updated: datetime | None = None) -> Record | None:

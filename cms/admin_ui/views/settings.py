@@ -43,6 +43,7 @@ HELP = {
     "csv_import_max_mb": "Size of one CSV import, in MiB.",
     "bulk_max_ids": "Records one bulk update or delete may name.",
     "batch_max_requests": "Requests one batch (POST /api/v1/batch) may hold, all in one transaction.",
+    "realtime_max_connections": "Realtime streams one server process holds (past it: 503; 0 turns realtime off).",
     "read_cache_enabled": "The Redis cache of record reads (off: every read queries MongoDB).",
 }
 """A line of help under each setting's name."""

@@ -27,6 +27,7 @@ from cms.api.schemas.auth import (
     TwoFactorDisableSchema,
 )
 from cms.api.schemas.errors import ErrorSchema
+from cms.api.schemas.realtime import RealtimeStreamQuerySchema, RealtimeSubscribeSchema
 from cms.api.schemas.records import (
     BulkDeleteSchema,
     BulkUpdateSchema,
@@ -84,6 +85,7 @@ __all__ = [
     "BulkUpdatedSchema", "ChangePasswordSchema", "CollectionLoginResponseSchema", "CollectionRegisterResponseSchema",
     "CollectionRegisterSchema", "CollectionSchema", "CollectionUserSchema", "CsvImportFailureSchema",
     "CsvImportResultSchema", "DeliveryPageSchema", "DeliveryQuerySchema", "EmailChangeRequestSchema", "ErrorSchema",
+    "RealtimeStreamQuerySchema", "RealtimeSubscribeSchema",
     "FileSchema", "ForgotPasswordSchema", "HealthSchema", "LoginResponseSchema", "MessageSchema",
     "OAuthCallbackSchema", "OAuthProviderSchema", "OAuthProvidersQuerySchema", "OtpRequestSchema", "OtpVerifySchema",
     "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordListQuerySchema", "RecordPageSchema",

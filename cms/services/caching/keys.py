@@ -73,3 +73,21 @@ def admin_ui_refresh(db: str, token_digest: str) -> str:
 def admin_ui_refresh_lock(db: str, token_digest: str) -> str:
     """The lock the replica that performs that refresh holds: `<admin_ui_refresh(...)>:lock`."""
     return f"{admin_ui_refresh(db, token_digest)}:lock"
+
+
+def realtime_stream(db: str) -> str:
+    """The Redis Stream every replica appends its record events (and realtime control entries) to and
+    reads them from, for database `db` (decisions.md, Realtime): `cms:rt:<db>:events`."""
+    return f"{ROOT}:rt:{db}:events"
+
+
+def realtime_floor(db: str) -> str:
+    """The stream id below which realtime history may be missing (trimmed or lost with Redis): a
+    resume from an older id gets `resync`: `cms:rt:<db>:floor`."""
+    return f"{ROOT}:rt:{db}:floor"
+
+
+def realtime_client(db: str, client_id: str) -> str:
+    """The state of one realtime client (its subscriptions and the credential behind them), kept
+    10 minutes past its last stream: `cms:rt:<db>:client:<client id>`."""
+    return f"{ROOT}:rt:{db}:client:{client_id}"

@@ -164,9 +164,11 @@ class RecordWriter:
         """Step 6: one `create` event per record."""
         await emit_changed(self._events, CREATE, collection, records, self.clock())
 
-    async def emit_updated(self, collection: Collection, records: Sequence[Record]) -> None:
-        """One `update` event per changed record (bulk updates, relation releases, user changes)."""
-        await emit_changed(self._events, UPDATE, collection, records, self.clock())
+    async def emit_updated(self, collection: Collection, records: Sequence[Record],
+                           previous: Sequence[Record] = ()) -> None:
+        """One `update` event per changed record (bulk updates, relation releases, user changes);
+        `previous`: the records as they were before the change, matched by id (`emit_changed`)."""
+        await emit_changed(self._events, UPDATE, collection, records, self.clock(), previous)
 
     async def emit_deleted(self, collection: Collection, record_ids: Sequence[str],
                            records: Sequence[Record] = ()) -> None:
@@ -273,10 +275,11 @@ class RecordWriter:
                 expected = await checked()
             set_values["updated"] = self.clock()
             async with await self.unit(collection):
-                record = await self._records.update(collection.id, record_id, set_values, unset,
+                change = await self._records.update(collection.id, record_id, set_values, unset,
                                                     expected_updated=expected)
-                if record is not None:
-                    await self.emit_updated(collection, [record])
+                if change is not None:
+                    before, record = change
+                    await self.emit_updated(collection, [record], [before])
                     return record
             if expected is None:
                 raise NotFound("Record not found")
@@ -316,11 +319,15 @@ class RecordWriter:
 
 
 async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
-                       now: datetime) -> None:
+                       now: datetime, previous: Sequence[Record] = ()) -> None:
     """The one way record events are made: one `create` or `update` event per record, carrying the
-    full record as the API shows it (`represent.record_json`), stamped `now`. Used by every service
-    that writes records (records, bulk, CSV import, auth-collection users)."""
-    await events.emit([RecordEvent(kind, collection.name, r.id, represent.record_json(r), now, record=r)
+    full record as the API shows it (`represent.record_json`), stamped `now`. `previous` (updates):
+    the records as they were before the change, matched by id, any order; each rides along as
+    `RecordEvent.previous` (None for a record without one). Used by every service that writes
+    records (records, bulk, CSV import, auth-collection users)."""
+    before = {r.id: r for r in previous}
+    await events.emit([RecordEvent(kind, collection.name, r.id, represent.record_json(r), now, record=r,
+                                   previous=before.get(r.id))
                        for r in records])
 
 

@@ -41,6 +41,7 @@ from cms.services.content.record_writer import (
 from cms.services.content.relations import RelationRelease
 from cms.services.operations.settings import RecordLimits, SettingsService
 from cms.services.representation import records as represent
+from cms.store.documents import record_after_update
 from cms.store.records import RecordRepository
 
 __all__ = [  # the names other modules import from here
@@ -190,7 +191,8 @@ class RecordService(RecordReads):
         self, principal: Principal | None, collection_name: str, record_ids: Sequence[str], data: Any
     ) -> int:
         """Apply the same partial `data` to every record of `record_ids` (1..1,000 distinct ids), all
-        or nothing, in one bulk write; emits one `update` per record. Returns how many were updated.
+        or nothing, in one bulk write; emits one `update` per record (with the record as read before
+        the write as its `previous`). Returns how many were updated.
 
         `data` is validated once; then each record is checked: it must exist, and a unique field may
         be set on one record only, to a value no other record holds. The view and update rules are
@@ -212,14 +214,14 @@ class RecordService(RecordReads):
             failures.setdefault(record_id, []).extend(messages)
         if failures:
             raise _bulk_refused("updated", failures, len(ids))
-        now = self._writer.clock()
+        change = {**set_values, "updated": self._writer.clock()}
         async with await self._writer.unit(collection):
-            matched = await self._records.update_many(collection.id, ids, {**set_values, "updated": now}, unset)
+            matched = await self._records.update_many(collection.id, ids, change, unset)
             if matched == len(ids):
-                changed = [_changed_record(found[i], set_values, unset, now) for i in ids]
+                changed = [record_after_update(found[i], change, unset) for i in ids]
             else:  # some were deleted meanwhile: report the ones still there
                 changed = await self._records.find_by_ids(collection.id, ids)
-            await self._writer.emit_updated(collection, changed)
+            await self._writer.emit_updated(collection, changed, [found[i] for i in ids])
         return matched
 
     async def _permitted(self, view: Access, change: Access, record_ids: Sequence[str], verb: str) -> dict[str, Record]:
@@ -366,11 +368,3 @@ class RecordService(RecordReads):
         (`InsertGroups.waiting`; 0 without group commit). Issue "Fast reads", item 5: a test holds
         one group's insert and watches the next one fill."""
         return self._groups.waiting() if self._groups is not None else 0
-
-
-
-def _changed_record(record: Record, set_values: dict[str, Any], unset: Sequence[str], updated: Any) -> Record:
-    """`record` as it is after setting `set_values` and clearing `unset`, at time `updated`."""
-    data = {k: v for k, v in record.data.items() if k not in unset}
-    data.update(set_values)
-    return Record(id=record.id, created=record.created, updated=updated, data=data)

@@ -98,8 +98,10 @@ class RelationRelease:
 
     async def release(self, plan: ReleasePlan) -> None:
         """Carry out `plan` after the delete: delete the cascaded records, then remove the
-        references left, and emit their events. Failures are logged, not raised: the delete the
-        client asked for has happened."""
+        references left, and emit their events. The `update` events of the records whose
+        references were removed carry no `previous` (None): the records are read only after the
+        change (`find_by_ids`), and one record may lose references through several fields. Failures
+        are logged, not raised: the delete the client asked for has happened."""
         if plan.empty:
             return
         try:

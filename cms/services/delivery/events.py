@@ -45,6 +45,10 @@ class RecordEvent:
     record: Record | None = field(default=None, compare=False, repr=False)
     """The record as stored (for delete: as it was, when the writer had it), for subscribers that
     apply access rules (webhooks); never serialized."""
+    previous: Record | None = field(default=None, compare=False, repr=False)
+    """For `update`: the record as it was before the change, so a subscriber (realtime) can tell
+    whether the change made it enter or leave a view; None when the writer did not have it
+    (relation releases) and for create/delete; never serialized."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ looks the key up by its hash (one `_id` read). `last_used` is written at most on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from cms.clock import Clock, new_id, utcnow
@@ -36,11 +36,12 @@ class ApiKeyService:
     """Create, list and revoke keys; resolve a presented key to its Principal."""
 
     def __init__(self, keys: ApiKeyRepository, users: AdminUserRepository, events: EventBus, *,
-                 clock: Clock = utcnow) -> None:
+                 clock: Clock = utcnow, on_revoked: Callable[[], Awaitable[None]] | None = None) -> None:
         self._keys = keys
         self._users = users
         self._events = events
         self._clock = clock
+        self._on_revoked = on_revoked
 
     async def create(self, principal: Principal, name: str, scopes: Sequence[str],
                      expires_at: datetime | None) -> tuple[ApiKey, str]:
@@ -80,6 +81,8 @@ class ApiKeyService:
         if key is None or not access.manages(principal, key.user_id):
             raise NotFound("API key not found")
         await self._keys.delete(key.id)
+        if self._on_revoked is not None:  # realtime streams re-check their credentials (session epoch)
+            await self._on_revoked()
         await self._events.emit([AuditEvent(
             "api_key_revoked", user_id=principal.user_id,
             details={"api_key_id": key.id, "name": key.name, "owner": key.user_id})])
@@ -90,7 +93,12 @@ class ApiKeyService:
         whose user no longer exists."""
         if len(secret) > MAX_KEY_LENGTH:
             raise Unauthorized("Invalid API key")
-        key = await self._keys.by_hash(hash_token(secret))
+        return await self.authenticate_hash(hash_token(secret))
+
+    async def authenticate_hash(self, key_hash: str) -> Principal:
+        """As `authenticate`, for the key whose SHA-256 hex digest is `key_hash` (a realtime stream
+        re-checks the key of its subscriptions with it, never holding the secret). Raises Unauthorized."""
+        key = await self._keys.by_hash(key_hash)
         now = self._clock()
         if key is None:
             raise Unauthorized("Invalid API key")

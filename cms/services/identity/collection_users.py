@@ -100,8 +100,13 @@ class CollectionUsers:
                          email=user.email, verified=user.verified)
 
     async def _update(self, user_id: str, values: dict[str, Any]) -> Record | None:
+        """Set `values` on the user's record and emit its `update` (with the record as it was before
+        as `previous`); returns the record after the change, or None if the user is gone. Raises
+        AlreadyExists (email taken)."""
         async with await self._writer.unit(self.collection):  # as a REST update: with its outbox entries
-            record = await self._users.update_record(self.collection.id, user_id, values, self._writer.clock())
-            if record is not None:
-                await self._writer.emit_updated(self.collection, [record])
+            change = await self._users.update_record(self.collection.id, user_id, values, self._writer.clock())
+            if change is None:
+                return None
+            before, record = change
+            await self._writer.emit_updated(self.collection, [record], [before])
         return record

@@ -109,19 +109,27 @@ class SessionService:
         revocation bumps it, on every replica at once: issue "Fast reads", item 6), else from
         MongoDB; `last_used` is written at most every TOUCH_INTERVAL either way."""
         claims = self._codec.decode(access_token, typ=ACCESS, audience=audience)
+        session = await self.active(claims.sid, claims.sub)
         key = ("session", claims.sid)
-        if self._validity is None:
-            session = await self._sessions.get(claims.sid)
-        else:
-            session = await self._validity.get(key, lambda: self._sessions.get(claims.sid))
-        if session is None or session.revoked_at is not None or session.user_id != claims.sub:
-            raise Unauthorized("Session has been revoked")
         now = self._clock()
         if now - session.last_used > TOUCH_INTERVAL:
             await self._sessions.touch(session.id, now)
             if self._validity is not None:
                 self._validity.update(key, replace(session, last_used=now))
         return claims, session
+
+    async def active(self, session_id: str, user_id: str) -> Session:
+        """The active session `session_id` of `user_id`, from the validity cache while the session
+        epoch is unchanged (as `authenticate`, without a token: realtime re-checks its subscribers
+        with it). Raises Unauthorized when it was revoked or is not that user's."""
+        key = ("session", session_id)
+        if self._validity is None:
+            session = await self._sessions.get(session_id)
+        else:
+            session = await self._validity.get(key, lambda: self._sessions.get(session_id))
+        if session is None or session.revoked_at is not None or session.user_id != user_id:
+            raise Unauthorized("Session has been revoked")
+        return session
 
     async def principal(self, session_id: str, load: Callable[[], Awaitable[Principal]]) -> Principal:
         """The principal of an authenticated session: `load()` (the user look-up) unless one is
@@ -148,6 +156,11 @@ class SessionService:
         count = await self._sessions.revoke_audience(audience, self._clock())
         await self._revoked()
         return count
+
+    async def epoch(self) -> str | None:
+        """The session epoch (read once per request scope); None without a validity cache or when
+        Redis failed. Every revocation, user change and API key deletion moves it."""
+        return None if self._validity is None else await self._validity.epoch()
 
     async def invalidate(self) -> None:
         """Make every replica read sessions and principals from MongoDB again (a session epoch

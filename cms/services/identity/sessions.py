@@ -29,6 +29,14 @@ class UserSessions:
         return await self._deps.sessions.principal(session.id,
                                               lambda: self._deps.systems.principal(audience, claims.sub, session.id))
 
+    async def principal_of_session(self, audience: str, user_id: str, session_id: str) -> Principal:
+        """The principal of the active session `session_id` of `user_id` in the user system
+        `audience`, without a token (both cached under the session epoch). Raises Unauthorized
+        (revoked, another user's, user or collection gone)."""
+        await self._deps.sessions.active(session_id, user_id)
+        return await self._deps.sessions.principal(session_id,
+                                              lambda: self._deps.systems.principal(audience, user_id, session_id))
+
     async def logout(self, principal: Principal) -> None:
         """Revoke the caller's session: its access and refresh tokens stop working at once."""
         if principal.session_id is not None:

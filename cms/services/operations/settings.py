@@ -46,6 +46,7 @@ SETTINGS_RANGES: dict[str, tuple[int, int]] = {
     "csv_import_max_mb": (1, 1024),
     "bulk_max_ids": (1, 100_000),
     "batch_max_requests": (1, 1_000),
+    "realtime_max_connections": (0, 1_000_000),
 }
 
 # key -> (default, category)
@@ -74,6 +75,8 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "bulk_max_ids": (1_000, "limits"),  # records.MAX_BULK_IDS (not imported: records imports this module)
     # requests of one POST /api/v1/batch, all in one transaction (content.batch.DEFAULT_MAX_REQUESTS)
     "batch_max_requests": (50, "limits"),
+    # realtime streams (GET /api/v1/realtime) one server process holds; past it 503 (0: realtime off)
+    "realtime_max_connections": (10_000, "limits"),
     # the Redis response cache of record reads (cms.services.caching.read_cache); false: every read queries
     "read_cache_enabled": (True, "performance"),
 }

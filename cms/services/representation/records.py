@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from marshmallow import INCLUDE, fields
 
-from cms.models import Page, Record
+from cms.models import Collection, Page, Record
 from cms.services.content.fields import to_json_value
 from cms.services.representation.base import Rendered, Representation, Timestamp, dump_one
 from cms.services.representation.record_view import FULL, Expanded, RecordView
@@ -116,6 +117,30 @@ def record_json(record: Record, view: RecordView = FULL, expanded: Sequence[Expa
         if expand:
             body["expand"] = expand
     return body if view.fields is None else view.fields.pick(body)
+
+
+def record_from_json(body: dict[str, Any], collection: Collection) -> Record:
+    """The inverse of `record_json` (FULL view) for a record of `collection`: `created`, `updated` and
+    the values of its date fields back to aware datetimes, everything else as is. Raises KeyError
+    (no `id`) or ValueError (a date that is not ISO 8601)."""
+    dates = {spec.name for spec in collection.fields if spec.type == "date"}
+    data: dict[str, Any] = {}
+    for key, value in body.items():
+        if key in SYSTEM_KEYS or key == "expand":
+            continue
+        if key in dates and value is not None:
+            value = [_datetime(v) for v in value] if isinstance(value, list) else _datetime(value)
+        data[key] = value
+    created, updated = body.get("created"), body.get("updated")
+    return Record(id=body["id"], created=_datetime(created) if created else _EPOCH,
+                  updated=_datetime(updated) if updated else _EPOCH, data=data)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _datetime(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def _expand_json(record_id: str, expanded: Sequence[Expanded]) -> dict[str, Any]:

@@ -1,0 +1,646 @@
+"""Realtime fan-out in one process (decisions.md, Realtime; issue 27): the streams this process holds,
+one reader of the shared event stream, and the in-memory decision of what each subscriber receives.
+
+Every process that serves HTTP runs one `RealtimeHub`. Its reader reads each entry of the stream
+(`stream.EventStream`) once, in order, and hands record entries to the local connections that have a
+topic on the record's collection. What a subscriber receives is decided in memory, without a
+database query: the topic's rule (list rule for `<collection>/*`, view rule for one record) bound to
+the subscriber's principal, and its filter, are matched (`filters.rules.matches`) against the record
+before and after the write, so an update that makes a record leave a subscriber's view reaches it
+as `delete` and one that makes it enter as `create`. Principals are checked again whenever the
+session epoch moves (a logout, revocation or API key deletion anywhere), and an access token's
+expiry is checked for every event. Rendering (`expand`, `fields`) is shared by every subscriber
+that sees the event the same way; a plain topic costs no query at all.
+
+A connection's messages wait in a queue of at most MAX_QUEUE; a client that lets it fill is closed
+(it can resume). A resume (`open` with a client id and Last-Event-ID) replays what the client
+missed from the stream, then goes live without a gap or a repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cms.clock import Clock, new_id, utcnow
+from cms.errors import CmsError, NotFound, ServiceUnavailable, Unauthorized
+from cms.filters.rules import Decision, matches
+from cms.models import Collection, Principal, Record
+from cms.services.access import check, record_document
+from cms.services.caching.catalog import Catalog
+from cms.services.caching.definition_cache import request_scope
+from cms.services.content.expansion import NOTHING, Expansion, resolve
+from cms.services.delivery.realtime.stream import (
+    CONNECT,
+    RECORD,
+    SUBSCRIPTIONS,
+    TAKEOVER,
+    Entry,
+    EventStream,
+    entry_order,
+)
+from cms.services.delivery.realtime.topics import Topic, check_topics, parse_topic
+from cms.services.identity.authn import Authenticator, CredentialRef
+from cms.services.representation import records as represent
+from cms.services.representation.record_view import RecordView
+from cms.store.records import RecordRepository
+
+log = logging.getLogger("cms.realtime")
+
+MAX_QUEUE = 1_000
+"""Messages one connection may have waiting; a client that lets more pile up is closed (decisions.md)."""
+READ_COUNT = 500
+"""Entries one read of the stream takes (live and replay)."""
+TOUCH_INTERVAL_S = 60.0
+"""How often, in seconds, the clients this process holds are kept alive in Redis and the stream trimmed."""
+RETRY_S = 1.0
+"""Seconds between tries of the reader while Redis does not answer."""
+CLIENT_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+"""What a client id may look like (ours are UUIDs)."""
+
+CREATE, UPDATE, DELETE = "create", "update", "delete"
+AFTER, BEFORE = "after", "before"
+
+
+@dataclass
+class _Bound:
+    """A subscription bound to one collection definition and one principal: the rule's decision,
+    the filter as a query, the expansion, and the key naming how records are rendered for it."""
+
+    collection: Collection
+    principal: Principal | None
+    decision: Decision
+    filter: dict[str, Any] | None
+    expansion: Expansion
+    view: RecordView
+    render_key: str
+
+    def shows(self, document: dict[str, Any]) -> bool:
+        """Whether the subscriber may see the stored `document` and it matches the filter."""
+        return matches(self.decision, document) and (self.filter is None or matches(self.filter, document))
+
+
+class Subscription:
+    """One topic of a connection, with its binding (recomputed when the collection's definition or
+    the principal changes)."""
+
+    __slots__ = ("topic", "bound")
+
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.bound: _Bound | None = None
+
+
+class Connection:
+    """One open stream: the client's id, this stream's `conn_id`, the credential reference behind
+    its subscriptions (None: anonymous) and the principal last checked under `checked_epoch`; the
+    messages waiting (`queue` of (entry order, bytes)) and what the stream sends first."""
+
+    __slots__ = ("client_id", "conn_id", "ref", "principal", "checked_epoch", "refused", "subscriptions",
+                 "queue", "wake", "closed", "reason", "first", "replay_from", "replayed_through")
+
+    def __init__(self, client_id: str, conn_id: str) -> None:
+        self.client_id = client_id
+        self.conn_id = conn_id
+        self.ref: CredentialRef | None = None
+        self.principal: Principal | None = None
+        self.checked_epoch: str | None = None
+        self.refused = False
+        self.subscriptions: list[Subscription] = []
+        self.queue: deque[tuple[tuple[int, int], bytes]] = deque()
+        self.wake = asyncio.Event()
+        self.closed = False
+        self.reason = ""
+        self.first: list[bytes] = []
+        self.replay_from: str | None = None
+        self.replayed_through = (0, 0)
+
+    def push(self, order: tuple[int, int], message: bytes) -> None:
+        """Queue `message` of the entry `order`; a full queue closes the connection instead."""
+        if self.closed:
+            return
+        if len(self.queue) >= MAX_QUEUE:
+            log.info("realtime client %s closed: more than %d events waiting", self.client_id, MAX_QUEUE)
+            self.close("slow")
+            return
+        self.queue.append((order, message))
+        self.wake.set()
+
+    def close(self, reason: str) -> None:
+        """End the stream (the client may resume); its subscriptions stay in Redis."""
+        if not self.closed:
+            self.closed = True
+            self.reason = reason
+            self.wake.set()
+
+    def collections(self) -> set[str]:
+        """The collection names this connection has topics on."""
+        return {s.topic.collection for s in self.subscriptions}
+
+
+def sse_message(event: str, entry_id: str, data: Any) -> bytes:
+    """One server-sent event: `id`, `event` and one `data` line of compact JSON."""
+    return b"id: %s\nevent: %s\ndata: %s\n\n" % (entry_id.encode(), event.encode(), orjson.dumps(data))
+
+
+@dataclass
+class _Change:
+    """A decoded record entry: `collection` (name), `action`, `record_id`, `record` (the record's JSON
+    after the write, or as it was for a delete; None when unknown) and `previous` (for an update,
+    its JSON before; None when unknown)."""
+
+    collection: str
+    action: str
+    record_id: str
+    record: dict[str, Any] | None
+    previous: dict[str, Any] | None
+
+    @classmethod
+    def decode(cls, body: bytes) -> _Change:
+        """The change a RECORD entry's body holds. Raises ValueError, KeyError or TypeError."""
+        raw = orjson.loads(body)
+        return cls(collection=str(raw["n"]), action=str(raw["a"]), record_id=str(raw["i"]),
+                   record=raw.get("r"), previous=raw.get("p"))
+
+
+@dataclass
+class _Fanout:
+    """What one record entry looks like to each way of seeing it: documents for the rules, rendered
+    bodies and whole messages, each computed once for every subscriber that shares it."""
+
+    entry: Entry
+    change: _Change
+    collection: Collection
+    records: RecordRepository
+    _records: dict[str, Record | None] = field(default_factory=dict)
+    _documents: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    _bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    _messages: dict[tuple[str, str, str, str], bytes] = field(default_factory=dict)
+
+    def json_of(self, which: str) -> dict[str, Any] | None:
+        """The record's JSON `AFTER` the write (as it was, for a delete) or `BEFORE` an update."""
+        return self.change.record if which == AFTER else self.change.previous
+
+    def record(self, which: str) -> Record | None:
+        """`json_of(which)` as a Record (None when unknown or unreadable)."""
+        if which not in self._records:
+            body = self.json_of(which)
+            try:
+                self._records[which] = None if body is None else represent.record_from_json(body, self.collection)
+            except (KeyError, ValueError, TypeError):
+                self._records[which] = None
+        return self._records[which]
+
+    def document(self, which: str) -> dict[str, Any] | None:
+        """The record as stored, for the rules (None when unknown)."""
+        if which not in self._documents:
+            record = self.record(which)
+            self._documents[which] = None if record is None else record_document(record)
+        return self._documents[which]
+
+    def decide(self, bound: _Bound, record_id: str | None) -> tuple[str, str] | None:
+        """(action, which record) this subscriber receives, or None (decisions.md: leave and enter)."""
+        change = self.change
+        if record_id is not None and record_id != change.record_id:
+            return None
+        after = self.document(AFTER)
+        if change.action == DELETE:
+            if after is None:  # unknown record: only a subscriber who sees everything learns of it
+                return (DELETE, AFTER) if bound.decision is True and bound.filter is None else None
+            return (DELETE, AFTER) if bound.shows(after) else None
+        shown_after = after is not None and bound.shows(after)
+        if change.action == CREATE:
+            return (CREATE, AFTER) if shown_after else None
+        before = self.document(BEFORE)
+        shown_before = shown_after if before is None else bound.shows(before)
+        if shown_after:
+            return (UPDATE, AFTER) if shown_before else (CREATE, AFTER)
+        return (DELETE, BEFORE) if shown_before and before is not None else None
+
+    async def message(self, topic: Topic, bound: _Bound) -> bytes | None:
+        """The SSE message `topic`'s subscriber gets (None: nothing)."""
+        decided = self.decide(bound, topic.record_id)
+        if decided is None:
+            return None
+        action, which = decided
+        key = (topic.text, action, which, bound.render_key)
+        message = self._messages.get(key)
+        if message is None:
+            body = await self._body(which, bound)
+            message = self._messages[key] = sse_message(topic.text, self.entry.id, {"action": action, "record": body})
+        return message
+
+    async def _body(self, which: str, bound: _Bound) -> dict[str, Any]:
+        shown = self.json_of(which) or {"id": self.change.record_id}
+        if not bound.render_key:
+            return shown
+        key = (which, bound.render_key)
+        if key not in self._bodies:
+            record = self.record(which)
+            if record is None:
+                self._bodies[key] = shown
+            else:
+                expanded: tuple[Any, ...] = ()
+                if bound.expansion.segments:
+                    try:
+                        expanded = await bound.expansion.load(self.records, [record])
+                    except CmsError as exc:
+                        log.info("realtime expand of %s skipped: %s", self.change.record_id, exc.detail)
+                self._bodies[key] = represent.record_json(record, bound.view, expanded)
+        return self._bodies[key]
+
+
+class RealtimeHub:
+    """The realtime streams of one process (module docstring).
+
+    `stream`: the shared event stream; `catalog`, `records`: collection definitions and the records'
+    store (expansions only); `authenticator`: re-checks credentials; `session_epoch()`: the session
+    epoch (None when Redis failed); `max_connections()`: the `realtime_max_connections` setting;
+    `clock`: aware UTC time for token expiry."""
+
+    def __init__(self, stream: EventStream, catalog: Catalog, records: RecordRepository,
+                 authenticator: Authenticator, *, session_epoch: Callable[[], Awaitable[str | None]],
+                 max_connections: Callable[[], Awaitable[int]], clock: Clock = utcnow,
+                 block_ms: int = 5_000) -> None:
+        self._stream = stream
+        self._catalog = catalog
+        self._records = records
+        self._authenticator = authenticator
+        self._session_epoch = session_epoch
+        self._max_connections = max_connections
+        self._clock = clock
+        self._block_ms = block_ms
+        self.connections: dict[str, Connection] = {}
+        self._index: dict[str, set[Connection]] = {}
+        self._position = "0-0"
+        self._tasks: list[asyncio.Task[None]] = []
+        self._background: set[asyncio.Task[Any]] = set()
+        self.sent = 0
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start reading the stream from its end, and the housekeeping (keep-alive, trim)."""
+        try:
+            self._position = await self._stream.last_id()
+        except Exception as exc:  # Redis away at start: read from now on once it is back
+            log.warning("realtime: the event stream could not be read at start (%r)", exc)
+            self._position = f"{int(time.time() * 1000)}-0"
+        self._tasks = [asyncio.create_task(self._read_forever(), name="realtime-reader"),
+                       asyncio.create_task(self._housekeeping(), name="realtime-housekeeping")]
+
+    async def stop(self) -> None:
+        """Close every stream (clients reconnect elsewhere and resume) and stop reading."""
+        for conn in list(self.connections.values()):
+            conn.close("shutdown")
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    # --- connections -----------------------------------------------------------------------------
+
+    async def open(self, client_id: str | None, last_event_id: str | None) -> Connection:
+        """A new stream: a new client, or with `client_id` (and `last_event_id`) the resume of a known
+        one, whose missed events `serve` replays first (or that gets `resync` when they are no longer
+        all in the stream, or it gave no id). Raises ServiceUnavailable past `realtime_max_connections`
+        in this process, or when Redis does not answer."""
+        limit = await self._max_connections()
+        if len(self.connections) >= limit:
+            raise ServiceUnavailable(f"This server holds its maximum of {limit} realtime connections; "
+                                     "retry, another replica may have room")
+        resuming = client_id is not None and CLIENT_ID.match(client_id) is not None
+        try:
+            if resuming:
+                assert client_id is not None
+                conn = await self._resume(client_id, last_event_id)
+                if conn is not None:
+                    return conn
+            return await self._connect(resync=resuming)
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
+
+    async def _connect(self, *, resync: bool) -> Connection:
+        conn = Connection(new_id(), new_id())
+        self._register(conn)
+        try:
+            entry_id = await self._stream.connect(conn.client_id, _state([], None))
+        except BaseException:
+            self._unregister(conn)
+            raise
+        conn.first = [sse_message("connect", entry_id, {"client_id": conn.client_id})]
+        if resync:
+            conn.first.append(sse_message("resync", entry_id, {"reason": "unknown client"}))
+        return conn
+
+    async def _resume(self, client_id: str, last_event_id: str | None) -> Connection | None:
+        conn = Connection(client_id, new_id())
+        self._register(conn)
+        try:
+            taken = await self._stream.take_over(client_id, orjson.dumps({"client": client_id, "conn": conn.conn_id}))
+        except BaseException:
+            self._unregister(conn)
+            raise
+        if taken is None:
+            self._unregister(conn)
+            return None
+        state, entry_id, floor = taken
+        self._apply_state(conn, state)
+        last = _order_or_none(last_event_id)
+        if last is not None and floor is not None and entry_order(floor) <= last <= entry_order(entry_id):
+            assert last_event_id is not None
+            conn.first = [sse_message("connect", last_event_id, {"client_id": client_id})]
+            conn.replay_from = last_event_id
+        else:
+            reason = "no Last-Event-ID" if last is None else "missed events are no longer kept"
+            conn.first = [sse_message("connect", entry_id, {"client_id": client_id}),
+                          sse_message("resync", entry_id, {"reason": reason})]
+        return conn
+
+    async def serve(self, conn: Connection, write: Callable[[bytes], Awaitable[None]]) -> None:
+        """Send `conn`'s stream through `write` until it is closed (by `close`, a takeover, a full
+        queue or shutdown) or `write` raises (the client went away)."""
+        try:
+            for message in conn.first:
+                await write(message)
+            if conn.replay_from is not None:
+                await self._replay(conn, conn.replay_from, write)
+            while not conn.closed:
+                if not conn.queue:
+                    conn.wake.clear()
+                    await conn.wake.wait()
+                    continue
+                order, message = conn.queue.popleft()
+                if order <= conn.replayed_through:
+                    continue
+                await write(message)
+                self.sent += 1
+        finally:
+            self._unregister(conn)
+
+    async def _replay(self, conn: Connection, after: str, write: Callable[[bytes], Awaitable[None]]) -> None:
+        while not conn.closed:
+            entries = await self._stream.range(after, count=READ_COUNT)
+            if not entries:
+                return
+            with request_scope():
+                for entry in entries:
+                    if entry.kind == RECORD:
+                        for message in await self._fan_out(entry, [conn], replaying=True):
+                            await write(message)
+                            self.sent += 1
+                    conn.replayed_through = entry.order
+            after = entries[-1].id
+
+    def _register(self, conn: Connection) -> None:
+        older = self.connections.get(conn.client_id)
+        if older is not None:
+            older.close("taken over")
+            self._unindex(older)
+        self.connections[conn.client_id] = conn
+
+    def _unregister(self, conn: Connection) -> None:
+        conn.close(conn.reason or "closed")
+        self._unindex(conn)
+        if self.connections.get(conn.client_id) is conn:
+            del self.connections[conn.client_id]
+            self._later(self._stream.touch([conn.client_id]))  # forgotten CLIENT_TTL_S from now
+
+    def _later(self, work: Awaitable[Any]) -> None:
+        async def run() -> None:
+            try:
+                await work
+            except Exception as exc:
+                log.warning("realtime: background Redis call failed (%r)", exc)
+
+        task = asyncio.ensure_future(run())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _unindex(self, conn: Connection) -> None:
+        for name in conn.collections():
+            holders = self._index.get(name)
+            if holders is not None:
+                holders.discard(conn)
+                if not holders:
+                    del self._index[name]
+
+    def _apply_state(self, conn: Connection, state: bytes) -> None:
+        """Give `conn` the subscriptions and credential of a client state (`_state`)."""
+        try:
+            raw = orjson.loads(state)
+            texts = [t for t in raw.get("topics", []) if isinstance(t, str)]
+            ref = None if raw.get("ref") is None else CredentialRef.from_json(raw["ref"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("realtime client %s: unreadable state; no subscriptions", conn.client_id)
+            texts, ref = [], None
+        topics: list[Subscription] = []
+        for text in texts:
+            try:
+                topics.append(Subscription(parse_topic(text)))
+            except ValueError:
+                continue
+        self._unindex(conn)
+        conn.subscriptions, conn.ref = topics, ref
+        conn.principal, conn.checked_epoch, conn.refused = None, None, False
+        if self.connections.get(conn.client_id) is conn:
+            for name in conn.collections():
+                self._index.setdefault(name, set()).add(conn)
+
+    # --- subscriptions ---------------------------------------------------------------------------
+
+    async def subscribe(self, client_id: Any, texts: Any, principal: Principal | None,
+                        ref: CredentialRef | None) -> None:
+        """Replace the subscriptions of client `client_id` with the topics `texts`, under the
+        credential `ref` of `principal` (None: anonymous); in force on every replica for every write
+        that starts after this returns. Raises NotFound (a client that is not connected or was
+        forgotten), ValidationFailed (422: a bad topic, naming it; more than MAX_TOPICS) or
+        ServiceUnavailable (Redis)."""
+        if not isinstance(client_id, str) or CLIENT_ID.match(client_id) is None:
+            raise NotFound("Realtime client not found; open GET /api/v1/realtime first")
+        topics = await check_topics(self._catalog, texts, principal)
+        unique = list(dict.fromkeys(t.text for t in topics))
+        state = _state(unique, ref)
+        try:
+            entry = await self._stream.set_subscriptions(
+                client_id, state, orjson.dumps({"client": client_id, "state": orjson.loads(state)}))
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
+        if entry is None:
+            raise NotFound("Realtime client not found; open GET /api/v1/realtime first")
+
+    # --- the reader ------------------------------------------------------------------------------
+
+    async def _read_forever(self) -> None:
+        failing = False
+        while True:
+            try:
+                entries = await self._stream.read(self._position, count=READ_COUNT, block_ms=self._block_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not failing:
+                    log.warning("realtime: reading the event stream failed (%r); retrying", exc)
+                failing = True
+                await asyncio.sleep(RETRY_S)
+                continue
+            if failing:
+                failing = False
+                await self._check_history()
+            if entries:
+                await self._dispatch(entries)
+                self._position = entries[-1].id
+
+    async def _dispatch(self, entries: list[Entry]) -> None:
+        with request_scope():
+            for entry in entries:
+                try:
+                    await self._handle(entry)
+                except Exception:
+                    log.exception("realtime: entry %s could not be delivered", entry.id)
+
+    async def _handle(self, entry: Entry) -> None:
+        if entry.kind == RECORD:
+            change_conns = self._index.get(_collection_of(entry.body))
+            if change_conns:
+                await self._fan_out(entry, list(change_conns), replaying=False)
+            return
+        if entry.kind == CONNECT:
+            return
+        body = orjson.loads(entry.body)
+        conn = self.connections.get(str(body.get("client")))
+        if conn is None:
+            return
+        if entry.kind == SUBSCRIPTIONS:
+            self._apply_state(conn, orjson.dumps(body.get("state") or {}))
+        elif entry.kind == TAKEOVER and body.get("conn") != conn.conn_id:
+            conn.close("taken over")
+
+    async def _fan_out(self, entry: Entry, conns: Iterable[Connection], *, replaying: bool) -> list[bytes]:
+        """Deliver one record entry to `conns` (pushed to their queues; for a replay, returned)."""
+        try:
+            change = _Change.decode(entry.body)
+            collection = await self._catalog.by_name(change.collection)
+        except NotFound:
+            return []
+        except (ValueError, KeyError, TypeError):
+            log.warning("realtime: unreadable entry %s skipped", entry.id)
+            return []
+        fanout = _Fanout(entry, change, collection, self._records)
+        epoch = await self._session_epoch()
+        order = entry.order
+        out: list[bytes] = []
+        for conn in conns:
+            if conn.closed or (not replaying and conn.replay_from is not None and order <= conn.replayed_through):
+                continue
+            allowed, principal = await self._principal(conn, epoch)
+            if not allowed:
+                continue
+            for subscription in conn.subscriptions:
+                if subscription.topic.collection != change.collection:
+                    continue
+                bound = await self._bound(subscription, collection, principal)
+                message = await fanout.message(subscription.topic, bound)
+                if message is None:
+                    continue
+                if replaying:
+                    out.append(message)
+                else:
+                    conn.push(order, message)
+        return out
+
+    async def _principal(self, conn: Connection, epoch: str | None) -> tuple[bool, Principal | None]:
+        """Whether `conn` may receive events now, and as whom."""
+        ref = conn.ref
+        if ref is None:
+            return True, None
+        if conn.refused or (ref.expires_at is not None and self._clock() >= ref.expires_at):
+            return False, None
+        if epoch is None or conn.checked_epoch != epoch:
+            try:
+                conn.principal = await self._authenticator.revalidate(ref)
+            except Unauthorized:
+                conn.refused = True
+                log.info("realtime client %s: its credential is no longer valid; events stop", conn.client_id)
+                return False, None
+            conn.checked_epoch = epoch
+        return True, conn.principal
+
+    async def _bound(self, subscription: Subscription, collection: Collection,
+                     principal: Principal | None) -> _Bound:
+        bound = subscription.bound
+        if bound is not None and bound.collection is collection and bound.principal == principal:
+            return bound
+        topic = subscription.topic
+        decision = check(principal, collection, topic.action).decision
+        try:
+            query = topic.filter_query(collection)
+            expansion = await resolve(self._catalog, collection, topic.view, principal)
+        except CmsError:  # the collection changed since: the topic no longer fits it, it shows nothing
+            decision, query, expansion = False, None, NOTHING
+        render_key = "" if topic.view.full else orjson.dumps(
+            [topic.view.parts(), expansion.key_parts()], default=repr, option=orjson.OPT_SORT_KEYS).decode()
+        bound = _Bound(collection, principal, decision, query, expansion, topic.view, render_key)
+        subscription.bound = bound
+        return bound
+
+    async def _check_history(self) -> None:
+        """After Redis came back, or when this reader fell behind the trimming: when events this
+        process had not read are gone, every stream here gets `resync`."""
+        try:
+            floor = await self._stream.floor()
+        except Exception:
+            return
+        if floor is not None and entry_order(floor) <= entry_order(self._position):
+            return
+        position = await self._stream.last_id()
+        log.warning("realtime: events after %s are lost (Redis lost or trimmed them); streams resync",
+                    self._position)
+        for conn in list(self.connections.values()):
+            conn.push(entry_order(position), sse_message("resync", position, {"reason": "events were lost"}))
+        self._position = position
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(TOUCH_INTERVAL_S)
+            try:
+                await self._stream.touch(list(self.connections))
+                while await self._stream.trim(int(self._clock().timestamp() * 1000)):
+                    await asyncio.sleep(0)
+                await self._check_history()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("realtime: housekeeping failed (%r)", exc)
+
+
+def _state(topics: list[str], ref: CredentialRef | None) -> bytes:
+    """A client state as stored in Redis: `{topics, ref}`."""
+    return orjson.dumps({"topics": topics, "ref": None if ref is None else ref.to_json()})
+
+
+def _order_or_none(entry_id: str | None) -> tuple[int, int] | None:
+    if entry_id is None:
+        return None
+    try:
+        return entry_order(entry_id.strip())
+    except ValueError:
+        return None
+
+
+_COLLECTION = re.compile(rb'"n":"((?:[^"\\]|\\.)*)"')
+
+
+def _collection_of(body: bytes) -> str:
+    """The collection name of a RECORD entry's body, without decoding the rest (most entries go to
+    no local subscriber)."""
+    found = _COLLECTION.search(body)
+    return "" if found is None else orjson.loads(b'"' + found.group(1) + b'"')

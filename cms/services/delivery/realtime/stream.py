@@ -1,0 +1,202 @@
+"""The realtime event stream: one Redis Stream per database that every replica appends to and reads
+(decisions.md, Realtime; issue 27, item 2). Its entry ids are the SSE event ids.
+
+Entries are of four kinds, each a JSON body: RECORD (a record event, appended by the bus subscriber of
+every process after the write committed and before it is answered), CONNECT (a new client),
+SUBSCRIPTIONS (a client's new subscription set) and TAKEOVER (a resumed client's new stream). Control
+entries travel in the same stream as record events so that every replica applies a client's new
+subscriptions, or closes its old stream, exactly between the writes before and after it.
+
+Client state (`keys.realtime_client`) lives in Redis beside the stream, so a subscription POST or a
+resume may reach any replica: every change of it and its control entry are written by one Lua script
+(atomic). The floor (`keys.realtime_floor`) is the id above which the history is complete; trimming
+(`trim`) raises it, and a Redis that lost its data has none (a resume from before it gets `resync`).
+
+Retention: entries go only when older than RETENTION_S and beyond the newest RETENTION_EVENTS, or
+beyond MAX_STREAM_EVENTS whatever their age (a memory bound; the floor then says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from cms.services.caching import keys
+
+RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER = "r", "c", "s", "t"
+RETENTION_S = 600
+"""Entries younger than this many seconds are never trimmed (decisions.md: at least 10 minutes)."""
+RETENTION_EVENTS = 100_000
+"""The newest this many entries are never trimmed (decisions.md: at least 100,000 events)."""
+MAX_STREAM_EVENTS = 1_000_000
+"""Beyond this many entries the oldest go whatever their age (Redis memory bound)."""
+CLIENT_TTL_S = 600
+"""A client not reconnected within this many seconds of its last stream is forgotten."""
+TRIM_STEP = 10_000
+"""Entries one trim call looks at (one Lua call must stay short: Redis runs nothing else meanwhile)."""
+
+_APPEND = """
+local ids = {}
+for i = 2, #ARGV do
+  ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'k', ARGV[1], 'b', ARGV[i])
+end
+redis.call('SET', KEYS[2], ids[1], 'NX')
+return ids
+"""
+_CONNECT = """
+redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[1])
+local id = redis.call('XADD', KEYS[1], '*', 'k', 'c', 'b', ARGV[3])
+redis.call('SET', KEYS[2], id, 'NX')
+return id
+"""
+_TAKEOVER = """
+local state = redis.call('GET', KEYS[3])
+if not state then return false end
+redis.call('EXPIRE', KEYS[3], ARGV[1])
+local id = redis.call('XADD', KEYS[1], '*', 'k', 't', 'b', ARGV[2])
+redis.call('SET', KEYS[2], id, 'NX')
+return {state, id, redis.call('GET', KEYS[2])}
+"""
+_SUBSCRIBE = """
+if redis.call('EXISTS', KEYS[3]) == 0 then return false end
+redis.call('SET', KEYS[3], ARGV[1], 'KEEPTTL')
+local id = redis.call('XADD', KEYS[1], '*', 'k', 's', 'b', ARGV[2])
+redis.call('SET', KEYS[2], id, 'NX')
+return id
+"""
+_TRIM = """
+local len = redis.call('XLEN', KEYS[1])
+local over = len - tonumber(ARGV[1])
+if over <= 0 then return 0 end
+local hard = len - tonumber(ARGV[3])
+local entries = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', math.min(over, tonumber(ARGV[4])))
+local last = nil
+local count = 0
+for i, e in ipairs(entries) do
+  local ms = tonumber(string.match(e[1], '^(%d+)'))
+  if i <= hard or ms < tonumber(ARGV[2]) then last = e[1]; count = i else break end
+end
+if not last then return 0 end
+local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+redis.call('XTRIM', KEYS[1], 'MINID', ms .. '-' .. string.format('%d', tonumber(seq) + 1))
+redis.call('SET', KEYS[2], last)
+return count
+"""
+
+
+def entry_order(entry_id: str) -> tuple[int, int]:
+    """A stream entry id (`<ms>-<seq>`) as a pair that sorts as Redis orders them. Raises ValueError
+    for anything else."""
+    ms, _, seq = entry_id.partition("-")
+    if not ms.isdigit() or not seq.isdigit() or len(entry_id) > 41:
+        raise ValueError(f"not a stream id: {entry_id[:50]!r}")
+    return int(ms), int(seq)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One stream entry: `id` (`<ms>-<seq>`), `kind` (RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER) and
+    its JSON `body` (bytes)."""
+
+    id: str
+    kind: str
+    body: bytes
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """`entry_order(id)`."""
+        return entry_order(self.id)
+
+
+class EventStream:
+    """The stream, the floor and the client states of database `db` on `redis` (module docstring)."""
+
+    def __init__(self, redis: Redis, db: str) -> None:
+        self._redis = redis
+        self._db = db
+        self._stream = keys.realtime_stream(db)
+        self._floor = keys.realtime_floor(db)
+        self._append = redis.register_script(_APPEND)
+        self._connect = redis.register_script(_CONNECT)
+        self._takeover = redis.register_script(_TAKEOVER)
+        self._subscribe = redis.register_script(_SUBSCRIBE)
+        self._trim = redis.register_script(_TRIM)
+
+    def _client(self, client_id: str) -> str:
+        return keys.realtime_client(self._db, client_id)
+
+    async def append(self, kind: str, bodies: list[bytes]) -> list[str]:
+        """Append one entry of `kind` per body, in order, in one round trip; returns their ids."""
+        if not bodies:
+            return []
+        ids = await self._append(keys=[self._stream, self._floor], args=[kind, *bodies])
+        return [_text(i) for i in ids]
+
+    async def connect(self, client_id: str, state: bytes) -> str:
+        """Store a new client's `state` (forgotten CLIENT_TTL_S later unless touched) and append its
+        CONNECT entry; returns the entry id (the stream position the client starts at)."""
+        entry = await self._connect(keys=[self._stream, self._floor, self._client(client_id)],
+                                    args=[CLIENT_TTL_S, state, client_id.encode()])
+        return _text(entry)
+
+    async def take_over(self, client_id: str, body: bytes) -> tuple[bytes, str, str | None] | None:
+        """Resume `client_id`: refresh its state's life and append a TAKEOVER entry (`body`) that closes
+        its older streams on every replica. Returns (its state, the entry id, the floor: None when
+        history is unknown), or None for a forgotten client."""
+        answer = await self._takeover(keys=[self._stream, self._floor, self._client(client_id)],
+                                      args=[CLIENT_TTL_S, body])
+        if not answer:
+            return None
+        state, entry, floor = answer
+        return bytes(state), _text(entry), None if floor is None else _text(floor)
+
+    async def set_subscriptions(self, client_id: str, state: bytes, body: bytes) -> str | None:
+        """Replace a known client's `state` and append its SUBSCRIPTIONS entry (`body`); returns the
+        entry id, or None for a client that is not known (never connected, or forgotten)."""
+        entry = await self._subscribe(keys=[self._stream, self._floor, self._client(client_id)], args=[state, body])
+        return None if not entry else _text(entry)
+
+    async def touch(self, client_ids: list[str]) -> None:
+        """Keep the states of `client_ids` for CLIENT_TTL_S more seconds (one round trip)."""
+        if not client_ids:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for client_id in client_ids:
+                pipe.expire(self._client(client_id), CLIENT_TTL_S)
+            await pipe.execute()
+
+    async def last_id(self) -> str:
+        """The id of the newest entry ("0-0" for an empty or missing stream)."""
+        newest = await self._redis.xrevrange(self._stream, count=1)
+        return _text(newest[0][0]) if newest else "0-0"
+
+    async def read(self, after: str, *, count: int, block_ms: int) -> list[Entry]:
+        """Up to `count` entries after `after`, waiting up to `block_ms` milliseconds for one."""
+        answer = await self._redis.xread({self._stream: after}, count=count, block=block_ms)
+        return [_entry(item) for _, items in answer for item in items] if answer else []
+
+    async def range(self, after: str, *, count: int) -> list[Entry]:
+        """Up to `count` entries after `after` (exclusive), oldest first, without waiting."""
+        return [_entry(item) for item in await self._redis.xrange(self._stream, min=f"({after}", count=count)]
+
+    async def floor(self) -> str | None:
+        """The id above which the history is complete; None when unknown (a Redis without it)."""
+        value = await self._redis.get(self._floor)
+        return None if value is None else _text(value)
+
+    async def trim(self, now_ms: int) -> int:
+        """Drop entries past the retention (module docstring), at most TRIM_STEP; returns how many."""
+        dropped = await self._trim(keys=[self._stream, self._floor],
+                                   args=[RETENTION_EVENTS, now_ms - RETENTION_S * 1000, MAX_STREAM_EVENTS, TRIM_STEP])
+        return int(dropped)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(item: Any) -> Entry:
+    entry_id, values = item
+    return Entry(_text(entry_id), _text(values.get(b"k", b"")), bytes(values.get(b"b", b"")))
