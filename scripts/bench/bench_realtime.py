@@ -26,15 +26,15 @@ raised above what is opened; a collection `posts` with public list and view rule
 - RT-2: `--subscribers` streams subscribed to `posts/*` (anonymously, or as one user with
   `--subscribe-as user`), then `--rounds` creates of a post, one at a time: the time from sending the
   create until the last subscriber received its event (aim <= 1 s; the median and worst round). On the
-  CMS also the MongoDB commands the fan-out issued (aim 0): the embedded SecantusDB's
-  `serverStatus().opcounters` (all kinds summed) around each round, minus the median of the same
-  figure around creates made with nobody subscribed (the create's own commands and background noise).
+  CMS also the MongoDB operations the fan-out issued (aim 0): the embedded SecantusDB's
+  `serverStatus().opcounters` (CRUD operations and commands apart) around each round, minus the median of
+  the same figures around creates made with nobody subscribed (the create's own and background noise).
 - RT-3: two `cms serve` replicas sharing one SecantusDB and one Redis, `--replica-subscribers` streams
   subscribed to `posts/*` at each; `--write-rate` creates per second for `--write-seconds` seconds, each
   sent on schedule without waiting for the previous one, alternating between the replicas; the delay from
   the create's HTTP answer to the receipt at each subscriber (p50/p99/max, aim p99 <= 250 ms; an event
-  received before its create's answer counts 0). PocketBase: the same on its single node (it has no
-  replicas).
+  received before its create's answer counts 0), and the CPU seconds of each server process meanwhile.
+  PocketBase: the same on its single node (it has no replicas).
 
 Prints Markdown tables with the figures, the aims and PocketBase side by side, then the warnings and errors
 the CMS logged. A CMS without the endpoint (404 on `GET /api/v1/realtime`) gets "n/a (realtime not in this
@@ -88,7 +88,7 @@ from bench_vs_pocketbase import (
     start_pocketbase,
     wait_healthy,
 )
-from load_packages import Api, Fatal, describe, run_cli
+from load_packages import Api, Fatal, run_cli
 
 COLLECTION = "posts"
 TOPIC = f"{COLLECTION}/*"
@@ -103,6 +103,7 @@ SETTLE_S = 2.0  # after opening or closing many streams, before reading the RSS
 FANOUT_TIMEOUT_S = 60.0
 OPCOUNT_SETTLE_S = 0.5  # after a fan-out, before reading the op counters
 BASELINE_WRITES = 5
+LIMIT_PROBES = 20  # RT-1: streams asked for past realtime_max_connections (each should get 503)
 AIM_KB_PER_CONN = 32
 AIM_FANOUT_S = 1.0
 AIM_P99_MS = 250.0
@@ -342,6 +343,7 @@ class Target:
     sub_auth: str = ""  # Authorization of the subscriptions ("" anonymous)
     wraps_data: bool = False  # the CMS takes {"data": {...}}
     mongodb_url: str = ""  # the CMS: its database, for the op counters
+    api: Api | None = None  # the CMS: the admin session, for realtime_max_connections
 
     @property
     def pid(self) -> int:
@@ -427,18 +429,21 @@ async def setup_cms(session: aiohttp.ClientSession, server: Server, as_user: boo
                                json={"email": USER_EMAIL, "password": USER_PASSWORD})
         user = "Bearer " + login["token"]["access_token"]
     target = Target("cms", server, "/api/v1/realtime", "client_id", f"/api/v1/collections/{COLLECTION}/records",
-                    "Bearer " + api.token, user, wraps_data=True)
+                    "Bearer " + api.token, user, wraps_data=True, api=api)
     async with session.get(server.base + target.sse_path, timeout=aiohttp.ClientTimeout(total=10)) as resp:
         if resp.status == 404:
             progress(f"cms: GET {target.sse_path} answers 404: {NA}")
             return target, False
         if resp.status != 200:
             raise Fatal(f"cms: GET {target.sse_path}: HTTP {resp.status} {(await resp.text())[:300]}")
-    status, body, _ = await api.request("POST", "/api/v1/settings",
-                                        json={"key": "realtime_max_connections", "value": str(max_connections)})
-    if status != 200:
-        raise Fatal(f"cms: setting realtime_max_connections={max_connections} failed: HTTP {status} {describe(body)}")
+    await set_max_connections(api, max_connections)
     return target, True
+
+
+async def set_max_connections(api: Api, value: int) -> None:
+    """Set the CMS's `realtime_max_connections`."""
+    await cms_call(api, "POST", "/api/v1/settings", 200, f"setting realtime_max_connections={value}",
+                   json={"key": "realtime_max_connections", "value": str(value)})
 
 
 def embedded_mongodb_url(server: Server) -> str:
@@ -463,8 +468,8 @@ class OpCounter:
         self.client: Any = MongoClient(url, serverSelectionTimeoutMS=5000) if url else None
         self.available = self.client is not None and self.read() is not None
 
-    def read(self) -> int | None:
-        """The op counters' sum now; None when unreadable."""
+    def read(self) -> tuple[int, int] | None:
+        """(CRUD operations: insert + query + update + delete + getmore, commands) now; None when unreadable."""
         if self.client is None:
             return None
         try:
@@ -473,7 +478,15 @@ class OpCounter:
             return None
         if not isinstance(counters, dict):
             return None
-        return sum(int(value) for value in counters.values() if isinstance(value, int))
+        crud = sum(int(counters.get(name) or 0) for name in ("insert", "query", "update", "delete", "getmore"))
+        return crud, int(counters.get("command") or 0)
+
+    @staticmethod
+    def delta(before: tuple[int, int] | None, after: tuple[int, int] | None) -> tuple[int, int] | None:
+        """`after` - `before`, per kind; None when either is missing."""
+        if before is None or after is None:
+            return None
+        return after[0] - before[0], after[1] - before[1]
 
     def close(self) -> None:
         """Close the client."""
@@ -494,6 +507,7 @@ class Rt1:
     rss_before: int = 0
     rss_after: int = 0
     rss_closed: int = 0
+    past_limit: str = ""  # the CMS: answers to streams opened past realtime_max_connections
     open_s: float = 0.0
     client_cpu_s: float = 0.0
 
@@ -511,9 +525,10 @@ class Rt2:
     fanout_s: list[float] = field(default_factory=list)
     answer_s: list[float] = field(default_factory=list)
     received: list[int] = field(default_factory=list)
-    fanout_ops: list[int] = field(default_factory=list)
-    baseline_ops: list[int] = field(default_factory=list)
+    fanout_ops: list[tuple[int, int]] = field(default_factory=list)  # (CRUD operations, commands) per round
+    baseline_ops: list[tuple[int, int]] = field(default_factory=list)  # the same around creates nobody heard
     ops_available: bool = False
+    rss_after: int = 0  # the server process once the streams were closed
     client_cpu_s: float = 0.0
 
 
@@ -529,6 +544,8 @@ class Rt3:
     latencies_ms: array[float] = field(default_factory=lambda: array("d"))
     from_send_ms: array[float] = field(default_factory=lambda: array("d"))
     early: int = 0
+    server_cpu_s: list[float] = field(default_factory=list)  # per node, from the first create to the last receipt
+    busy_s: float = 0.0  # from the first create to the last receipt
     expected: int = 0
     client_cpu_s: float = 0.0
 
@@ -550,7 +567,7 @@ def client_cpu(result: Rt1 | Rt2 | Rt3) -> Iterator[None]:
         result.client_cpu_s += times.user + times.system - before
 
 
-async def run_rt1(target: Target, count: int) -> Rt1:
+async def run_rt1(target: Target, count: int, max_connections: int) -> Rt1:
     """Open `count` idle streams; the server process's RSS before and after."""
     result = Rt1()
     with client_cpu(result):
@@ -562,6 +579,14 @@ async def run_rt1(target: Target, count: int) -> Rt1:
         await asyncio.sleep(SETTLE_S)
         result.opened, result.held, result.failed = len(streams.conns), streams.held(), streams.failed_text()
         result.rss_after = target.rss()
+        if target.api is not None:  # the bound: set it to what is held, then ask for more
+            await set_max_connections(target.api, result.held)
+            extra = await open_streams(target.server.base, target.sse_path, LIMIT_PROBES, Recorder(),
+                                       f"RT-1 {target.name} past realtime_max_connections={result.held:,}")
+            result.past_limit = (f"{LIMIT_PROBES} more streams with realtime_max_connections={result.held:,}: "
+                                 f"{len(extra.conns)} opened, failed: {extra.failed_text()}")
+            extra.close()
+            await set_max_connections(target.api, max_connections)
         streams.close()
         await asyncio.sleep(SETTLE_S)
         result.rss_closed = target.rss()
@@ -584,9 +609,8 @@ async def run_rt2(session: aiohttp.ClientSession, target: Target, count: int, ro
                     before = ops.read()
                     await target.create(session, recorder.title()[1])
                     await asyncio.sleep(OPCOUNT_SETTLE_S)
-                    after = ops.read()
-                    if before is not None and after is not None:
-                        result.baseline_ops.append(after - before)
+                    if (delta := OpCounter.delta(before, ops.read())) is not None:
+                        result.baseline_ops.append(delta)
             streams = await open_streams(target.server.base, target.sse_path, count, recorder, label)
             result.subscribers = len(streams.conns)
             try:
@@ -611,9 +635,8 @@ async def run_rt2(session: aiohttp.ClientSession, target: Target, count: int, ro
                                            else float("inf"))
                     if ops.available:
                         await asyncio.sleep(OPCOUNT_SETTLE_S)
-                        after = ops.read()
-                        if before is not None and after is not None:
-                            result.fanout_ops.append(after - before)
+                        if (delta := OpCounter.delta(before, ops.read())) is not None:
+                            result.fanout_ops.append(delta)
                     progress(f"{label}: round {round_no + 1}: {len(stamps):,}/{result.subscribers:,} received, "
                              f"last after {result.fanout_s[-1]:.3f} s (answer {result.answer_s[-1]:.3f} s)")
                     await asyncio.sleep(0.2)
@@ -622,6 +645,7 @@ async def run_rt2(session: aiohttp.ClientSession, target: Target, count: int, ro
     finally:
         ops.close()
     await asyncio.sleep(SETTLE_S)
+    result.rss_after = target.rss()
     return result
 
 
@@ -652,6 +676,7 @@ async def run_rt3(session: aiohttp.ClientSession, targets: list[Target], per_nod
             total = round(rate * seconds)
             answered: dict[int, float] = {}
             sent: dict[int, float] = {}
+            cpu_before = [target.server.cpu_s() for target in targets]
             started = time.monotonic()
             progress(f"{label}: {total:,} creates at {rate:g}/s over {len(targets)} node(s), "
                      f"{result.subscribers:,} subscribers")
@@ -671,7 +696,9 @@ async def run_rt3(session: aiohttp.ClientSession, targets: list[Target], per_nod
             while time.monotonic() < deadline:
                 if sum(len(recorder.stamps.get(n, ())) for n in numbers) >= result.expected:
                     break
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.05)
+            result.busy_s = time.monotonic() - started
+            result.server_cpu_s = [target.server.cpu_s() - cpu for target, cpu in zip(targets, cpu_before, strict=True)]
             for number in numbers:
                 result.answer_ms.append((answered[number] - sent[number]) * 1000)
                 for stamp in recorder.stamps.get(number, ()):
@@ -724,6 +751,9 @@ def print_rt1(results: dict[str, Rt1 | None], count: int) -> None:
         print(f"| {name} | {res.held:,} / {count:,} | {res.failed} | {res.open_s:,.1f} | {mib(res.rss_before)} | "
               f"{mib(res.rss_after)} | {mib(res.rss_closed)} | {res.kb_per_conn:,.1f} ({aim}) | "
               f"{res.client_cpu_s:,.1f} |")
+    for name, res in results.items():
+        if res is not None and res.past_limit:
+            print(f"\n{name}, the bound: {res.past_limit} (want: 0 opened, all HTTP 503)")
 
 
 def print_rt2(results: dict[str, Rt2 | None], count: int, rounds: int, as_user: bool) -> None:
@@ -731,8 +761,8 @@ def print_rt2(results: dict[str, Rt2 | None], count: int, rounds: int, as_user: 
     who = "one user's token" if as_user else "anonymous, public list rule"
     print(f"\n## RT-2: one create fanned out to {count:,} subscribers of `{TOPIC}` ({who}), {rounds} round(s)\n")
     print(f"| system | subscribers | received (worst round) | create to last receipt s, median / worst "
-          f"(aim <= {AIM_FANOUT_S:g}) | create answer s, median | MongoDB commands of the fan-out, median "
-          "(aim 0) | client CPU s |")
+          f"(aim <= {AIM_FANOUT_S:g}) | create answer s, median | MongoDB operations of the fan-out: median extra "
+          "over a create nobody hears (aim 0) | client CPU s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, res in results.items():
         if res is None:
@@ -746,13 +776,20 @@ def print_rt2(results: dict[str, Rt2 | None], count: int, rounds: int, as_user: 
         elif not res.ops_available or not res.fanout_ops or not res.baseline_ops:
             ops = "not available (serverStatus opcounters unreadable)"
         else:
-            base = statistics.median(res.baseline_ops)
-            extra = statistics.median(res.fanout_ops) - base
-            ops = (f"{extra:,.0f} ({verdict(extra <= 0)}; {statistics.median(res.fanout_ops):,.0f} around a create "
-                   f"with subscribers, {base:,.0f} without; rounds {res.fanout_ops})")
+            crud = [statistics.median(d[0] for d in ops_) for ops_ in (res.fanout_ops, res.baseline_ops)]
+            cmds = [statistics.median(d[1] for d in ops_) for ops_ in (res.fanout_ops, res.baseline_ops)]
+            ops = (f"CRUD ops {crud[0] - crud[1]:,.0f} ({verdict(crud[0] <= crud[1])}), commands "
+                   f"{cmds[0] - cmds[1]:,.0f} (with subscribers {crud[0]:,.0f} + {cmds[0]:,.0f}, without "
+                   f"{crud[1]:,.0f} + {cmds[1]:,.0f}; per round {', '.join(f'{a}+{b}' for a, b in res.fanout_ops)})")
         print(f"| {name} | {res.subscribers:,} | {min(res.received, default=0):,} | {median:,.3f} / {worst:,.3f} "
               f"({aim}) | {statistics.median(res.answer_s) if res.answer_s else float('nan'):,.3f} | {ops} | "
               f"{res.client_cpu_s:,.1f} |")
+    print("\nMongoDB operations: the embedded SecantusDB's `serverStatus().opcounters` read around each create "
+          "and its fan-out (CRUD ops = insert + query + update + delete + getmore; commands include this reading "
+          "and the drivers' heartbeats, so they may differ by one or two without a cause in the fan-out).")
+    for name, res in results.items():
+        if res is not None:
+            print(f"\n{name}: server process RSS after RT-2's streams closed: {mib(res.rss_after)} MiB")
 
 
 def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, seconds: float) -> None:
@@ -760,11 +797,11 @@ def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, second
     print(f"\n## RT-3: {rate:g} creates/s for {seconds:g} s, {per_node:,} subscribers per node\n")
     print(f"| system | nodes | subscribers | creates (s taken) | create answer ms p50 / p99 | receipts / expected | "
           f"answer to receipt ms p50 / p99 / max (aim p99 <= {AIM_P99_MS:g}) | received before the answer | "
-          "create sent to receipt ms p50 / p99 | client CPU s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "create sent to receipt ms p50 / p99 | server CPU s per node (s busy) | client CPU s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, res in results.items():
         if res is None:
-            print(f"| {name} | {NA} | | | | | | | | |")
+            print(f"| {name} | {NA} | | | | | | | | | |")
             continue
         lat, sent = list(res.latencies_ms), list(res.from_send_ms)
         p99 = percentile(lat, 99)
@@ -775,7 +812,9 @@ def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, second
               f"{percentile(res.answer_ms, 50):,.0f} / {percentile(res.answer_ms, 99):,.0f} | "
               f"{len(lat):,} / {res.expected:,} | {percentile(lat, 50):,.0f} / {p99:,.0f} / "
               f"{max(lat, default=float('nan')):,.0f} ({aim}) | {res.early:,} | "
-              f"{percentile(sent, 50):,.0f} / {percentile(sent, 99):,.0f} | {res.client_cpu_s:,.1f} |")
+              f"{percentile(sent, 50):,.0f} / {percentile(sent, 99):,.0f} | "
+              f"{' + '.join(f'{cpu:,.1f}' for cpu in res.server_cpu_s)} ({res.busy_s:,.1f}) | "
+              f"{res.client_cpu_s:,.1f} |")
 
 
 # --- RT-3 servers ----------------------------------------------------------------------------------
@@ -873,7 +912,8 @@ async def run_system(session: aiohttp.ClientSession, target: Target | None, name
     """RT-1 and RT-2 of one system (None: the CMS without the endpoint: n/a cells)."""
     if "RT-1" in args.only:
         progress(f"RT-1 {name}")
-        results["RT-1"][name] = None if target is None else await run_rt1(target, args.connections)
+        results["RT-1"][name] = (None if target is None
+                                 else await run_rt1(target, args.connections, args.max_connections))
     if "RT-2" in args.only:
         progress(f"RT-2 {name}")
         results["RT-2"][name] = None if target is None else await run_rt2(session, target, args.subscribers,
