@@ -545,9 +545,22 @@ class Rt3:
     from_send_ms: array[float] = field(default_factory=lambda: array("d"))
     early: int = 0
     server_cpu_s: list[float] = field(default_factory=list)  # per node, from the first create to the last receipt
+    shared_cpu_s: float | None = None  # the CMS: the shared SecantusDB and redis-server meanwhile
     busy_s: float = 0.0  # from the first create to the last receipt
     expected: int = 0
     client_cpu_s: float = 0.0
+
+
+def process_cpu_s(pids: tuple[int, ...]) -> float:
+    """User + system CPU seconds of the processes `pids` (those still running)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def progress(text: str) -> None:
@@ -650,9 +663,10 @@ async def run_rt2(session: aiohttp.ClientSession, target: Target, count: int, ro
 
 
 async def run_rt3(session: aiohttp.ClientSession, targets: list[Target], per_node: int, rate: float,
-                  seconds: float) -> Rt3:
+                  seconds: float, shared_pids: tuple[int, ...] = ()) -> Rt3:
     """`per_node` subscribers at each target; creates at `rate`/s for `seconds` s alternating between the
-    targets; the delay from each create's answer to each receipt."""
+    targets; the delay from each create's answer to each receipt; the CPU seconds of the targets' processes
+    and of `shared_pids` (the servers they share) meanwhile."""
     result = Rt3(nodes=len(targets))
     recorder = Recorder()
     label = f"RT-3 {targets[0].name}"
@@ -677,6 +691,7 @@ async def run_rt3(session: aiohttp.ClientSession, targets: list[Target], per_nod
             answered: dict[int, float] = {}
             sent: dict[int, float] = {}
             cpu_before = [target.server.cpu_s() for target in targets]
+            shared_before = process_cpu_s(shared_pids)
             started = time.monotonic()
             progress(f"{label}: {total:,} creates at {rate:g}/s over {len(targets)} node(s), "
                      f"{result.subscribers:,} subscribers")
@@ -699,6 +714,8 @@ async def run_rt3(session: aiohttp.ClientSession, targets: list[Target], per_nod
                 await asyncio.sleep(0.05)
             result.busy_s = time.monotonic() - started
             result.server_cpu_s = [target.server.cpu_s() - cpu for target, cpu in zip(targets, cpu_before, strict=True)]
+            if shared_pids:
+                result.shared_cpu_s = process_cpu_s(shared_pids) - shared_before
             for number in numbers:
                 result.answer_ms.append((answered[number] - sent[number]) * 1000)
                 for stamp in recorder.stamps.get(number, ()):
@@ -813,7 +830,9 @@ def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, second
               f"{len(lat):,} / {res.expected:,} | {percentile(lat, 50):,.0f} / {p99:,.0f} / "
               f"{max(lat, default=float('nan')):,.0f} ({aim}) | {res.early:,} | "
               f"{percentile(sent, 50):,.0f} / {percentile(sent, 99):,.0f} | "
-              f"{' + '.join(f'{cpu:,.1f}' for cpu in res.server_cpu_s)} ({res.busy_s:,.1f}) | "
+              f"{' + '.join(f'{cpu:,.1f}' for cpu in res.server_cpu_s)}"
+              f"{'' if res.shared_cpu_s is None else f'; SecantusDB + Redis {res.shared_cpu_s:,.1f}'} "
+              f"({res.busy_s:,.1f}) | "
               f"{res.client_cpu_s:,.1f} |")
 
 
@@ -856,8 +875,8 @@ async def cms_rt3(session: aiohttp.ClientSession, work: Path, args: argparse.Nam
                 if not has_realtime:
                     return None, version
                 targets.append(target)
-            return (await run_rt3(session, targets, args.replica_subscribers, args.write_rate, args.write_seconds),
-                    version)
+            return (await run_rt3(session, targets, args.replica_subscribers, args.write_rate, args.write_seconds,
+                                  (mongodb.process.pid, redis_server.process.pid)), version)
         finally:
             for replica in replicas:
                 replica.stop()
