@@ -34,7 +34,8 @@ raised above what is opened; a collection `posts` with public list and view rule
   sent on schedule without waiting for the previous one, alternating between the replicas; the delay from
   the create's HTTP answer to the receipt at each subscriber (p50/p99/max, aim p99 <= 250 ms; an event
   received before its create's answer counts 0), and the CPU seconds of each server process meanwhile.
-  PocketBase: the same on its single node (it has no replicas).
+  Then the same with the first replica alone (a row for comparison). PocketBase: the same on its single
+  node (it has no replicas).
 
 Prints Markdown tables with the figures, the aims and PocketBase side by side, then the warnings and errors
 the CMS logged. A CMS without the endpoint (404 on `GET /api/v1/realtime`) gets "n/a (realtime not in this
@@ -108,6 +109,8 @@ AIM_KB_PER_CONN = 32
 AIM_FANOUT_S = 1.0
 AIM_P99_MS = 250.0
 SCENARIOS = ("RT-1", "RT-2", "RT-3")
+RT3_TWO = "cms (2 replicas)"
+RT3_ONE = "cms (1 node, for comparison)"
 
 
 # --- SSE client ------------------------------------------------------------------------------------
@@ -823,7 +826,7 @@ def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, second
         lat, sent = list(res.latencies_ms), list(res.from_send_ms)
         p99 = percentile(lat, 99)
         complete = len(lat) >= res.expected
-        aim = verdict(p99 <= AIM_P99_MS and complete) if name.startswith("cms") else "for reference"
+        aim = verdict(p99 <= AIM_P99_MS and complete) if name == RT3_TWO else "for reference"
         nodes = f"{res.nodes}" + ("" if res.nodes > 1 else " (no replicas)" if name == "PocketBase" else "")
         print(f"| {name} | {nodes} | {res.subscribers:,} | {res.writes:,} ({res.write_s:,.1f}) | "
               f"{percentile(res.answer_ms, 50):,.0f} / {percentile(res.answer_ms, 99):,.0f} | "
@@ -853,9 +856,10 @@ def start_replica(work: Path, number: int, mongodb_url: str, redis_url: str, sec
     return Server(f"cms replica {number}", f"http://127.0.0.1:{port}", proc, log_path, cpu_children=False)
 
 
-async def cms_rt3(session: aiohttp.ClientSession, work: Path, args: argparse.Namespace) -> tuple[Rt3 | None, str]:
-    """Two replicas on one SecantusDB and one Redis started here: (figures or None without the endpoint,
-    the CMS version)."""
+async def cms_rt3(session: aiohttp.ClientSession, work: Path,
+                  args: argparse.Namespace) -> tuple[dict[str, Rt3 | None], str]:
+    """Two replicas on one SecantusDB and one Redis started here, then the first alone (the second idle), for
+    comparison with PocketBase's single node: ({row: figures, or None without the endpoint}, the CMS version)."""
     from cms.runtime.embedded import start_mongodb, start_redis  # the repository on PYTHONPATH
 
     shared = work / "rt3_shared"
@@ -873,10 +877,16 @@ async def cms_rt3(session: aiohttp.ClientSession, work: Path, args: argparse.Nam
                 target, has_realtime = await setup_cms(session, replica, args.subscribe_as == "user",
                                                        args.max_connections, create=number == 0)
                 if not has_realtime:
-                    return None, version
+                    return {RT3_TWO: None}, version
                 targets.append(target)
-            return (await run_rt3(session, targets, args.replica_subscribers, args.write_rate, args.write_seconds,
-                                  (mongodb.process.pid, redis_server.process.pid)), version)
+            shared = (mongodb.process.pid, redis_server.process.pid)
+            rows: dict[str, Rt3 | None] = {}
+            rows[RT3_TWO] = await run_rt3(session, targets, args.replica_subscribers, args.write_rate,
+                                          args.write_seconds, shared)
+            progress("RT-3 cms: one node (the first replica alone)")
+            rows[RT3_ONE] = await run_rt3(session, targets[:1], args.replica_subscribers, args.write_rate,
+                                          args.write_seconds, shared)
+            return rows, version
         finally:
             for replica in replicas:
                 replica.stop()
@@ -964,7 +974,8 @@ async def main_async(args: argparse.Namespace) -> int:
                 await run_system(session, target if has_realtime else None, "cms", args, results)
                 cms.stop()
             if "RT-3" in args.only:
-                results["RT-3"]["cms (2 replicas)"], cms_version = await cms_rt3(session, work, args)
+                rows, cms_version = await cms_rt3(session, work, args)
+                results["RT-3"].update(rows)
             if not args.skip_pocketbase:
                 pb = start_pocketbase(binary, work)
                 await wait_healthy(session, pb, "/api/health")
