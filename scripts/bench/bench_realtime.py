@@ -34,6 +34,8 @@ raised above what is opened; a collection `posts` with public list and view rule
   sent on schedule without waiting for the previous one, alternating between the replicas; the delay from
   the create's HTTP answer to the receipt at each subscriber (p50/p99/max, aim p99 <= 250 ms; an event
   received before its create's answer counts 0), and the CPU seconds of each server process meanwhile.
+  Meanwhile a GET answered without the database (the CMS `/api/v1/stats` anonymously, PocketBase
+  `/api/health`) every 0.1 s at each node: its answer time shows how long the event loop was busy.
   Then the same with the first replica alone (a row for comparison). PocketBase: the same on its single
   node (it has no replicas).
 
@@ -104,6 +106,7 @@ SETTLE_S = 2.0  # after opening or closing many streams, before reading the RSS
 FANOUT_TIMEOUT_S = 60.0
 OPCOUNT_SETTLE_S = 0.5  # after a fan-out, before reading the op counters
 BASELINE_WRITES = 5
+PROBE_INTERVAL_S = 0.1
 LIMIT_PROBES = 20  # RT-1: streams asked for past realtime_max_connections (each should get 503)
 AIM_KB_PER_CONN = 32
 AIM_FANOUT_S = 1.0
@@ -347,6 +350,7 @@ class Target:
     wraps_data: bool = False  # the CMS takes {"data": {...}}
     mongodb_url: str = ""  # the CMS: its database, for the op counters
     api: Api | None = None  # the CMS: the admin session, for realtime_max_connections
+    probe_path: str = "/api/health"  # a GET answered without the database: its delay shows a busy event loop
 
     @property
     def pid(self) -> int:
@@ -432,7 +436,7 @@ async def setup_cms(session: aiohttp.ClientSession, server: Server, as_user: boo
                                json={"email": USER_EMAIL, "password": USER_PASSWORD})
         user = "Bearer " + login["token"]["access_token"]
     target = Target("cms", server, "/api/v1/realtime", "client_id", f"/api/v1/collections/{COLLECTION}/records",
-                    "Bearer " + api.token, user, wraps_data=True, api=api)
+                    "Bearer " + api.token, user, wraps_data=True, api=api, probe_path="/api/v1/stats")
     async with session.get(server.base + target.sse_path, timeout=aiohttp.ClientTimeout(total=10)) as resp:
         if resp.status == 404:
             progress(f"cms: GET {target.sse_path} answers 404: {NA}")
@@ -549,9 +553,23 @@ class Rt3:
     early: int = 0
     server_cpu_s: list[float] = field(default_factory=list)  # per node, from the first create to the last receipt
     shared_cpu_s: float | None = None  # the CMS: the shared SecantusDB and redis-server meanwhile
+    probe_ms: list[float] = field(default_factory=list)  # answer times of the probe GETs during the creates
     busy_s: float = 0.0  # from the first create to the last receipt
     expected: int = 0
     client_cpu_s: float = 0.0
+
+
+async def probe(session: aiohttp.ClientSession, targets: list[Target], out: list[float]) -> None:
+    """GET each target's `probe_path` every PROBE_INTERVAL_S until cancelled; the answer times in `out` (ms)."""
+    async def one(target: Target) -> None:
+        while True:
+            asked = time.monotonic()
+            async with session.get(target.server.base + target.probe_path) as resp:
+                await resp.read()
+            out.append((time.monotonic() - asked) * 1000)
+            await asyncio.sleep(PROBE_INTERVAL_S)
+
+    await asyncio.gather(*(one(target) for target in targets))
 
 
 def process_cpu_s(pids: tuple[int, ...]) -> float:
@@ -705,7 +723,11 @@ async def run_rt3(session: aiohttp.ClientSession, targets: list[Target], per_nod
                 sent[number] = time.monotonic()
                 answered[number] = await targets[index % len(targets)].create(session, title)
 
-            await asyncio.gather(*(write(i) for i in range(total)))
+            probing = asyncio.create_task(probe(session, targets, result.probe_ms))
+            try:
+                await asyncio.gather(*(write(i) for i in range(total)))
+            finally:
+                probing.cancel()
             result.write_s = time.monotonic() - started
             numbers = sorted(answered)
             result.writes = len(numbers)
@@ -817,11 +839,12 @@ def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, second
     print(f"\n## RT-3: {rate:g} creates/s for {seconds:g} s, {per_node:,} subscribers per node\n")
     print(f"| system | nodes | subscribers | creates (s taken) | create answer ms p50 / p99 | receipts / expected | "
           f"answer to receipt ms p50 / p99 / max (aim p99 <= {AIM_P99_MS:g}) | received before the answer | "
-          "create sent to receipt ms p50 / p99 | server CPU s per node (s busy) | client CPU s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "create sent to receipt ms p50 / p99 | probe GET ms p50 / max | server CPU s per node (s busy) | "
+          "client CPU s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, res in results.items():
         if res is None:
-            print(f"| {name} | {NA} | | | | | | | | | |")
+            print(f"| {name} | {NA} | | | | | | | | | | |")
             continue
         lat, sent = list(res.latencies_ms), list(res.from_send_ms)
         p99 = percentile(lat, 99)
@@ -833,6 +856,7 @@ def print_rt3(results: dict[str, Rt3 | None], per_node: int, rate: float, second
               f"{len(lat):,} / {res.expected:,} | {percentile(lat, 50):,.0f} / {p99:,.0f} / "
               f"{max(lat, default=float('nan')):,.0f} ({aim}) | {res.early:,} | "
               f"{percentile(sent, 50):,.0f} / {percentile(sent, 99):,.0f} | "
+              f"{percentile(res.probe_ms, 50):,.0f} / {max(res.probe_ms, default=float('nan')):,.0f} | "
               f"{' + '.join(f'{cpu:,.1f}' for cpu in res.server_cpu_s)}"
               f"{'' if res.shared_cpu_s is None else f'; SecantusDB + Redis {res.shared_cpu_s:,.1f}'} "
               f"({res.busy_s:,.1f}) | "
