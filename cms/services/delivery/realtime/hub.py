@@ -71,6 +71,10 @@ MAX_SCAN = 10_000
 
 CREATE, UPDATE, DELETE = "create", "update", "delete"
 AFTER, BEFORE = "after", "before"
+LATER = object()
+"""What `_Fanout.ready_message` answers when the message needs I/O to render."""
+WRITE_BATCH_BYTES = 256 * 1024
+"""Most bytes of waiting messages one write to a stream joins (one syscall for a burst of events)."""
 
 
 @dataclass
@@ -87,8 +91,13 @@ class _Bound:
     render_key: str
 
     def shows(self, document: dict[str, Any]) -> bool:
-        """Whether the subscriber may see the stored `document` and it matches the filter."""
-        return matches(self.decision, document) and (self.filter is None or matches(self.filter, document))
+        """Whether the subscriber may see the stored `document` and it matches the filter (a query
+        shape the in-memory matcher lacks shows nothing, and is logged)."""
+        try:
+            return matches(self.decision, document) and (self.filter is None or matches(self.filter, document))
+        except ValueError as exc:
+            log.error("realtime: a rule or filter of %s cannot be matched in memory (%s)", self.collection.name, exc)
+            return False
 
 
 class Subscription:
@@ -233,8 +242,9 @@ class _Fanout:
             return (UPDATE, AFTER) if shown_before else (CREATE, AFTER)
         return (DELETE, BEFORE) if shown_before and before is not None else None
 
-    async def message(self, topic: Topic, bound: _Bound) -> bytes | None:
-        """The SSE message `topic`'s subscriber gets (None: nothing)."""
+    def ready_message(self, topic: Topic, bound: _Bound) -> bytes | None | object:
+        """The SSE message `topic`'s subscriber gets (None: nothing) when it needs no I/O, else
+        LATER (`message` then renders it): the common path of a fan-out runs without awaiting."""
         decided = self.decide(bound, topic.record_id)
         if decided is None:
             return None
@@ -242,8 +252,22 @@ class _Fanout:
         key = (topic.text, action, which, bound.render_key)
         message = self._messages.get(key)
         if message is None:
-            body = await self._body(which, bound)
+            if bound.render_key:
+                return LATER
+            body = self.json_of(which) or {"id": self.change.record_id}
             message = self._messages[key] = sse_message(topic.text, self.entry.id, {"action": action, "record": body})
+        return message
+
+    async def message(self, topic: Topic, bound: _Bound) -> bytes | None:
+        """The SSE message `topic`'s subscriber gets (None: nothing), rendered (`expand`, `fields`)
+        once for every subscriber that sees it the same way."""
+        ready = self.ready_message(topic, bound)
+        if ready is not LATER:
+            return ready  # type: ignore[return-value]
+        action, which = self.decide(bound, topic.record_id) or (UPDATE, AFTER)
+        body = await self._body(which, bound)
+        key = (topic.text, action, which, bound.render_key)
+        message = self._messages[key] = sse_message(topic.text, self.entry.id, {"action": action, "record": body})
         return message
 
     async def _body(self, which: str, bound: _Bound) -> dict[str, Any]:
@@ -436,11 +460,16 @@ class RealtimeHub:
                     conn.wake.clear()
                     await conn.wake.wait()
                     continue
-                order, message = conn.queue.popleft()
-                if order <= conn.replayed_through:
-                    continue
-                await write(message)
-                self.sent += 1
+                batch: list[bytes] = []
+                size = 0
+                while conn.queue and size < WRITE_BATCH_BYTES:
+                    order, message = conn.queue.popleft()
+                    if order > conn.replayed_through:
+                        batch.append(message)
+                        size += len(message)
+                if batch:
+                    await write(b"".join(batch))
+                    self.sent += len(batch)
         finally:
             self._unregister(conn)
 
@@ -564,6 +593,7 @@ class RealtimeHub:
                     await self._handle(entry)
                 except Exception:
                     log.exception("realtime: entry %s could not be delivered", entry.id)
+                await asyncio.sleep(0)  # the streams write and requests run between two entries
 
     async def _handle(self, entry: Entry) -> None:
         if entry.kind == RECORD:
@@ -594,21 +624,36 @@ class RealtimeHub:
             return []
         fanout = _Fanout(entry, change, collection, self._records)
         epoch = await self._session_epoch()
+        now = self._clock()
         order = entry.order
         out: list[bytes] = []
         for conn in conns:
             if conn.closed or (not replaying and conn.replay_from is not None and order <= conn.replayed_through):
                 continue
-            allowed, principal = await self._principal(conn, epoch)
-            if not allowed:
+            ref = conn.ref
+            if ref is None:
+                principal = None
+            elif conn.refused or (ref.expires_at is not None and now >= ref.expires_at):
                 continue
-            for subscription in conn.subscriptions:
-                if subscription.topic.collection != change.collection:
+            elif epoch is not None and conn.checked_epoch == epoch:
+                principal = conn.principal
+            else:
+                allowed, principal = await self._principal(conn, epoch)
+                if not allowed:
                     continue
-                bound = await self._bound(subscription, collection, principal)
-                message = await fanout.message(subscription.topic, bound)
+            for subscription in conn.subscriptions:
+                topic = subscription.topic
+                if topic.collection != change.collection:
+                    continue
+                bound = subscription.bound
+                if bound is None or bound.collection is not collection or bound.principal is not principal:
+                    bound = await self._bound(subscription, collection, principal)
+                message = fanout.ready_message(topic, bound)
+                if message is LATER:
+                    message = await fanout.message(topic, bound)
                 if message is None:
                     continue
+                assert isinstance(message, bytes)
                 if replaying:
                     out.append(message)
                 else:
