@@ -65,7 +65,9 @@ async def test_a_subscriber_receives_the_events_of_its_topic_in_order_with_incre
     assert [data(e) for e in created] == [{"action": "create", "record": first},
                                          {"action": "create", "record": second}]
     ids = [connect.id, created[0].id, created[1].id]
-    assert ids == sorted(ids, key=lambda i: tuple(int(p) for p in i.split("-")))
+    assert all(i.startswith(stream.client_id + ":") for i in ids)  # the client rides in every id
+    positions = [tuple(int(p) for p in i.rpartition(":")[2].split("-")) for i in ids]
+    assert positions == sorted(positions) and len(set(positions)) == 3
     response = await client.delete(records_path("posts", first["id"]), headers=bearer(admin_token))
     assert response.status == 204
     deleted = await stream.next()
@@ -218,6 +220,19 @@ async def test_a_resume_replays_the_missed_events_in_order_then_goes_live(
     live = await create_record(client, admin_token, "posts", {"title": "live"})
     assert data(await again.next()) == {"action": "create", "record": live}
     await again.nothing()
+
+
+async def test_a_browser_that_sends_back_only_last_event_id_resumes_its_client(
+        client: Client, admin_token: str, posts: dict[str, Any], streams: Callable[[], Stream]) -> None:
+    stream = await subscribed(streams, ["posts/*"])
+    await create_record(client, admin_token, "posts", {"title": "seen"})
+    seen = await stream.next()
+    await stream.close()
+    missed = await create_record(client, admin_token, "posts", {"title": "missed"})
+    again = streams()  # EventSource reconnects to the URL it was opened with: no client_id there
+    await again.open(last_event_id=seen.id)
+    assert again.client_id == stream.client_id
+    assert data(await again.next()) == {"action": "create", "record": missed}
 
 
 async def test_a_resume_takes_the_client_over_and_closes_its_older_stream(

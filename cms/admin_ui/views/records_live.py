@@ -33,6 +33,7 @@ from cms.admin_ui.common import PREFIX, LoginRequired, admin_page
 from cms.admin_ui.session import access_token
 from cms.models import Principal
 from cms.services.delivery.realtime import Connection, RealtimeHub
+from cms.services.delivery.realtime.hub import split_event_id
 from cms.services.identity.authn import CredentialRef
 from cms.web.context import services
 
@@ -104,7 +105,7 @@ async def _relay(hub: RealtimeHub, conn: Connection, response: EventSourceRespon
         event, entry_id = _event_and_id(message)
         if event == "connect":
             return
-        latest = entry_id or latest
+        latest = split_event_id(entry_id)[1] or latest  # this stream's ids are bare positions
         pending.set()
 
     if changed:

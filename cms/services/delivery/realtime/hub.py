@@ -117,7 +117,7 @@ class Connection:
     messages waiting (`queue` of (entry order, bytes)) and what the stream sends first."""
 
     __slots__ = ("client_id", "conn_id", "ref", "principal", "checked_epoch", "refused", "subscriptions",
-                 "queue", "wake", "closed", "reason", "first", "replay_from", "replayed_through", "abort")
+                 "queue", "wake", "closed", "reason", "first", "replay_from", "replayed_through", "abort", "id_head")
 
     def __init__(self, client_id: str, conn_id: str) -> None:
         self.client_id = client_id
@@ -134,6 +134,8 @@ class Connection:
         self.first: list[bytes] = []
         self.replay_from: str | None = None
         self.replayed_through = (0, 0)
+        self.id_head = b"id: %s:" % client_id.encode()
+        """The start of every event's `id` line on this stream (`event_id`)."""
         self.abort: Callable[[], None] | None = None
         """Drops the connection at once (set by the HTTP layer): for a client that stopped reading,
         whose writes would otherwise wait for it."""
@@ -163,9 +165,34 @@ class Connection:
         return {s.topic.collection for s in self.subscriptions}
 
 
-def sse_message(event: str, entry_id: str, data: Any) -> bytes:
+def event_id(client_id: str, entry_id: str) -> str:
+    """The SSE id of stream entry `entry_id` on client `client_id`'s stream: `<client id>:<entry id>`,
+    so a browser's EventSource, which sends back only `Last-Event-ID` when it reconnects to the URL it
+    was opened with, resumes its client by itself (`split_event_id`)."""
+    return f"{client_id}:{entry_id}"
+
+
+def split_event_id(text: str | None) -> tuple[str | None, str | None]:
+    """(client id, entry id) of a `Last-Event-ID`: `<client id>:<entry id>` as `event_id` makes them,
+    or a bare entry id (client None); (None, None) for nothing usable."""
+    if not text:
+        return None, None
+    client_id, colon, entry_id = text.strip().rpartition(":")
+    if _order_or_none(entry_id) is None:
+        return None, None
+    if colon and CLIENT_ID.match(client_id) is None:
+        return None, None
+    return (client_id or None), entry_id
+
+
+def sse_message(event: str, event_id_text: str, data: Any) -> bytes:
     """One server-sent event: `id`, `event` and one `data` line of compact JSON."""
-    return b"id: %s\nevent: %s\ndata: %s\n\n" % (entry_id.encode(), event.encode(), orjson.dumps(data))
+    return b"id: %s\n%s" % (event_id_text.encode(), sse_tail(event, data))
+
+
+def sse_tail(event: str, data: Any) -> bytes:
+    """A server-sent event without its `id` line (shared by every stream that gets it)."""
+    return b"event: %s\ndata: %s\n\n" % (event.encode(), orjson.dumps(data))
 
 
 @dataclass
@@ -243,8 +270,8 @@ class _Fanout:
         return (DELETE, BEFORE) if shown_before and before is not None else None
 
     def ready_message(self, topic: Topic, bound: _Bound) -> bytes | None | object:
-        """The SSE message `topic`'s subscriber gets (None: nothing) when it needs no I/O, else
-        LATER (`message` then renders it): the common path of a fan-out runs without awaiting."""
+        """The SSE message (without its `id` line) `topic`'s subscriber gets (None: nothing) when it
+        needs no I/O, else LATER (`message` then renders it): the common path of a fan-out runs without awaiting."""
         decided = self.decide(bound, topic.record_id)
         if decided is None:
             return None
@@ -255,19 +282,19 @@ class _Fanout:
             if bound.render_key:
                 return LATER
             body = self.json_of(which) or {"id": self.change.record_id}
-            message = self._messages[key] = sse_message(topic.text, self.entry.id, {"action": action, "record": body})
+            message = self._messages[key] = sse_tail(topic.text, {"action": action, "record": body})
         return message
 
     async def message(self, topic: Topic, bound: _Bound) -> bytes | None:
-        """The SSE message `topic`'s subscriber gets (None: nothing), rendered (`expand`, `fields`)
-        once for every subscriber that sees it the same way."""
+        """The SSE message (without its `id` line) `topic`'s subscriber gets (None: nothing), rendered
+        (`expand`, `fields`) once for every subscriber that sees it the same way."""
         ready = self.ready_message(topic, bound)
         if ready is not LATER:
             return ready  # type: ignore[return-value]
         action, which = self.decide(bound, topic.record_id) or (UPDATE, AFTER)
         body = await self._body(which, bound)
         key = (topic.text, action, which, bound.render_key)
-        message = self._messages[key] = sse_message(topic.text, self.entry.id, {"action": action, "record": body})
+        message = self._messages[key] = sse_tail(topic.text, {"action": action, "record": body})
         return message
 
     async def _body(self, which: str, bound: _Bound) -> dict[str, Any]:
@@ -364,6 +391,7 @@ class RealtimeHub:
         yet) looks at the stream from its start. Raises ServiceUnavailable when Redis does not answer."""
         try:
             floor = await self._stream.floor()
+            after = split_event_id(after)[1] or after
             order = _order_or_none(after)
             if floor is None or order is None or (order != (0, 0) and order < entry_order(floor)):
                 return True, await self._stream.last_id()
@@ -393,17 +421,20 @@ class RealtimeHub:
     async def open(self, client_id: str | None, last_event_id: str | None) -> Connection:
         """A new stream: a new client, or with `client_id` (and `last_event_id`) the resume of a known
         one, whose missed events `serve` replays first (or that gets `resync` when they are no longer
-        all in the stream, or it gave no id). Raises ServiceUnavailable past `realtime_max_connections`
+        all in the stream, or it gave no id). A `last_event_id` of ours names its client
+        (`event_id`): alone, it resumes that client. Raises ServiceUnavailable past `realtime_max_connections`
         in this process, or when Redis does not answer."""
         limit = await self._max_connections()
         if len(self.connections) >= limit:
             raise ServiceUnavailable(f"This server holds its maximum of {limit} realtime connections; "
                                      "retry, another replica may have room")
+        named, entry_id = split_event_id(last_event_id)
+        client_id = client_id or named
         resuming = client_id is not None and CLIENT_ID.match(client_id) is not None
         try:
             if resuming:
                 assert client_id is not None
-                conn = await self._resume(client_id, last_event_id)
+                conn = await self._resume(client_id, entry_id)
                 if conn is not None:
                     return conn
             return await self._connect(resync=client_id is not None)
@@ -418,9 +449,10 @@ class RealtimeHub:
         except BaseException:
             self._unregister(conn)
             raise
-        conn.first = [sse_message("connect", entry_id, {"client_id": conn.client_id})]
+        shown = event_id(conn.client_id, entry_id)
+        conn.first = [sse_message("connect", shown, {"client_id": conn.client_id})]
         if resync:
-            conn.first.append(sse_message("resync", entry_id, {"reason": "unknown client"}))
+            conn.first.append(sse_message("resync", shown, {"reason": "unknown client"}))
         return conn
 
     async def _resume(self, client_id: str, last_event_id: str | None) -> Connection | None:
@@ -439,12 +471,13 @@ class RealtimeHub:
         last = _order_or_none(last_event_id)
         if last is not None and floor is not None and entry_order(floor) <= last <= entry_order(entry_id):
             assert last_event_id is not None
-            conn.first = [sse_message("connect", last_event_id, {"client_id": client_id})]
+            conn.first = [sse_message("connect", event_id(client_id, last_event_id), {"client_id": client_id})]
             conn.replay_from = last_event_id
         else:
             reason = "no Last-Event-ID" if last is None else "missed events are no longer kept"
-            conn.first = [sse_message("connect", entry_id, {"client_id": client_id}),
-                          sse_message("resync", entry_id, {"reason": reason})]
+            shown = event_id(client_id, entry_id)
+            conn.first = [sse_message("connect", shown, {"client_id": client_id}),
+                          sse_message("resync", shown, {"reason": reason})]
         return conn
 
     async def serve(self, conn: Connection, write: Callable[[bytes], Awaitable[None]]) -> None:
@@ -626,6 +659,7 @@ class RealtimeHub:
         epoch = await self._session_epoch()
         now = self._clock()
         order = entry.order
+        id_tail = b"%s\n" % entry.id.encode()
         out: list[bytes] = []
         for conn in conns:
             if conn.closed or (not replaying and conn.replay_from is not None and order <= conn.replayed_through):
@@ -654,10 +688,11 @@ class RealtimeHub:
                 if message is None:
                     continue
                 assert isinstance(message, bytes)
+                whole = conn.id_head + id_tail + message
                 if replaying:
-                    out.append(message)
+                    out.append(whole)
                 else:
-                    conn.push(order, message)
+                    conn.push(order, whole)
         return out
 
     async def _principal(self, conn: Connection, epoch: str | None) -> tuple[bool, Principal | None]:
@@ -708,7 +743,8 @@ class RealtimeHub:
         log.warning("realtime: events after %s are lost (Redis lost or trimmed them); streams resync",
                     self._position)
         for conn in list(self.connections.values()):
-            conn.push(entry_order(position), sse_message("resync", position, {"reason": "events were lost"}))
+            conn.push(entry_order(position), sse_message("resync", event_id(conn.client_id, position),
+                                                         {"reason": "events were lost"}))
         self._position = position
 
     async def _housekeeping(self) -> None:
