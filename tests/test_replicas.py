@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,12 +169,19 @@ class Client:
             return response.status, body or None
 
 
-@pytest.fixture
-async def http(replicas: Replicas) -> AsyncIterator[Client]:
-    """A client logged in as the bootstrapped admin (on replica A)."""
+@asynccontextmanager
+async def admin_client(replicas: Replicas) -> AsyncIterator[Client]:
+    """A client of `replicas` logged in as the bootstrapped admin (on replica A)."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=15)) as session:
         client = Client(session, replicas)
         client.token = (await login(client, "a", ADMIN_EMAIL, ADMIN_PASSWORD))["access_token"]
+        yield client
+
+
+@pytest.fixture
+async def http(replicas: Replicas) -> AsyncIterator[Client]:
+    """A client logged in as the bootstrapped admin (on replica A)."""
+    async with admin_client(replicas) as client:
         yield client
 
 

@@ -68,10 +68,16 @@ class Stream:
 
     async def ended(self, timeout: float = 10.0) -> bool:
         """Whether the stream ends within `timeout` (events before the end are dropped)."""
-        async with asyncio.timeout(timeout):
-            while (await self.events.get()) is not None:
-                pass
+        await self.until_end(timeout)
         return True
+
+    async def until_end(self, timeout: float = 10.0) -> list[ServerSentEvent]:
+        """The events that arrive before the stream ends. Fails unless it ends within `timeout`."""
+        arrived: list[ServerSentEvent] = []
+        async with asyncio.timeout(timeout):
+            while (event := await self.events.get()) is not None:
+                arrived.append(event)
+        return arrived
 
     async def nothing(self, within: float = 0.5) -> None:
         """Assert no event arrives within `within` seconds."""
