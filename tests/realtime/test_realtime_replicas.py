@@ -80,7 +80,8 @@ async def streams() -> AsyncIterator[Callable[[str], Stream]]:
 
 
 def order(event_id: str) -> tuple[int, int]:
-    ms, _, seq = event_id.partition("-")
+    """The stream position of an event id (`<client id>:<ms>-<seq>`)."""
+    ms, _, seq = event_id.rpartition(":")[2].partition("-")
     return int(ms), int(seq)
 
 
