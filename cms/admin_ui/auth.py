@@ -26,11 +26,9 @@ from cms.errors import CmsError, RateLimited
 from cms.models import LoginResult, Principal
 from cms.web.context import client_ip, load, services, user_agent
 from cms.web.ratelimit import enforce_auth_limit
-from cms.web.schemas import LoginSchema, TwoFactorVerifySchema
+from cms.web.schemas import MAX_EMAIL, LoginSchema, TwoFactorVerifySchema
 
 BAD_CREDENTIALS = "Wrong email or password."
-MAX_EMAIL = 254
-"""Longest address echoed back into the form (LoginSchema's bound)."""
 MAX_TOKEN = 4096
 """Longest mfa_token echoed back into the 2FA form (TwoFactorVerifySchema's bound)."""
 
@@ -82,7 +80,7 @@ async def login_submit(request: web.Request, form: dict[str, str], target: str) 
     email, password = form["email"], form["password"]
     identity = services(request).identity
     try:
-        load(LoginSchema(), form)  # the API's bounds
+        email = load(LoginSchema(), form)["email"]  # the API's bounds, the address normalised
         await enforce_auth_limit(request, "login", email)
         result = await identity.login.password(identity.systems.admin, email, password, ip=client_ip(request),
                                                user_agent=user_agent(request))
