@@ -27,6 +27,7 @@ from cms.models import LoginResult, Principal
 from cms.web.context import client_ip, load, services, user_agent
 from cms.web.ratelimit import enforce_auth_limit
 from cms.web.schemas import MAX_EMAIL, LoginSchema, TwoFactorVerifySchema
+from cms.web.uploads import read_form
 
 BAD_CREDENTIALS = "Wrong email or password."
 MAX_TOKEN = 4096
@@ -62,7 +63,7 @@ def _sign_in_step(fields: tuple[str, ...]) -> Callable[[SignInStep], Handler]:
     def decorate(step: SignInStep) -> Handler:
         @functools.wraps(step)
         async def handler(request: web.Request) -> web.StreamResponse:
-            form = await request.post()
+            form = await read_form(request)
             if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
                 return await error_page(request, 403,
                                         "The sign-in form has expired (CSRF check failed). Reload and retry.")
