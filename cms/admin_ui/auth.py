@@ -26,11 +26,10 @@ from cms.errors import CmsError, RateLimited
 from cms.models import LoginResult, Principal
 from cms.web.context import client_ip, load, services, user_agent
 from cms.web.ratelimit import enforce_auth_limit
-from cms.web.schemas import LoginSchema, TwoFactorVerifySchema
+from cms.web.schemas import MAX_EMAIL, LoginSchema, TwoFactorVerifySchema
+from cms.web.uploads import read_form
 
 BAD_CREDENTIALS = "Wrong email or password."
-MAX_EMAIL = 254
-"""Longest address echoed back into the form (LoginSchema's bound)."""
 MAX_TOKEN = 4096
 """Longest mfa_token echoed back into the 2FA form (TwoFactorVerifySchema's bound)."""
 
@@ -64,7 +63,7 @@ def _sign_in_step(fields: tuple[str, ...]) -> Callable[[SignInStep], Handler]:
     def decorate(step: SignInStep) -> Handler:
         @functools.wraps(step)
         async def handler(request: web.Request) -> web.StreamResponse:
-            form = await request.post()
+            form = await read_form(request)
             if not login_csrf_matches(request, _text(form.get(CSRF_FIELD))):
                 return await error_page(request, 403,
                                         "The sign-in form has expired (CSRF check failed). Reload and retry.")
@@ -82,7 +81,7 @@ async def login_submit(request: web.Request, form: dict[str, str], target: str) 
     email, password = form["email"], form["password"]
     identity = services(request).identity
     try:
-        load(LoginSchema(), form)  # the API's bounds
+        email = load(LoginSchema(), form)["email"]  # the API's bounds, the address normalised
         await enforce_auth_limit(request, "login", email)
         result = await identity.login.password(identity.systems.admin, email, password, ip=client_ip(request),
                                                user_agent=user_agent(request))

@@ -40,6 +40,7 @@ from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.origin import origin_scope
 from cms.web.context import is_https, request_origin, services
+from cms.web.uploads import read_form
 
 PREFIX = "/_"
 LOGIN_PATH = PREFIX + "/login"
@@ -123,7 +124,7 @@ async def csrf_check(request: web.Request, principal: Principal) -> None:
     the `csrf_token` form field. Raises PageRefused (403) when it is missing or wrong."""
     presented = request.headers.get(CSRF_HEADER)
     if presented is None and request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
-        form = await request.post()
+        form = await read_form(request)
         value = form.get(CSRF_FIELD)
         presented = value if isinstance(value, str) else None
     if not csrf_token_matches(request, principal, presented):

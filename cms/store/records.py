@@ -191,10 +191,16 @@ class RecordRepository:
     async def count_holders(self, collection_id: str, field_name: str, value: Any, exclude_ids: Sequence[str]) -> int:
         """How many records other than `exclude_ids` hold `value` in `field_name` (for a list value:
         any of its items, as a unique index on a list field compares items)."""
-        match = {"$in": value} if isinstance(value, list) else value
         return await self._mongo_coll(collection_id).count_documents(
-            {field_name: match, "_id": {"$nin": list(exclude_ids)}}
+            {field_name: _holding(value), "_id": {"$nin": list(exclude_ids)}}
         )
+
+    async def value_holders(self, collection_id: str, field_name: str, value: Any, *, limit: int) -> list[Record]:
+        """At most `limit` records holding `value` in `field_name` (a list value: any of its items),
+        outside any transaction (a duplicate key aborts the one it happened in): the committed records
+        a unique clash on that value clashed with."""
+        cursor = self._mongo_coll(collection_id).find({field_name: _holding(value)}, limit=limit)
+        return [record_from_document(d) async for d in cursor]
 
     async def update_many(
         self, collection_id: str, record_ids: Sequence[str], set_values: dict[str, Any], unset: Sequence[str]
@@ -406,3 +412,9 @@ def _one(record_id: str, expected_updated: datetime | None) -> dict[str, Any]:
     """The filter of a single-record write: by `_id`, and by `updated` when the writer checked the
     record as it was then (plain equality, so the `_id` index still serves it)."""
     return {"_id": record_id} if expected_updated is None else {"_id": record_id, "updated": expected_updated}
+
+
+def _holding(value: Any) -> Any:
+    """The match of a field holding `value`: for a list, any of its items (as a unique index on a
+    list field compares items)."""
+    return {"$in": value} if isinstance(value, list) else value

@@ -13,6 +13,7 @@ from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, error_mess
 from cms.errors import CmsError, NotFound, ValidationFailed
 from cms.models import ApiKey, Principal
 from cms.web.context import services
+from cms.web.uploads import read_form
 
 BASE = PREFIX + "/api-keys"
 SCOPES = ("read", "write")
@@ -51,7 +52,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/api-keys: create a key and show its secret in this answer only (htmx swaps the
     screen in place, so reloading the page shows the list without it)."""
-    data = await request.post()
+    data = await read_form(request)
     name, expires_at = str(data.get("name", "")), str(data.get("expires_at", ""))
     scopes = [str(s) for s in data.getall("scopes", [])]
     form: dict[str, Any] = {"name": name, "scopes": scopes, "expires_at": expires_at}

@@ -30,6 +30,7 @@ from cms.models import Collection, FieldSpec, Principal, default_rules
 from cms.services.content.fields import FIELD_TYPES, MULTI_TYPES, SYSTEM_FIELDS, TEXT_TYPES
 from cms.web.context import load, services
 from cms.web.schemas import CollectionCreateSchema, CollectionUpdateSchema
+from cms.web.uploads import read_form
 
 RULES = ("list_rule", "view_rule", "create_rule", "update_rule", "delete_rule")
 SWITCHES = ("otp_enabled", "mfa_enabled", "oauth_enabled")
@@ -215,7 +216,7 @@ def _tristate(value: Any) -> bool | None:
 @admin_page
 async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/collections/new: create through the service (as `POST /api/v1/collections`)."""
-    form = await request.post()
+    form = await read_form(request)
     name, type_ = str(form.get("name", "")).strip(), str(form.get("type", "base"))
     switches = {s: str(form.get(s, "")) for s in SWITCHES}
     rows, rules = _rows_of_form(form), _rules_of_form(form)
@@ -259,7 +260,7 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
     `PATCH /api/v1/collections/{id}`); the schema replaces the old one."""
     collections = services(request).collections
     collection = await _collection(request)
-    form = await request.post()
+    form = await read_form(request)
     name = str(form.get("name", "")).strip()
     rows, rules = _rows_of_form(form), _rules_of_form(form)
     switches: dict[str, Any] = {s: form.get(s) == "on" for s in SWITCHES}
@@ -293,7 +294,7 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
     typed name matches."""
     collections = services(request).collections
     collection = await _collection(request)
-    form = await request.post()
+    form = await read_form(request)
     try:
         if str(form.get("confirm_name", "")).strip() != collection.name:
             raise ValidationFailed("Type the collection's name to confirm the delete",

@@ -15,6 +15,7 @@ from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, TEXT_SETTINGS, Setting
 from cms.web.context import services
+from cms.web.uploads import read_form
 
 CATEGORY_TITLES = {
     "auth": "Authentication", "security": "Security", "files": "Files", "limits": "Limits",
@@ -104,7 +105,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 async def change(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/settings: change one setting (`key`, `value`; a checkbox sends a hidden `false` and,
     when ticked, `true` after it: the last value counts)."""
-    form = await request.post()
+    form = await read_form(request)
     key = str(form.get("key", ""))
     values = [str(v) for v in form.getall("value", [])]
     raw = values[-1] if values else ""

@@ -15,6 +15,7 @@ from cms.errors import CmsError
 from cms.models import Principal
 from cms.services.delivery.webhooks import DEFAULT_RETRY_COUNT, EVENT_KINDS, MAX_RETRY_COUNT
 from cms.web.context import services
+from cms.web.uploads import read_form
 
 BASE = PREFIX + "/webhooks"
 LOG_PAGE = 50
@@ -46,7 +47,7 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 @admin_page
 async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/webhooks: a new active webhook; field errors are shown inline (422)."""
-    data = await request.post()
+    data = await read_form(request)
     url, collection_name = str(data.get("url", "")).strip(), str(data.get("collection_name", ""))
     events = [str(e) for e in data.getall("events", [])]
     retry_count = str(data.get("retry_count", DEFAULT_RETRY_COUNT)).strip()
@@ -76,7 +77,7 @@ async def detail(request: web.Request, principal: Principal) -> web.StreamRespon
 @admin_page
 async def set_active(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/webhooks/{webhook_id}/active (`active`: "true" or "false"): enable or disable."""
-    form = await request.post()
+    form = await read_form(request)
     webhook = await services(request).webhooks.update(principal, request.match_info["webhook_id"],
                                                       {"active": form.get("active") == "true"})
     return flash_redirect(request, f"{BASE}/{webhook.id}" if form.get("back") == "detail" else BASE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from marshmallow import Schema, fields, validate
 
 from cms.services.operations.settings import SETTINGS_DEFAULTS
-from cms.web.schemas import MAX_CODE, MAX_PASSWORD
+from cms.web.schemas import MAX_CODE, MAX_PASSWORD, EmailAddress, EmailText
 
 NEW_PASSWORD_DOC = {
     "minLength": SETTINGS_DEFAULTS["password_min_length"][0],
@@ -19,7 +19,7 @@ NEW_PASSWORD_DOC = {
 class RegisterSchema(Schema):
     """Body of an admin-table register: `{email, password, password_confirm?, name?}`."""
 
-    email = fields.Email(required=True, validate=validate.Length(max=254))
+    email = EmailAddress(required=True)
     password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD), metadata=NEW_PASSWORD_DOC)
     password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
     name = fields.String(load_default="", validate=validate.Length(max=200))
@@ -40,7 +40,7 @@ class TokenBodySchema(Schema):
 class PasswordResetRequestSchema(Schema):
     """Body of request-password-reset: `{email, collection?}`."""
 
-    email = fields.String(required=True, validate=validate.Length(max=254))
+    email = EmailText(required=True)
     collection = fields.String(
         load_default=None, validate=validate.Length(min=1, max=63),
         metadata={"description": "Name of an auth collection; omit for admin-table users"},
@@ -50,7 +50,7 @@ class PasswordResetRequestSchema(Schema):
 class ForgotPasswordSchema(Schema):
     """Body of forgot-password: `{email}`."""
 
-    email = fields.String(required=True, validate=validate.Length(max=254))
+    email = EmailText(required=True)
 
 
 class ResetPasswordSchema(Schema):
@@ -72,7 +72,7 @@ class CollectionRegisterSchema(Schema):
 
         unknown = "include"  # marshmallow.INCLUDE: the schema fields are checked by the collection's schema
 
-    email = fields.Email(required=True, validate=validate.Length(max=254))
+    email = EmailAddress(required=True)
     password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD))
     password_confirm = fields.String(load_default=None, validate=validate.Length(max=MAX_PASSWORD))
 
@@ -88,7 +88,7 @@ class ChangePasswordSchema(Schema):
 class EmailChangeRequestSchema(Schema):
     """Body of request-email-change: `{new_email, password}` (the current password)."""
 
-    new_email = fields.Email(required=True, validate=validate.Length(max=254))
+    new_email = EmailAddress(required=True)
     password = fields.String(required=True, validate=validate.Length(max=MAX_PASSWORD),
                              metadata={"description": "The current password"})
 
@@ -96,13 +96,13 @@ class EmailChangeRequestSchema(Schema):
 class OtpRequestSchema(Schema):
     """Body of otp/request: `{email}`."""
 
-    email = fields.String(required=True, validate=validate.Length(max=254))
+    email = EmailText(required=True)
 
 
 class OtpVerifySchema(Schema):
     """Body of otp/verify: `{email, code}` (6 digits)."""
 
-    email = fields.String(required=True, validate=validate.Length(max=254))
+    email = EmailText(required=True)
     code = fields.String(required=True, validate=validate.Regexp(r"^[0-9]{6}\Z", error="Must be 6 digits."))
 
 

@@ -3,8 +3,8 @@
 A file belongs to one record (`collection` + `record_id`). Writing one (upload, delete) needs what
 changing the record needs: its collection's view and update rules (`access.check`,
 `records.permitted_record`). Reading follows the view rule of its record. A file whose record the
-caller may not see is 404 (401 for an anonymous caller under a rule that depends on the record),
-as its record would be.
+caller may not see (the view rule refuses the caller or hides the record) is answered exactly as a
+missing file, 404 "File not found", so a file id tells nothing to whoever may not see its record.
 
 The bytes are streamed into GridFS as they arrive and hashed (SHA-256) on the way; the upload
 stops at the `max_upload_mb` setting, and whatever was written is deleted. Files go away with their
@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, NotFound, PayloadTooLarge, ValidationFailed
+from cms.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, Unauthorized, ValidationFailed
 from cms.models import Collection, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
 from cms.services.caching.catalog import Catalog
@@ -104,6 +104,11 @@ class _Received:
     content_type: str
     size: int
     sha256: str
+
+
+def file_not_found() -> NotFound:
+    """The one answer for a file that does not exist or whose record the caller may not see."""
+    return NotFound("File not found")
 
 
 def safe_filename(name: str | None) -> str:
@@ -296,10 +301,10 @@ class FileService:
     async def open(self, principal: Principal | None, file_id: str) -> FileContent:
         """The file `file_id` opened for download, if the view rule of its record lets `principal`
         (None: no credentials) see the record. Raises NotFound (no such file, or one the caller
-        may not see), Unauthorized / Forbidden (the view rule refuses)."""
+        may not see: the same answer, so a download tells nothing of a record the caller may not see)."""
         reader = await self._files.open(file_id)
         if reader is None:
-            raise NotFound("File not found")
+            raise file_not_found()
         collection = await self._checked_collection(principal, reader.file, change=False)
         file = replace(reader.file, collection=collection.name)
         return FileContent(file=file, etag=file_etag(file), inline=served_inline(file.content_type),
@@ -307,28 +312,35 @@ class FileService:
 
     async def delete(self, principal: Principal | None, file_id: str) -> None:
         """Delete a file; the same right as changing its record (view and update rules). Raises
-        NotFound (no such file, or one the caller may not see), Unauthorized / Forbidden (a rule
-        refuses)."""
+        NotFound (no such file, or one the caller may not see), Unauthorized / Forbidden (the
+        update rule refuses a caller who may see the record)."""
         file = await self._files.get(file_id)
         if file is None:
-            raise NotFound("File not found")
+            raise file_not_found()
         await self._checked_collection(principal, file, change=True)
         if not await self._files.delete(file.id):
-            raise NotFound("File not found")
+            raise file_not_found()
         log.info("file %s of %s deleted", file.id, file.record_id)
 
     async def _checked_collection(self, principal: Principal | None, file: StoredFile, *, change: bool) -> Collection:
         """The collection of `file`'s record, once the view rule (and with `change`, the update
-        rule) permits `principal` on that record. Raises NotFound("File not found") for a missing
-        collection or a hidden record, else the rules' errors."""
+        rule) permits `principal` on that record. A missing collection, a hidden record and a view
+        rule that refuses the caller all raise `file_not_found()`, exactly as a missing file does;
+        only then may the update rule's refusal (401/403) be told."""
         collection = await self._catalog.find_by_id(file.collection_id)
         if collection is None:
-            raise NotFound("File not found")
-        change_access = check(principal, collection, UPDATE) if change else None
+            raise file_not_found()
+        view = check(principal, collection, VIEW)
         try:
-            await checked_record(self._records, check(principal, collection, VIEW), change_access, file.record_id)
-        except NotFound:
-            raise NotFound("File not found") from None
+            await checked_record(self._records, view, None, file.record_id)
+        except (NotFound, Unauthorized, Forbidden):
+            # whoever may not see the record learns nothing of its files, not even that they exist
+            raise file_not_found() from None
+        if change:
+            try:
+                await checked_record(self._records, view, check(principal, collection, UPDATE), file.record_id)
+            except NotFound:  # the record went meanwhile
+                raise file_not_found() from None
         return collection
 
     # --- clean-up (EventBus subscribers) -----------------------------------------------------------

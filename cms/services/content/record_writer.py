@@ -34,9 +34,9 @@ from datetime import datetime
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, CmsError, NotFound, ValidationFailed
+from cms.errors import AlreadyExists, BadRequest, CmsError, NotFound, ValidationFailed
 from cms.models import Collection, Record
-from cms.services.access import Access
+from cms.services.access import VIEW, Access, check
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
 from cms.services.content.group_commit import InsertGroups, insert_refusal
@@ -193,11 +193,20 @@ class RecordWriter:
         if create is not None and not create.allows(record):
             raise create.refusal()
         await self.check_relations(collection, record.data)
+        try:
+            await self._insert(collection, record, epoch, store, undo)
+        except AlreadyExists as exc:
+            raise await self.clash_answer(collection, record, create, exc) from None
+        return record
+
+    async def _insert(self, collection: Collection, record: Record, epoch: str | None, store: Store | None,
+                      undo: Undo | None) -> None:
+        """Steps 4 to 6 of `create`."""
         transactional = await self._transactional(collection)
         if store is None and self.groups is not None and not transactional and current_session() is None:
             # grouped with concurrent creates; `_after_group` guards and emits before this returns
             await self.groups.insert(collection, record, epoch)
-            return record
+            return
         try:
             async with self._unit(transactional):
                 await (store(record) if store is not None else self._records.insert(collection.id, record))
@@ -206,7 +215,29 @@ class RecordWriter:
                 await self.emit_created(collection, [record])
         except _CollectionGone:
             await self._undo(collection, undo)
-        return record
+
+    async def clash_answer(self, collection: Collection, record: Record, create: Access | None,
+                           error: CmsError) -> CmsError:
+        """The answer to a create of `record` that a unique field refused with `error` (AlreadyExists
+        naming the field), the one rule of README's "Unique fields": `error` itself for a caller who
+        may view a record holding the value (admins; a view rule that shows it), else the create
+        rule's refusal (`create.refusal()`: 401 anonymous, else 403), which names neither the field
+        nor the clash, so a caller who may not read a record cannot test guesses of its unique
+        values. `error` as is for any other error, an internal key (no field named) or a create
+        without a rule (`create` None: register, whose address clash is its own documented answer)."""
+        if create is None or not isinstance(error, AlreadyExists) or not error.errors:
+            return error
+        view = check(create.principal, collection, VIEW)
+        if view.everything:
+            return error
+        if not view.refused:
+            field_name = next(iter(error.errors))
+            value = record.data.get(field_name)
+            holders = await self._records.value_holders(
+                collection.id, field_name, value, limit=len(value) if isinstance(value, list) else 1)
+            if any(view.allows(holder) for holder in holders):
+                return error
+        return create.refusal()
 
     async def create_all(self, collection: Collection, datas: Sequence[Any], rule: CreateRule, *,
                          epoch: str | None = None) -> list[Record]:
@@ -232,7 +263,9 @@ class RecordWriter:
             error = insert_refusal(refused)
             if not isinstance(error, CmsError):
                 raise error
-            raise CreateFailed(refused.index, error)
+            clashed = records[refused.index]
+            raise CreateFailed(refused.index, await self.clash_answer(collection, clashed, rule(datas[refused.index]),
+                                                                      error))
         if records and not await self._catalog.exists(collection.id, since_epoch=epoch):
             raise CreateFailed(0, NotFound(f"Collection '{collection.name}' not found"))
         if failed is not None:

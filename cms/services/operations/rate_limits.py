@@ -92,19 +92,21 @@ class RateLimitService:
             return await self._hit(per_window, "general", ip, cost=cost)
 
     async def hit_auth(self, action: str, ip: str, identifier: str) -> RateLimitDecision | None:
-        """Count one auth attempt (`action` e.g. "login") by `ip` for `identifier` (e.g. the email,
-        lower-cased); None when rate limiting is switched off."""
+        """Count one auth attempt (`action` e.g. "login") by `ip` for `identifier` (a token, a user id,
+        or an address as `normalize_email` makes it, perhaps after a "<collection>:" prefix; the
+        request schemas' `EmailText` loads addresses so); None when rate limiting is switched off."""
         enabled, _ = await self._enabled_and_limit()
         if not enabled:
             return None
         async with asyncio.timeout(self._timeout_s):
-            return await self._hit(AUTH_LIMIT, f"auth:{action}", ip, identifier.strip().lower())
+            return await self._hit(AUTH_LIMIT, f"auth:{action}", ip, identifier)
 
     async def hit_mail(self, endpoint: str, address: str, *, user_id: str | None = None) -> RateLimitDecision | None:
         """Count one email that `endpoint` (e.g. "forgot_password", "shop:otp_request") is about to
-        send to `address` (compared lower-cased) and, if given, for the user `user_id`. Each key
-        may receive MAIL_PER_MINUTE per minute window and MAIL_PER_HOUR per hour window. A refused
-        call consumes neither window, so a client hammering the endpoint does not use up its hour.
+        send to `address` (normalised by `normalize_email`, as `hit_auth`'s addresses) and, if given,
+        for the user `user_id`. Each key may receive MAIL_PER_MINUTE per minute window and
+        MAIL_PER_HOUR per hour window. A refused call consumes neither window, so a client hammering
+        the endpoint does not use up its hour.
         Returns the decision (refused: `reset_after_s` until every exhausted window frees), or None
         when rate limiting is switched off. Redis errors and TimeoutError propagate (the caller
         fails open)."""
@@ -115,7 +117,7 @@ class RateLimitService:
             return await self._hit_mail(endpoint, address, user_id)
 
     async def _hit_mail(self, endpoint: str, address: str, user_id: str | None) -> RateLimitDecision:
-        keys: list[tuple[str, ...]] = [("mail", endpoint, "address", address.strip().lower())]
+        keys: list[tuple[str, ...]] = [("mail", endpoint, "address", address)]
         if user_id is not None:
             keys.append(("mail", endpoint, "user", user_id))
         checks: list[tuple[RateLimitItem, tuple[str, ...]]] = [(item, key) for key in keys for item in self._mail_items]
@@ -153,7 +155,7 @@ class RateLimitService:
         """True the first time the limit `kind` (e.g. "auth:login") refuses (`ip`, `identifier`)
         within `window_s` seconds, False for every later refusal in that time; so a flood of
         refused requests is audited once per key and window. Redis errors and TimeoutError propagate."""
-        digest = hashlib.sha256(f"{kind}\0{ip}\0{identifier.strip().lower()}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{kind}\0{ip}\0{identifier}".encode()).hexdigest()
         # INCR + EXPIRE on the first increment, in one Lua call: the SET NX EX of this key
         async with asyncio.timeout(self._timeout_s):
             return await self._storage.incr(f"audited:{digest}", max(1, window_s)) == 1
