@@ -8,7 +8,6 @@ import os
 from contextlib import AsyncExitStack
 from typing import Any
 
-from arq import Worker
 from arq.cron import cron
 from arq.worker import func
 
@@ -18,6 +17,7 @@ from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SE
 from cms.wiring import Services, open_services
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
+from workers.liveness import ReconnectingWorker, hold_job_locks, on_job_end, on_job_start, release_job_locks
 from workers.maintenance import ORPHAN_SWEEP_MINUTES, sweep_orphaned_records
 from workers.webhooks import BATCH_MAX_TRIES, RELAY_EVERY_S, deliver_webhook, deliver_webhooks, relay_webhook_outbox
 
@@ -40,7 +40,9 @@ CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)),
 
 async def on_startup(ctx: dict[str, Any]) -> None:
     """Open services unless the caller handed them in (`ctx["services"]`); they share the
-    worker's own Redis pool (`ctx["redis"]`), so a worker process holds one pool."""
+    worker's own Redis pool (`ctx["redis"]`), so a worker process holds one pool. Start holding
+    the locks of running jobs (`workers.liveness`). Runs again after a reconnect (ReconnectingWorker)."""
+    hold_job_locks(ctx)
     if "config" not in ctx:
         ctx["config"] = Config.from_env(os.environ)
     if "services" not in ctx:
@@ -57,13 +59,14 @@ async def on_startup(ctx: dict[str, Any]) -> None:
 
 async def on_shutdown(ctx: dict[str, Any]) -> None:
     """Close what on_startup opened."""
+    await release_job_locks(ctx)
     stack = ctx.pop("exit_stack", None)
     if stack is not None:
         await stack.aclose()
 
 
 def build_worker(config: Config, *, services: Services | None = None, burst: bool = False,
-                 handle_signals: bool = True, poll_delay_s: float | None = None) -> Worker:
+                 handle_signals: bool = True, poll_delay_s: float | None = None) -> ReconnectingWorker:
     """An arq Worker for `config`'s queue with every job function, running up to
     `config.worker_max_jobs` jobs at once and looking at the queue every `poll_delay_s` seconds
     (default `config.worker_poll_delay_s`). Without `services` it opens the process's Redis pool
@@ -72,17 +75,21 @@ def build_worker(config: Config, *, services: Services | None = None, burst: boo
 
     On SIGTERM or SIGINT (`handle_signals`), or `handle_sig_wait_for_completion()`, it stops taking
     jobs and gives running ones up to `config.shutdown_timeout_s` seconds; then arq cancels them,
-    and a cancelled job stays queued (arq's retry) for the next worker to run."""
+    and a cancelled job stays queued (arq's retry) for the next worker to run. A Redis outage does
+    not end it (ReconnectingWorker), and a job of a worker killed outright runs again on another
+    within `workers.liveness.LOCK_TTL_S` seconds."""
     assert config.redis_url, "redis_url must be set"
     ctx: dict[str, Any] = {"config": config}
     if services is not None:
         ctx["services"] = services
-    return Worker(
+    return ReconnectingWorker(
         FUNCTIONS,
         queue_name=config.queue_name,
         redis_pool=open_redis(config) if services is None else lend(services.redis),
         on_startup=on_startup,
         on_shutdown=on_shutdown,
+        on_job_start=on_job_start,
+        on_job_end=on_job_end,
         cron_jobs=None if burst else CRON_JOBS,
         ctx=ctx,
         burst=burst,
@@ -101,12 +108,16 @@ _ENV = WorkerOptions.from_env(os.environ)
 
 class WorkerSettings:
     """For `arq workers.WorkerSettings`: the same worker as `cms worker`, configured from the
-    environment (REDIS_URL, QUEUE_NAME, SHUTDOWN_TIMEOUT_S, WORKER_MAX_JOBS, WORKER_POLL_DELAY_MS)."""
+    environment (REDIS_URL, QUEUE_NAME, SHUTDOWN_TIMEOUT_S, WORKER_MAX_JOBS, WORKER_POLL_DELAY_MS),
+    with the same short job locks, except that arq's own loop exits when Redis goes away, where
+    `cms worker` reconnects."""
 
     functions = FUNCTIONS
     cron_jobs = CRON_JOBS
     on_startup = on_startup
     on_shutdown = on_shutdown
+    on_job_start = on_job_start
+    on_job_end = on_job_end
     queue_name = _ENV.queue_name
     job_completion_wait = _ENV.shutdown_timeout_s
     health_check_interval = HEALTH_CHECK_INTERVAL_S

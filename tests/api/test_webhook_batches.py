@@ -17,12 +17,11 @@ from aiohttp import web
 
 from cms.clock import new_id, utcnow
 from cms.jobs import DELIVER_WEBHOOK
-from cms.models import DeliveryAttempt, Record, Webhook, WebhookDelivery
+from cms.models import Record, Webhook, WebhookDelivery
 from cms.services.delivery.webhook_outbox import (
     DELIVERY_BATCH,
     RELAY_STALE_S,
     WebhookOutbox,
-    attempt_id,
     batches_of,
     continued_batch_id,
 )
@@ -176,32 +175,6 @@ async def test_two_workers_and_two_relays_drain_one_backlog_once(services, confi
                                   params={"limit": 200})).json()
     assert log["total"] == len(ids)
     assert await services.webhook_outbox.backlog() == 0
-
-
-async def test_a_rerun_after_a_crash_sends_only_what_was_not_sent(services, client, admin_token, receiver, clock,
-                                                                   mongo_db):
-    """A run died after logging some attempts and before finishing the batch: the re-run does not
-    send those again, uses their logged outcome (a logged 500 still gets its retry batch), and
-    sends the rest."""
-    hook_id = await setup_hook(client, admin_token, receiver.url)
-    deliveries = [WebhookDelivery(id=new_id(), webhook_id=hook_id, event="update", collection="posts",
-                                  record_id=f"r{n}", body=json.dumps({"data": {"title": f"ok {n}"}}),
-                                  created=clock()) for n in range(4)]
-    [batch] = batches_of(deliveries, clock())
-    outbox = DeliveryOutbox(mongo_db)
-    await outbox.insert([batch])
-    for delivery, status in zip(deliveries[:2], (200, 500), strict=True):
-        await DeliveryLog(mongo_db).insert_many([DeliveryAttempt(
-            id=attempt_id(delivery.id, 1), webhook_id=hook_id, delivery_id=delivery.id, event_type="update",
-            record_id=delivery.record_id, url=receiver.url, status_code=status, response_body="",
-            attempt=1, success=status == 200, duration_ms=1, error=None, created=clock())])
-    outcome = await services.webhook_outbox.deliver_batch(batch.id, rerun=True)
-    assert (outcome.sent, outcome.delivered, outcome.retrying, outcome.failed) == (2, 3, 1, 0)
-    assert sorted(receiver.count()) == sorted(d.id for d in deliveries[2:])
-    again = await services.webhook_outbox.deliver_batch(batch.id, rerun=True)  # finished: nothing happens
-    assert again.sent == 0 and len(receiver.requests) == 2
-    retry = await outbox.get(f"{batch.id}>2")
-    assert retry is not None and [d.id for d in retry.deliveries] == [deliveries[1].id] and retry.attempt == 2
 
 
 async def test_a_job_of_an_earlier_version_still_delivers(services, config, client, admin_token, receiver, clock,
