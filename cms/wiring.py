@@ -281,7 +281,7 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
         otp=OtpService(deps, login, otp_codes),
         verification=verification,
         password_reset=PasswordReset(deps, credentials),
-        email_change=EmailChange(deps, credentials),
+        email_change=EmailChange(deps, credentials, identities),
         sessions=sessions,
     )
     api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock,
