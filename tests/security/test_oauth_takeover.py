@@ -13,15 +13,24 @@ GHSA-m93w-4fxv-r35v and GHSA-pq7p-mc74-g65w), against the real OpenID provider o
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from tests.api.test_collection_auth import mail_with_subject
-from tests.api.test_oauth import configure, provider, providers_value, sign_in  # noqa: F401 (fixture)
+from tests.api.test_oauth import configure, providers_value, sign_in
 from tests.conftest import bearer, error_of, link_token
-from tests.oidc_provider import OidcProvider, ProviderUser
+from tests.oidc_provider import OidcProvider, ProviderUser, running_provider
 from tests.user_systems import ADMIN_TABLE, EMAIL, MEMBERS, PASSWORD, System, prepare
 
 OTHER = "other@example.com"
+
+
+@pytest.fixture
+async def provider() -> AsyncIterator[OidcProvider]:
+    async with running_provider() as running:
+        yield running
 
 
 async def configured(client: Any, admin_token: str, provider: OidcProvider, system: System) -> System:

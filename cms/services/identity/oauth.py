@@ -15,8 +15,9 @@ and tokens, "Every login (password, OTP, OAuth2, 2FA completion) creates a sessi
    verified: password, sessions, unspent emailed links and second factor are dropped) or a new verified user (no usable
    password until a reset). The login then completes as any other (a session, or `requires_2fa`).
 
-Outgoing requests use the process's one HTTP session, time-outs HTTP_TIMEOUT_S, answers capped at
-MAX_RESPONSE_BYTES. Discovery documents and key sets are cached for METADATA_TTL_S.
+Outgoing requests use the process's one HTTP session (in production mode it connects to public
+addresses only: `webhook_sender.guarded_socket`), follow no redirects, time out after HTTP_TIMEOUT_S,
+and have their answers capped at MAX_RESPONSE_BYTES. Discovery documents and key sets are cached for METADATA_TTL_S.
 """
 
 from __future__ import annotations
