@@ -281,7 +281,7 @@ async def build_identity(infra: Infra, platform: Platform, content: Content) -> 
         otp=OtpService(deps, login, otp_codes),
         verification=verification,
         password_reset=PasswordReset(deps, credentials),
-        email_change=EmailChange(deps, credentials),
+        email_change=EmailChange(deps, credentials, identities),
         sessions=sessions,
     )
     api_keys = ApiKeyService(api_key_repository, admin_users, p.events, clock=clock,
@@ -298,7 +298,7 @@ async def build_webhooks(infra: Infra, platform: Platform, content: Content,
     webhook_repository, delivery_outbox, delivery_log = WebhookRepository(db), DeliveryOutbox(db), DeliveryLog(db)
     for repository in (webhook_repository, delivery_outbox, delivery_log):
         await repository.ensure_indexes()
-    sender = WebhookSender(infra.http, allow_private=allow_private, timeout_s=config.webhook_timeout_s)
+    sender = WebhookSender(infra.http, timeout_s=config.webhook_timeout_s)
     outbox = WebhookOutbox(webhook_repository, delivery_outbox, delivery_log, content.catalog, platform.jobs,
                            sender, clock=infra.clock, creator=identity.systems.admin.principal_of,
                            definitions=content.definitions)

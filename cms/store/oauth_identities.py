@@ -43,6 +43,10 @@ class OAuthIdentityRepository:
         """Forget a link (its user is gone)."""
         await self._mongo_coll.delete_one({"_id": identity_id(audience, provider, subject)})
 
+    async def delete_user(self, audience: str, user_id: str) -> int:
+        """Forget every link of one user of a user system (its address changed); returns how many."""
+        return (await self._mongo_coll.delete_many({"audience": audience, "user_id": user_id})).deleted_count
+
     async def delete_audience(self, audience: str) -> int:
         """Forget every link of a deleted user system; returns how many."""
         return (await self._mongo_coll.delete_many({"audience": audience})).deleted_count

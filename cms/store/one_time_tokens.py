@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from cms.models import OneTimeToken
 from cms.store.client import Database
@@ -29,8 +30,10 @@ class OneTimeTokenRepository(Repository[OneTimeToken]):
         )
         return result.modified_count == 1
 
-    async def void_unused(self, user_id: str, purpose: str, now: datetime) -> None:
-        """Mark every unused token of a user and purpose as used (e.g. after a new one is sent)."""
-        await self._mongo_coll.update_many(
-            {"user_id": user_id, "purpose": purpose, "used_at": None}, {"$set": {"used_at": now}}
-        )
+    async def void_unused(self, user_id: str, purpose: str | None, now: datetime) -> None:
+        """Mark every unused token of a user and purpose (None: of every purpose) as used (e.g.
+        after a new one is sent)."""
+        query: dict[str, Any] = {"user_id": user_id, "used_at": None}
+        if purpose is not None:
+            query["purpose"] = purpose
+        await self._mongo_coll.update_many(query, {"$set": {"used_at": now}})

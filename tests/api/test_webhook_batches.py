@@ -239,7 +239,7 @@ async def test_requests_that_cannot_start_in_time_go_to_a_continuation_batch(
     await outbox.insert([batch])
     async with aiohttp.ClientSession() as session:  # a service of one in-flight slot, on the same data
         narrow = WebhookOutbox(WebhookRepository(mongo_db), outbox, log_of, services.catalog, services.jobs,
-                               WebhookSender(session, allow_private=True, timeout_s=5.0, max_in_flight=1),
+                               WebhookSender(session, timeout_s=5.0, max_in_flight=1),
                                clock=clock, batch_start_within_s=0.2)
         outcome = await narrow.deliver_batch(batch.id)
     assert (outcome.sent, outcome.delivered, outcome.continued) == (1, 1, 2)
@@ -261,7 +261,7 @@ async def test_a_slot_given_up_on_is_not_lost(slow_receiver):
     requests = [(hook, WebhookDelivery(id=new_id(), webhook_id="w", event="update", collection="posts",
                                        record_id=str(n), body="{}", created=now)) for n in range(4)]
     async with aiohttp.ClientSession() as session:
-        sender = WebhookSender(session, allow_private=True, timeout_s=5.0, max_in_flight=2)
+        sender = WebhookSender(session, timeout_s=5.0, max_in_flight=2)
         results = await sender.send_all(requests, start_within_s=0.2)
         assert [r is not None and r.success for r in results] == [True, True, False, False]
         again = await sender.send_all(requests[2:], start_within_s=0.2)  # both slots are free again

@@ -2,10 +2,11 @@
 redirects, and the SSRF rule applied to the address actually connected to (decisions.md, Webhook
 deliveries). The aiohttp client session is injected (one per process, STYLE rule 12).
 
-In production mode (`WEBHOOK_ALLOW_PRIVATE` unset) the session resolves host names through
-`GuardedResolver`, which drops every address that is not public, so a name whose DNS changes to a
-private address after the webhook was saved is still refused at delivery; an IP literal in the
-URL is checked before sending, since aiohttp does not resolve those.
+In production mode (`WEBHOOK_ALLOW_PRIVATE` unset) the process's one session (webhooks and OAuth2
+provider requests alike) opens its sockets through `guarded_socket`, which refuses every address
+that is not public at the moment of connecting: an IP literal in any spelling, and a name whose DNS
+changed to a private address after the URL was saved (rebinding). aiohttp itself refuses
+non-canonical IPv4 forms (`2130706433`, `0177.0.0.1`, `127.1`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
 
 from cms import __version__
 from cms.models import Webhook, WebhookDelivery
@@ -37,32 +35,23 @@ SEND_CONCURRENCY = 50
 """Requests one batch (`send_all`) has in flight at once."""
 USER_AGENT = f"cms-webhooks/{__version__}"
 REFUSED_ADDRESS = "refused: the URL resolves to a loopback, link-local or private address"
+REFUSED_HOST = "refused: the URL's host is not a valid name or canonical address"
 
 AddressCheck = Callable[[str], Awaitable[str | None]]
 """hostname -> None when a webhook may target it, else why not (a message for a 422)."""
 
 
 class AddressRefused(OSError):
-    """Every address of a host is refused by the SSRF rule."""
+    """The address about to be connected to is refused by the SSRF rule."""
 
 
-class GuardedResolver(AbstractResolver):
-    """aiohttp resolver that keeps only public addresses (raises AddressRefused when none is left)."""
-
-    def __init__(self) -> None:
-        self._resolver = DefaultResolver()
-
-    async def resolve(self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-                      ) -> list[ResolveResult]:
-        """The public addresses of `host`. Raises AddressRefused or OSError (no such host)."""
-        results = [r for r in await self._resolver.resolve(host, port, family) if is_public_address(r["host"])]
-        if not results:
-            raise AddressRefused(REFUSED_ADDRESS)
-        return results
-
-    async def close(self) -> None:
-        """Close the wrapped resolver."""
-        await self._resolver.close()
+def guarded_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """aiohttp's `socket_factory`: a socket for `addr_info` (family, type, proto, name, address),
+    or AddressRefused when the address is not public."""
+    family, kind, proto, _, address = addr_info
+    if not is_public_address(str(address[0])):
+        raise AddressRefused(REFUSED_ADDRESS)
+    return socket.socket(family=family, type=kind, proto=proto)
 
 
 def address_check(*, allow_private: bool) -> AddressCheck:
@@ -84,8 +73,8 @@ def address_check(*, allow_private: bool) -> AddressCheck:
 
 
 def connector(*, allow_private: bool) -> aiohttp.TCPConnector:
-    """The connector of the delivery session: guarded name resolution unless `allow_private`."""
-    return aiohttp.TCPConnector(resolver=None if allow_private else GuardedResolver(), limit=CONNECTION_LIMIT)
+    """The connector of the process's session: sockets to public addresses only unless `allow_private`."""
+    return aiohttp.TCPConnector(socket_factory=None if allow_private else guarded_socket, limit=CONNECTION_LIMIT)
 
 
 @dataclass(frozen=True)
@@ -112,15 +101,14 @@ class SendResult:
 
 
 class WebhookSender:
-    """POSTs deliveries with `session` (whose connector applies the SSRF rule), `allow_private` for
-    IP literals, and a time-out of `timeout_s` seconds per request. At most CONNECTION_LIMIT
-    requests are in flight at once, however many batches run: a request waits for its turn before
-    its time-out starts, not in the connector's pool, where the wait would count against it."""
+    """POSTs deliveries with `session` (whose connector applies the SSRF rule) and a time-out of
+    `timeout_s` seconds per request. At most CONNECTION_LIMIT requests are in flight at once, however
+    many batches run: a request waits for its turn before its time-out starts, not in the connector's
+    pool, where the wait would count against it."""
 
-    def __init__(self, session: aiohttp.ClientSession, *, allow_private: bool,
-                 timeout_s: float = REQUEST_TIMEOUT_S, max_in_flight: int = CONNECTION_LIMIT) -> None:
+    def __init__(self, session: aiohttp.ClientSession, *, timeout_s: float = REQUEST_TIMEOUT_S,
+                 max_in_flight: int = CONNECTION_LIMIT) -> None:
         self._session = session
-        self._allow_private = allow_private
         self._timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._in_flight = asyncio.Semaphore(max_in_flight)
@@ -143,9 +131,6 @@ class WebhookSender:
                 task.cancel()
 
         async def one(webhook: Webhook, delivery: WebhookDelivery) -> SendResult | None:
-            refused = self._refused(webhook)
-            if refused is not None:
-                return refused
             task = asyncio.current_task()
             assert task is not None
             waiting.add(task)
@@ -180,19 +165,8 @@ class WebhookSender:
         """One attempt: POST `delivery.body` to `webhook.url` with the headers of decisions.md and
         the Standard Webhooks headers, once one of the process's in-flight slots is free. Never
         raises for network trouble: it is in the result."""
-        refused = self._refused(webhook)
-        if refused is not None:
-            return refused
         async with self._in_flight:
             return await self._post(webhook, delivery)
-
-    def _refused(self, webhook: Webhook) -> SendResult | None:
-        """The result of a URL whose host is an IP literal the SSRF rule refuses (aiohttp does
-        not resolve literals, so the guarded resolver never sees them), else None."""
-        host = urlsplit(webhook.url).hostname or ""
-        if not self._allow_private and _is_ip_literal(host) and not is_public_address(host):
-            return SendResult(None, "", 0, REFUSED_ADDRESS)
-        return None
 
     async def _post(self, webhook: Webhook, delivery: WebhookDelivery) -> SendResult:
         body = delivery.body.encode("utf-8")
@@ -204,6 +178,8 @@ class WebhookSender:
                 return SendResult(response.status, excerpt.decode("utf-8", "replace"), _ms_since(started), None)
         except TimeoutError:
             return SendResult(None, "", _ms_since(started), f"timed out after {self._timeout_s:g} s")
+        except aiohttp.InvalidUrlClientError:  # e.g. a non-canonical IPv4 form, which aiohttp refuses
+            return SendResult(None, "", _ms_since(started), REFUSED_HOST)
         except aiohttp.ClientConnectorError as exc:
             if isinstance(exc.os_error, AddressRefused):
                 return SendResult(None, "", _ms_since(started), REFUSED_ADDRESS)
@@ -229,14 +205,6 @@ def delivery_headers(webhook: Webhook, delivery: WebhookDelivery, body: bytes) -
         headers[SIGNATURE_HEADER] = sign(webhook.secret, body)
         headers["webhook-signature"] = sign_standard(webhook.secret, delivery.id, timestamp_s, body)
     return headers
-
-
-def _is_ip_literal(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host.split("%", 1)[0])
-    except OSError:
-        return False
-    return True
 
 
 def _ms_since(started: float) -> int:

@@ -12,11 +12,12 @@ and tokens, "Every login (password, OTP, OAuth2, 2FA completion) creates a sessi
    or, for a provider without OIDC, reads the profile. The provider account (`provider`,
    `subject`) is linked to a user: an existing link wins; else, only when the provider says the
    address is verified, the user with that address (secured first if its own address was never
-   verified: password, sessions and second factor are dropped) or a new verified user (no usable
+   verified: password, sessions, unspent emailed links and second factor are dropped) or a new verified user (no usable
    password until a reset). The login then completes as any other (a session, or `requires_2fa`).
 
-Outgoing requests use the process's one HTTP session, time-outs HTTP_TIMEOUT_S, answers capped at
-MAX_RESPONSE_BYTES. Discovery documents and key sets are cached for METADATA_TTL_S.
+Outgoing requests use the process's one HTTP session (in production mode it connects to public
+addresses only: `webhook_sender.guarded_socket`), follow no redirects, time out after HTTP_TIMEOUT_S,
+and have their answers capped at MAX_RESPONSE_BYTES. Discovery documents and key sets are cached for METADATA_TTL_S.
 """
 
 from __future__ import annotations
@@ -256,7 +257,8 @@ class OAuthLogin:
         """The user the provider account signs in as: linked before, or the user with the same
         address (only if the provider verified it), or a new user (likewise). An existing user whose
         own address was never verified is secured before it is linked: whoever registered it
-        without proving the mailbox loses its password, sessions and second factor (pre-hijacking)."""
+        without proving the mailbox loses its password, sessions, unspent emailed links (an email change
+        to its own address) and second factor (pre-hijacking)."""
         linked = await self._identities.user_of(system.audience, provider, account.subject)
         if linked is not None:
             user = await system.get(linked)
@@ -274,6 +276,7 @@ class OAuthLogin:
         if existing is not None and not existing.verified:
             await system.set_password_hash(existing.id, await new_password_hash(_token()))
             await self._deps.sessions.revoke_all(existing.id, system.audience)
+            await self._deps.one_time_tokens.void_all(existing.id)  # e.g. the squatter's pending email change
             await self._two_factor.forget(system, existing.id)
             existing = await system.set_verified(existing)
         user = existing or await system.create(account.email, _token(), {"name": account.name} if system.collection_name

@@ -41,6 +41,11 @@ class OneTimeTokens:
         )
         return raw
 
+    async def void_all(self, user_id: str) -> None:
+        """Void every unspent token of the user, of every purpose: the links already mailed stop
+        working (a password reset, an email change or a takeover by a verified owner ends them)."""
+        await self._repository.void_unused(user_id, None, self._clock())
+
     async def audience_of(self, raw: str, purpose: str) -> str | None:
         """The user system (`aud`) of an unspent token of `purpose`, without spending it; None when
         there is no such unspent token."""

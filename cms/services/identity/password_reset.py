@@ -5,7 +5,7 @@ A request never looks the address up while the client waits: it is queued (`send
 job), so the answer and its timing are the same whether or not the address exists. The job finds
 the user and emails a link carrying a one-time token (1 hour, single use) whose audience names the
 user system. Spending it sets the new password, marks the address verified (the link proved it) and
-revokes every session of that user.
+revokes every session and every other unspent link (an email change, a verification) of that user.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ class PasswordReset:
 
     async def reset(self, token: str, new_password: str, password_confirm: str | None = None) -> None:
         """Spend a reset token and set `new_password` for its user, in the user system the token
-        belongs to; every session of that user is revoked and the address counts as verified.
+        belongs to; every session and every other unspent emailed link of that user is revoked and the address
+        counts as verified.
 
         The password is checked before the token is spent, so a refused password leaves the link
         usable. Raises ValidationFailed (policy: errors `{"new_password": [...]}`, confirmation),
@@ -73,5 +74,6 @@ class PasswordReset:
         await system.set_password_hash(user.id, password_hash)
         await system.set_verified(user)
         await self._deps.sessions.revoke_all(user.id, spent.audience)
+        await self._deps.one_time_tokens.void_all(user.id)  # e.g. an email change asked with a stolen password
         await self._deps.events.emit([AuditEvent("password_reset_completed", user_id=spent.user_id,
                                             details={"audience": spent.audience})])
