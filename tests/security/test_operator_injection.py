@@ -61,7 +61,7 @@ def bodies(template: dict[str, Any], field_name: str) -> list[dict[str, Any]]:
     operator keys (`{"$where": ..., field_name: ...}`)."""
     out = [{**template, field_name: value} for value in HOSTILE]
     out += [{**template, "$where": "true"}, {**template, "__proto__": {field_name: "x"}},
-            {**template, f"{field_name}.$ne": ""}, {f"$set": {field_name: ""}}]
+            {**template, f"{field_name}.$ne": ""}, {"$set": {field_name: ""}}]
     return out
 
 
