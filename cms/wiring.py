@@ -58,6 +58,7 @@ from cms.services.operations.audit import AuditService
 from cms.services.operations.backups import BackupService
 from cms.services.operations.rate_limits import LIMITER_TIMEOUT_S, RateLimitService
 from cms.services.operations.settings import SettingsService
+from cms.services.operations.shared_lock import SharedLock
 from cms.services.operations.system import SystemService
 from cms.store.admin_users import AdminUserRepository
 from cms.store.api_keys import ApiKeyRepository
@@ -334,7 +335,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
     `redis`: an open pool to share (an arq Worker's), left open on exit. `config.mongodb_url` and
     `config.redis_url` must be set (embedded servers fill them in): ValueError if not; driver
     errors propagate when a server does not answer. `use_transactions`: False runs as on a server
-    without multi-document transactions (`open_infra`)."""
+    without multi-document transactions (`open_infra`). On exit, a backup or restore of this process
+    that is still under way (its caller gone) is waited for before anything closes."""
     async with open_infra(config, clock=clock, redis=redis, use_transactions=use_transactions) as infra:
         platform = await build_platform(infra)
         content = await build_content(infra, platform)
@@ -343,9 +345,13 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         read_cache = build_read_cache(infra, platform)
         realtime = build_realtime(infra, platform, content, authenticator)
         files = await build_files(infra, platform, content)
+        backups = BackupService(DumpRepository(infra.db), platform.events, config.backups_path,
+                                SharedLock(infra.redis, keys.backup_lock(config.mongodb_db)), clock=clock,
+                                on_restored=[read_cache.bump_all, platform.settings.invalidate,
+                                             platform.sessions.invalidate])
         records = RecordService(content.catalog, content.record_repository, content.writer,
                                 settings=platform.settings, cache=read_cache, files=files)
-        yield Services(
+        services = Services(
             config=config,
             redis=infra.redis,
             jobs=platform.jobs,
@@ -361,9 +367,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             identity=identity,
             webhooks=webhooks,
             webhook_outbox=webhook_outbox,
-            backups=BackupService(DumpRepository(infra.db), platform.events, config.backups_path, clock=clock,
-                                  on_restored=[read_cache.bump_all, platform.settings.invalidate,
-                                               platform.sessions.invalidate]),
+            backups=backups,
             api_keys=api_keys,
             authenticator=authenticator,
             files=files,
@@ -371,3 +375,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
                                writer=content.writer),
             realtime=realtime,
         )
+        try:
+            yield services
+        finally:
+            await backups.wait_idle()  # a restore whose caller went away ends before the clients close

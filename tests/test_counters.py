@@ -55,8 +55,10 @@ def started(value: object) -> int:
     (keys.realtime_floor("db1"), "cms:rt:db1:floor"),
     (keys.realtime_client("db1", "c1"), "cms:rt:db1:client:c1"),
     (keys.realtime_active("db1"), "cms:rt:db1:active"),
+    (keys.backup_lock("db1"), "cms:backups:lock:db1"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry",
-        "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active"])
+        "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
+        "backup-lock"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
 

@@ -97,3 +97,9 @@ def realtime_active(db: str) -> str:
     """Present while realtime is in use on database `db` (a client connected within 10 minutes): record
     events are appended to the stream only then: `cms:rt:<db>:active`."""
     return f"{ROOT}:rt:{db}:active"
+
+
+def backup_lock(db: str) -> str:
+    """The lock one backup or restore of database `db` holds while it runs, on the queue's Redis (shared
+    by every replica; `cms.services.operations.shared_lock`): `cms:backups:lock:<db>`."""
+    return f"{ROOT}:backups:lock:{db}"

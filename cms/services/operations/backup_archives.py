@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
+import logging
 import os
 import re
 import secrets
@@ -36,7 +37,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, TypeVar
 
-from cms.errors import AlreadyExists, BadRequest
+from cms.errors import AlreadyExists, BadRequest, ServiceUnavailable
 from cms.store.backups import (
     MAX_METADATA_BYTES,
     CollectionDump,
@@ -49,6 +50,8 @@ from cms.store.backups import (
 )
 
 T = TypeVar("T")
+
+log = logging.getLogger("cms.backups")
 
 DATABASE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 BATCH_DOCUMENTS = 1000
@@ -84,12 +87,16 @@ async def write_archive(store: DumpRepository, final: Path, created: datetime,
     """Write every collection of `store`'s database to the archive `final` (members dated
     `created`) and return its size in bytes and how many collections it holds. The archive is
     written under a hidden temporary name in `final`'s directory and linked to `final` once complete
-    and synced. Raises AlreadyExists if `final` appeared meanwhile; driver and disk errors propagate
-    (the temporary file is removed then)."""
+    and synced. Raises AlreadyExists if `final` appeared meanwhile, ServiceUnavailable when the disk
+    cannot take the archive (full, over a quota or file size limit, not writable); driver errors
+    propagate. The temporary file is removed on any failure, so nothing half written is listed."""
     dumps = await store.collections()
     total = sum([await store.estimated_count(dump.name) for dump in dumps]) if progress else 0
     root = store.database_name
-    writer = await asyncio.to_thread(_ArchiveWriter, final.parent, final.name, created)
+    try:
+        writer = await asyncio.to_thread(_ArchiveWriter, final.parent, final.name, created)
+    except OSError as exc:
+        raise _unwritable(final, exc) from None
     try:
         done = 0
         for dump in dumps:
@@ -103,10 +110,21 @@ async def write_archive(store: DumpRepository, final: Path, created: datetime,
                     progress("dump", done, max(total, done))
             await asyncio.to_thread(writer.add_spool, path + BSON_SUFFIX)
         size = await asyncio.to_thread(writer.publish, final)
-    except BaseException:
+    except BaseException as exc:
         await asyncio.shield(asyncio.to_thread(writer.discard))
+        if isinstance(exc, OSError):
+            raise _unwritable(final, exc) from None
         raise
     return size, len(dumps)
+
+
+def _unwritable(final: Path, exc: OSError) -> ServiceUnavailable:
+    """The error of a disk that could not take the archive `final` (logged without a traceback: the
+    cause is the machine's, not the code's); the message names the cause, not the path."""
+    log.warning("backup %s not written: %r", final.name, exc)
+    reason = exc.strerror or type(exc).__name__
+    return ServiceUnavailable(f"The backup could not be written to the backup directory ({reason}); "
+                              "nothing was kept")
 
 
 async def load_batches(archive: IO[bytes], contents: ArchiveContents,

@@ -10,8 +10,13 @@ writes, verifies and reads the archives. Redis (queue, rate limits) is not part 
   before anything changes; then it streams the documents, 1,000 at a time, into staging
   collections that replace the live ones at the end (`DumpRepository.restore`), running the
   `on_restored` hooks during that switch. The database then holds exactly the backup's collections.
-- Creates and restores of one process run one at a time (an asyncio lock); nothing stops two
-  replicas that share a backup directory from restoring at once.
+- Creates and restores run one at a time across every replica: each holds a lock in Redis
+  (`SharedLock`, key `keys.backup_lock(db)`) while it runs. One asked for while another runs is
+  refused with 400 `bad_request` ("A restore is running; ..."); without Redis, with 503. The work
+  runs in a task of its own, so a caller that disconnects mid-restore does not cut the switch short
+  nor release the lock before the switch is done.
+- A backup that the disk cannot hold (full, quota, file size limit) fails with 503
+  `service_unavailable` and leaves nothing listed (`write_archive`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from cms.models import Principal
 from cms.services import access
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.operations.backup_archives import Progress, load_batches, verify_archive, write_archive
+from cms.services.operations.shared_lock import SharedLock
 from cms.store.backups import DumpRepository
 
 log = logging.getLogger("cms.backups")
@@ -92,14 +98,14 @@ class BackupService:
     dropped, to drop what processes cache from the old data (the catalog epoch among it, which
     `Catalog.exists` needs moved before any records are dropped)."""
 
-    def __init__(self, store: DumpRepository, events: EventBus, backup_dir: Path, *, clock: Clock = utcnow,
-                 on_restored: Sequence[RestoreHook] = ()) -> None:
+    def __init__(self, store: DumpRepository, events: EventBus, backup_dir: Path, lock: SharedLock, *,
+                 clock: Clock = utcnow, on_restored: Sequence[RestoreHook] = ()) -> None:
         self._store = store
         self._events = events
         self._dir = backup_dir
+        self._lock = lock
         self._clock = clock
         self._on_restored = list(on_restored)
-        self._lock = asyncio.Lock()
 
     @property
     def backup_dir(self) -> Path:
@@ -110,17 +116,21 @@ class BackupService:
         """Write a backup of every collection and return it once it is complete.
 
         Its name is the clock's current second; if that name exists already (two backups in one
-        second), raises AlreadyExists (400) and writes nothing. Raises Forbidden for a non-admin.
-        Driver and disk errors propagate; the temporary file is removed then."""
+        second), raises AlreadyExists (400) and writes nothing. Raises Forbidden for a non-admin,
+        BadRequest while another backup or restore runs (on any replica), ServiceUnavailable when
+        Redis does not answer or the disk cannot hold the archive (nothing is left then). Driver
+        errors propagate; the temporary file is removed then."""
         access.require_admin_or_operator(principal)
-        async with self._lock:
-            created = self._clock().astimezone(UTC).replace(microsecond=0)
-            filename = f"backup-{created.strftime(NAME_TIME_FORMAT)}.tar.gz"
-            final = self._dir / filename
-            await asyncio.to_thread(self._dir.mkdir, mode=0o700, parents=True, exist_ok=True)
-            if await asyncio.to_thread(final.exists):
-                raise AlreadyExists(f"Backup {filename} already exists; try again in a second")
-            size, collections = await write_archive(self._store, final, created, progress)
+        return await self._lock.run("backup", lambda: self._create(principal, progress))
+
+    async def _create(self, principal: Principal | None, progress: Progress | None) -> Backup:
+        created = self._clock().astimezone(UTC).replace(microsecond=0)
+        filename = f"backup-{created.strftime(NAME_TIME_FORMAT)}.tar.gz"
+        final = self._dir / filename
+        await asyncio.to_thread(self._dir.mkdir, mode=0o700, parents=True, exist_ok=True)
+        if await asyncio.to_thread(final.exists):
+            raise AlreadyExists(f"Backup {filename} already exists; try again in a second")
+        size, collections = await write_archive(self._store, final, created, progress)
         backup = Backup(filename=filename, size=size, created=created)
         log.info("backup %s written: %d collections, %d bytes", filename, collections, size)
         await self._events.emit([AuditEvent(
@@ -154,21 +164,26 @@ class BackupService:
 
         Raises BadRequest for a filename not of the backup form, NotFound for an unknown one,
         BadRequest when the archive is corrupt, truncated or unsafe (then nothing has changed),
-        Forbidden for a non-admin. Driver errors propagate (the data is left as it was unless the
-        final switch of collections was under way)."""
+        BadRequest while another backup or restore runs (on any replica), ServiceUnavailable when
+        Redis does not answer, Forbidden for a non-admin. Driver errors propagate (the data is left
+        as it was unless the final switch of collections was under way). A caller cancelled meanwhile
+        stops waiting; the restore goes on to its end (and is audited)."""
         access.require_admin_or_operator(principal)
         path = self._path(filename)
-        async with self._lock:
-            try:
-                archive = await asyncio.to_thread(path.open, "rb")
-            except (FileNotFoundError, IsADirectoryError):
-                raise NotFound(f"Backup {filename} not found") from None
-            try:
-                contents = await asyncio.to_thread(verify_archive, archive, progress)
-                async with aclosing(load_batches(archive, contents, progress)) as batches:
-                    await self._store.restore(contents.collections, batches, switched=self._switched)
-            finally:
-                await asyncio.to_thread(archive.close)
+        return await self._lock.run("restore", lambda: self._restore(principal, path, progress))
+
+    async def _restore(self, principal: Principal | None, path: Path, progress: Progress | None) -> RestoreResult:
+        filename = path.name
+        try:
+            archive = await asyncio.to_thread(path.open, "rb")
+        except (FileNotFoundError, IsADirectoryError):
+            raise NotFound(f"Backup {filename} not found") from None
+        try:
+            contents = await asyncio.to_thread(verify_archive, archive, progress)
+            async with aclosing(load_batches(archive, contents, progress)) as batches:
+                await self._store.restore(contents.collections, batches, switched=self._switched)
+        finally:
+            await asyncio.to_thread(archive.close)
         result = RestoreResult(filename=filename, collections=len(contents.collections),
                                documents=contents.documents)
         log.warning("%s (from database %s)", result.message, contents.root)
@@ -176,6 +191,10 @@ class BackupService:
             "backup_restored", user_id=_user_id(principal),
             details={"filename": filename, "collections": result.collections, "documents": result.documents})])
         return result
+
+    async def wait_idle(self) -> None:
+        """Wait for this process's backup or restore under way to end (at shutdown)."""
+        await self._lock.wait_idle()
 
     async def _switched(self) -> bool:
         """Run every `on_restored` hook, each for at most RESTORE_HOOK_TIMEOUT_S; returns whether
