@@ -20,6 +20,7 @@ missed from the stream, then goes live without a gap or a repeat.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
@@ -40,6 +41,7 @@ from cms.services.caching.definition_cache import request_scope
 from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.delivery.realtime.stream import (
     CONNECT,
+    LOST,
     RECORD,
     REDIS_DOWN,
     SUBSCRIPTIONS,
@@ -517,6 +519,8 @@ class RealtimeHub:
                         for message in await self._fan_out(entry, [conn], replaying=True):
                             await write(message)
                             self.sent += 1
+                    elif entry.kind == LOST:
+                        await write(_lost_message(conn, entry))
                     conn.replayed_through = entry.order
             after = entries[-1].id
 
@@ -614,6 +618,8 @@ class RealtimeHub:
                 continue
             if failing:
                 failing = False
+                with contextlib.suppress(*REDIS_DOWN):
+                    await self._stream.report_lost()  # what this process could not publish meanwhile
                 await self._check_history()
             if entries:
                 await self._dispatch(entries)
@@ -636,6 +642,9 @@ class RealtimeHub:
             return
         if entry.kind == CONNECT:
             return
+        if entry.kind == LOST:
+            self._resync_all(entry)
+            return
         body = orjson.loads(entry.body)
         conn = self.connections.get(str(body.get("client")))
         if conn is None:
@@ -644,6 +653,12 @@ class RealtimeHub:
             self._apply_state(conn, orjson.dumps(body.get("state") or {}))
         elif entry.kind == TAKEOVER and body.get("conn") != conn.conn_id:
             conn.close("taken over")
+
+    def _resync_all(self, entry: Entry) -> None:
+        """A LOST entry: record events before it never reached the stream; every stream here resyncs."""
+        log.warning("realtime: record events were lost before %s (Redis did not answer); streams resync", entry.id)
+        for held in list(self.connections.values()):
+            held.push(entry.order, _lost_message(held, entry))
 
     async def _fan_out(self, entry: Entry, conns: Iterable[Connection], *, replaying: bool) -> list[bytes]:
         """Deliver one record entry to `conns` (pushed to their queues; for a replay, returned)."""
@@ -759,6 +774,11 @@ class RealtimeHub:
                 raise
             except Exception as exc:
                 log.warning("realtime: housekeeping failed (%r)", exc)
+
+
+def _lost_message(conn: Connection, entry: Entry) -> bytes:
+    """The `resync` a LOST entry sends to `conn` (record events before it never reached the stream)."""
+    return sse_message("resync", event_id(conn.client_id, entry.id), {"reason": "events were lost"})
 
 
 def _state(topics: list[str], ref: CredentialRef | None) -> bytes:

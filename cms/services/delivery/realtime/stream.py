@@ -1,9 +1,12 @@
 """The realtime event stream: one Redis Stream per database that every replica appends to and reads
 (decisions.md, Realtime; issue 27, item 2). Its entry ids are the SSE event ids.
 
-Entries are of four kinds, each a JSON body: RECORD (a record event, appended by the bus subscriber of
+Entries are of five kinds, each a JSON body: RECORD (a record event, appended by the bus subscriber of
 every process after the write committed and before it is answered), CONNECT (a new client),
-SUBSCRIPTIONS (a client's new subscription set) and TAKEOVER (a resumed client's new stream). Control
+SUBSCRIPTIONS (a client's new subscription set), TAKEOVER (a resumed client's new stream) and LOST
+(record events of some process could not be appended while Redis did not answer: appended by that
+process as soon as Redis answers again, it tells every stream the entry reaches, live or replayed, to
+`resync`). Control
 entries travel in the same stream as record events so that every replica applies a client's new
 subscriptions, or closes its old stream, exactly between the writes before and after it.
 
@@ -29,7 +32,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.services.caching import keys
 
-RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER = "r", "c", "s", "t"
+RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER, LOST = "r", "c", "s", "t", "l"
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, TimeoutError)
 """What a call of the stream raises when Redis does not answer (redis-py's errors are not the builtins)."""
 RETENTION_S = 600
@@ -44,7 +47,7 @@ TRIM_STEP = 10_000
 """Entries one trim call looks at (one Lua call must stay short: Redis runs nothing else meanwhile)."""
 
 _APPEND = """
-if ARGV[1] == 'r' and redis.call('EXISTS', KEYS[3]) == 0 then return {} end
+if (ARGV[1] == 'r' or ARGV[1] == 'l') and redis.call('EXISTS', KEYS[3]) == 0 then return {} end
 local ids = {}
 for i = 2, #ARGV do
   ids[#ids + 1] = redis.call('XADD', KEYS[1], '*', 'k', ARGV[1], 'b', ARGV[i])
@@ -106,7 +109,7 @@ def entry_order(entry_id: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Entry:
-    """One stream entry: `id` (`<ms>-<seq>`), `kind` (RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER) and
+    """One stream entry: `id` (`<ms>-<seq>`), `kind` (RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER, LOST) and
     its JSON `body` (bytes)."""
 
     id: str
@@ -133,6 +136,9 @@ class EventStream:
         self._takeover = redis.register_script(_TAKEOVER)
         self._subscribe = redis.register_script(_SUBSCRIBE)
         self._trim = redis.register_script(_TRIM)
+        self._lost = False
+        """Whether record events of this process were not appended (Redis did not answer) and no LOST
+        entry says so yet."""
 
     def _client(self, client_id: str) -> str:
         return keys.realtime_client(self._db, client_id)
@@ -143,8 +149,22 @@ class EventStream:
         within CLIENT_TTL_S), so a deployment without realtime clients keeps no history in Redis."""
         if not bodies:
             return []
-        ids = await self._append(keys=[self._stream, self._floor, self._active], args=[kind, *bodies])
+        try:
+            if kind == RECORD:
+                await self.report_lost()
+            ids = await self._append(keys=[self._stream, self._floor, self._active], args=[kind, *bodies])
+        except REDIS_DOWN:
+            self._lost = self._lost or kind == RECORD
+            raise
         return [_text(i) for i in ids]
+
+    async def report_lost(self) -> None:
+        """If record events of this process could not be appended since the last call, append one LOST
+        entry (only while realtime is in use, as RECORD entries). Called before the next RECORD append
+        and by the hub's reader once Redis answers again; raises while Redis does not answer."""
+        if self._lost:
+            await self._append(keys=[self._stream, self._floor, self._active], args=[LOST, b"{}"])
+            self._lost = False
 
     async def connect(self, client_id: str, state: bytes) -> str:
         """Store a new client's `state` (forgotten CLIENT_TTL_S later unless touched) and append its
