@@ -80,3 +80,19 @@ async def test_a_stalled_redis_slows_reads_but_does_not_fail_them(stack):
         assert (await response.json())["title"] == "hello"
         # the rate limiter (2 s), the settings version (1 s) and the cache (0.5 s each way) give up
         assert time.monotonic() - started < 10
+
+
+async def test_a_write_during_a_stall_is_refused_within_seconds_and_no_answered_write_is_lost(stack):
+    client, token, _, mongodb, _ = stack
+    with paused(mongodb):
+        started = time.monotonic()
+        response = await client.post(records_path("posts"), headers=bearer(token), json={"data": {"title": "stalled"}})
+        assert response.status == 503, await response.text()
+        assert (await response.json())["code"] == "service_unavailable"
+        assert time.monotonic() - started < TIMEOUT_S * 4
+    # recovered without a restart: a new write is answered and stored; the refused one is stored at most once
+    stored = await create_record(client, token, "posts", {"title": "after"})
+    page = await (await client.get(records_path("posts"), params={"per_page": 100}, headers=bearer(token))).json()
+    titles = [r["title"] for r in page["items"]]
+    assert stored["id"] in {r["id"] for r in page["items"]}
+    assert titles.count("stalled") <= 1 and titles.count("after") == 1
