@@ -75,3 +75,24 @@ async def test_a_batch_create_answers_the_same(client, admin_token, user_token):
     response = await client.post("/api/v1/batch", headers=bearer(admin_token), json={"requests": requests})
     failed = (await error_of(response, 400, "bad_request"))["failed"]
     assert (failed["index"], failed["body"]["code"]) == (1, "already_exists"), failed
+
+
+async def test_an_update_onto_a_value_only_hidden_records_hold_gets_the_update_rule_refusal(client, admin_token):
+    owner_only = "owner = @request.auth.id"
+    await create_collection(client, admin_token, "notes", FIELDS, list_rule=owner_only, view_rule=owner_only,
+                            create_rule="", update_rule=owner_only, delete_rule=None)
+    ann_token, ann_id = await signed_in_user(client, "ann@example.com")
+    bob_token, bob_id = await signed_in_user(client, "bob@example.com")
+    assert (await create(client, ann_token, "notes", {"code": "ann-1", "owner": ann_id})).status == 201
+    bobs = await (await create(client, bob_token, "notes", {"code": "bob-1", "owner": bob_id})).json()
+    mine = await (await create(client, bob_token, "notes", {"code": "bob-2", "owner": bob_id})).json()
+
+    async def change(code: str) -> Any:
+        return await client.patch(records_path("notes", mine["id"]), headers=bearer(bob_token),
+                                  json={"data": {"code": code}})
+
+    hidden = await error_of(await change("ann-1"), 403, "forbidden")  # only Ann's record holds it
+    assert "errors" not in hidden and "ann-1" not in hidden["detail"]
+    told = await error_of(await change(bobs["code"]), 400, "already_exists")  # Bob sees the holder
+    assert told["errors"] == {"code": ["Value must be unique"]}
+    assert (await change("bob-3")).status == 200

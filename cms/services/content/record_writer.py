@@ -218,13 +218,14 @@ class RecordWriter:
 
     async def clash_answer(self, collection: Collection, record: Record, create: Access | None,
                            error: CmsError) -> CmsError:
-        """The answer to a create of `record` that a unique field refused with `error` (AlreadyExists
-        naming the field), the one rule of README's "Unique fields": `error` itself for a caller who
-        may view a record holding the value (admins; a view rule that shows it), else the create
-        rule's refusal (`create.refusal()`: 401 anonymous, else 403), which names neither the field
-        nor the clash, so a caller who may not read a record cannot test guesses of its unique
-        values. `error` as is for any other error, an internal key (no field named) or a create
-        without a rule (`create` None: register, whose address clash is its own documented answer)."""
+        """The answer to a create (or an update) of `record` that a unique field refused with `error`
+        (AlreadyExists naming the field), the one rule of README's "Unique fields": `error` itself for
+        a caller who may view a record holding the value (admins; a view rule that shows it), else the
+        write rule's refusal (`create.refusal()`, the create or update rule: 401 anonymous, else 403),
+        which names neither the field nor the clash, so a caller who may not read a record cannot
+        test guesses of its unique values. `error` as is for any other error, an internal key (no
+        field named) or a write without a rule (`create` None: register, whose address clash is its
+        own documented answer)."""
         if create is None or not isinstance(error, AlreadyExists) or not error.errors:
             return error
         view = check(create.principal, collection, VIEW)
@@ -295,11 +296,22 @@ class RecordWriter:
         `guard` and `emit_created` for the stored ones. Driver errors propagate."""
         return await self._records.insert_many(collection.id, records)
 
-    async def update(self, collection: Collection, record_id: str, data: Any, *, checked: CheckRecord) -> Record:
+    async def update(self, collection: Collection, record_id: str, data: Any, *, checked: CheckRecord,
+                     rule: Access | None = None) -> Record:
         """Change the fields of `data` (null clears one) on record `record_id`: validate, run the
         rule check `checked`, check relations, then write if the record is unchanged since the
-        check (up to MAX_RULE_ATTEMPTS tries) and emit `update`. Raises ValidationFailed,
-        what `checked` raises, NotFound, AlreadyExists or BadRequest (it kept changing)."""
+        check (up to MAX_RULE_ATTEMPTS tries) and emit `update`. `rule`: the caller's update rule,
+        for the answer to a unique clash (`clash_answer`). Raises ValidationFailed, what `checked`
+        raises, NotFound, AlreadyExists (or the rule's refusal) or BadRequest (it kept changing)."""
+        try:
+            return await self._update(collection, record_id, data, checked)
+        except AlreadyExists as exc:
+            values, _ = self.changes(collection, data)
+            now = self.clock()
+            clashed = Record(id=record_id, created=now, updated=now, data=values)
+            raise await self.clash_answer(collection, clashed, rule, exc) from None
+
+    async def _update(self, collection: Collection, record_id: str, data: Any, checked: CheckRecord) -> Record:
         set_values, unset = self.changes(collection, data)
         expected = await checked()
         await self.check_relations(collection, set_values)

@@ -141,7 +141,7 @@ class RecordService(RecordReads):
         async def checked() -> datetime | None:
             return await self._checked(view, update, record_id)
 
-        return await self._writer.update(collection, record_id, data, checked=checked)
+        return await self._writer.update(collection, record_id, data, checked=checked, rule=update)
 
     def draft(self, principal: Principal | None, collection_name: str, record_id: str | None = None) -> RecordDraft:
         """A create (`record_id` None) or a change of record `record_id` that carries files: add
