@@ -7,16 +7,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pyotp
 import pytest
 
+from cms.config import Config
 from tests.conftest import bearer, create_collection, error_of, link_token
 from tests.oidc_provider import OidcProvider, ProviderUser, running_provider
 from tests.user_systems import ADMIN_TABLE, EMAIL, MEMBERS, PASSWORD, System, prepare
 
 REDIRECT_URI = "http://app.test/oauth-return"
+
+
+@pytest.fixture
+def config(config: Config) -> Config:
+    """The test's provider listens on loopback: private addresses are allowed, as in the webhook tests
+    (production mode refuses them at connect time: tests/security/test_ssrf.py)."""
+    return replace(config, webhook_allow_private=True)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.api.test_collection_auth import mail_with_subject
-from tests.api.test_oauth import configure, providers_value, sign_in
+from tests.api.test_oauth import config, configure, providers_value, sign_in  # noqa: F401 (config: a fixture)
 from tests.conftest import bearer, error_of, link_token
 from tests.oidc_provider import OidcProvider, ProviderUser, running_provider
 from tests.user_systems import ADMIN_TABLE, EMAIL, MEMBERS, PASSWORD, System, prepare
