@@ -47,6 +47,7 @@ from tests.fixtures import (  # noqa: F401 - fixtures any module may request
     tokens,
     user,
 )
+from tests.realtime.sse import Stream
 from workers.settings import build_worker
 
 ADMIN_EMAIL = "admin@example.com"
@@ -341,3 +342,17 @@ async def collection_user_token(client: Client, admin_token: str) -> str:
     response = await client.post(f"{COLLECTIONS}/people/auth/login", json=credentials)
     assert response.status == 200, await response.text()
     return str((await response.json())["token"]["access_token"])
+
+
+@pytest.fixture
+async def streams(client: Any) -> AsyncIterator[Callable[[], Stream]]:
+    """A maker of realtime streams on the test's server (`client`); every one is closed afterwards."""
+    opened: list[Stream] = []
+
+    def make() -> Stream:
+        opened.append(Stream(str(client.make_url("/"))))
+        return opened[-1]
+
+    yield make
+    for stream in opened:
+        await stream.close()

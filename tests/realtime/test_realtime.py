@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -29,21 +29,6 @@ from tests.realtime.sse import Stream, data
 
 FIELDS = [{"name": "title", "type": "text"}, {"name": "published", "type": "bool"},
           {"name": "owner", "type": "text"}]
-
-
-@pytest.fixture
-async def streams(client: Client) -> AsyncIterator[Callable[[], Stream]]:
-    opened: list[Stream] = []
-    base = str(client.make_url("/"))
-
-    def make() -> Stream:
-        stream = Stream(base)
-        opened.append(stream)
-        return stream
-
-    yield make
-    for stream in opened:
-        await stream.close()
 
 
 @pytest.fixture

@@ -7,28 +7,14 @@ credentials (README, Realtime: the client id is the capability to manage its str
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from tests.conftest import bearer, create_collection, create_record, records_path
-from tests.realtime.sse import Stream, data
+from tests.realtime.sse import data
 
 HIDDEN = ("password", "password_hash", "passwordHash", "totp", "totp_secret", "token_key", "tokenKey", "mfa")
-
-
-@pytest.fixture
-async def streams(client: Any) -> AsyncIterator[Callable[[], Stream]]:
-    opened: list[Stream] = []
-
-    def make() -> Stream:
-        opened.append(Stream(str(client.make_url("/"))))
-        return opened[-1]
-
-    yield make
-    for stream in opened:
-        await stream.close()
 
 
 @pytest.fixture

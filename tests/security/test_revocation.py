@@ -5,7 +5,7 @@ session or refresh token alive). Both user systems, two sessions each (two devic
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,19 +14,6 @@ from tests.api.test_collection_auth import mail_with_subject
 from tests.conftest import bearer, create_collection, create_record, link_token
 from tests.realtime.sse import Stream, data
 from tests.user_systems import ADMIN_TABLE, EMAIL, MEMBERS, PASSWORD, System, prepare
-
-
-@pytest.fixture
-async def streams(client: Any) -> AsyncIterator[Callable[[], Stream]]:
-    opened: list[Stream] = []
-
-    def make() -> Stream:
-        opened.append(Stream(str(client.make_url("/"))))
-        return opened[-1]
-
-    yield make
-    for stream in opened:
-        await stream.close()
 
 
 @pytest.fixture

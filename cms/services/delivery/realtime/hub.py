@@ -686,17 +686,17 @@ class RealtimeHub:
                 continue
             elif epoch is not None and conn.checked_epoch == epoch:
                 principal = conn.principal
+            elif not await self._revalidate(conn, epoch):
+                continue
             else:
-                allowed, principal = await self._principal(conn, epoch)
-                if not allowed:
-                    continue
+                principal = conn.principal
             for subscription in conn.subscriptions:
                 topic = subscription.topic
                 if topic.collection != change.collection:
                     continue
                 bound = subscription.bound
                 if bound is None or bound.collection is not collection or bound.principal is not principal:
-                    bound = await self._bound(subscription, collection, principal)
+                    bound = subscription.bound = await self._bind(subscription.topic, collection, principal)
                 message = fanout.ready_message(topic, bound)
                 if message is LATER:
                     message = await fanout.message(topic, bound)
@@ -710,29 +710,23 @@ class RealtimeHub:
                     conn.push(order, whole)
         return out
 
-    async def _principal(self, conn: Connection, epoch: str | None) -> tuple[bool, Principal | None]:
-        """Whether `conn` may receive events now, and as whom."""
-        ref = conn.ref
-        if ref is None:
-            return True, None
-        if conn.refused or (ref.expires_at is not None and self._clock() >= ref.expires_at):
-            return False, None
-        if epoch is None or conn.checked_epoch != epoch:
-            try:
-                conn.principal = await self._authenticator.revalidate(ref)
-            except Unauthorized:
-                conn.refused = True
-                log.info("realtime client %s: its credential is no longer valid; events stop", conn.client_id)
-                return False, None
-            conn.checked_epoch = epoch
-        return True, conn.principal
+    async def _revalidate(self, conn: Connection, epoch: str | None) -> bool:
+        """Check `conn`'s credential again (the session epoch moved, or could not be read): its
+        principal now, kept as checked under `epoch`; False (and no more events until a new POST)
+        once the credential is no longer valid."""
+        assert conn.ref is not None
+        try:
+            conn.principal = await self._authenticator.revalidate(conn.ref)
+        except Unauthorized:
+            conn.refused = True
+            log.info("realtime client %s: its credential is no longer valid; events stop", conn.client_id)
+            return False
+        conn.checked_epoch = epoch
+        return True
 
-    async def _bound(self, subscription: Subscription, collection: Collection,
-                     principal: Principal | None) -> _Bound:
-        bound = subscription.bound
-        if bound is not None and bound.collection is collection and bound.principal == principal:
-            return bound
-        topic = subscription.topic
+    async def _bind(self, topic: Topic, collection: Collection, principal: Principal | None) -> _Bound:
+        """`topic` bound to `collection`'s definition and `principal`: its rule's decision, filter query,
+        expansion and rendering key (a topic that no longer fits the collection shows nothing)."""
         decision = check(principal, collection, topic.action).decision
         try:
             query = topic.filter_query(collection)
@@ -741,9 +735,7 @@ class RealtimeHub:
             decision, query, expansion = False, None, NOTHING
         render_key = "" if topic.view.full else orjson.dumps(
             [topic.view.parts(), expansion.key_parts()], default=repr, option=orjson.OPT_SORT_KEYS).decode()
-        bound = _Bound(collection, principal, decision, query, expansion, topic.view, render_key)
-        subscription.bound = bound
-        return bound
+        return _Bound(collection, principal, decision, query, expansion, topic.view, render_key)
 
     async def _check_history(self) -> None:
         """After Redis came back, or when this reader fell behind the trimming: when events this
