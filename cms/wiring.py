@@ -21,6 +21,7 @@ from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
+from cms.observability.signals import Signals
 from cms.security.tokens import TokenCodec
 from cms.services.caching import keys
 from cms.services.caching.catalog import Catalog
@@ -105,6 +106,8 @@ class Services:
     batch: BatchService
     realtime: RealtimeHub
     """This process's realtime streams; started by the web app only (`RealtimeHub.start`)."""
+    signals: Signals
+    """What this process reports about itself, for metrics, the dashboard and the request log."""
 
 
 REDIS_INFO_FIGURES = (
@@ -150,6 +153,8 @@ class Platform:
     rate_limits: RateLimitService
     definitions: DefinitionCache
     """Collection definitions and webhook lists (the catalog epoch)."""
+    signals: Signals
+    """What this process reports about itself (cms.observability.signals), for every sink."""
 
 
 async def build_platform(infra: Infra) -> Platform:
@@ -176,7 +181,8 @@ async def build_platform(infra: Infra) -> Platform:
                                             validity=validity),
                     definitions=DefinitionCache(infra.cache_redis, catalog_epoch, companions=(session_epoch,)),
                     mailer=Mailer(jobs, config.base_url),
-                    one_time=OneTimeTokens(OneTimeTokenRepository(db), clock=clock), rate_limits=rate_limits)
+                    one_time=OneTimeTokens(OneTimeTokenRepository(db), clock=clock), rate_limits=rate_limits,
+                    signals=Signals())
 
 
 @dataclass(frozen=True)
@@ -374,6 +380,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             batch=BatchService(records, platform.events, content.transactions, platform.settings,
                                writer=content.writer),
             realtime=realtime,
+            signals=platform.signals,
         )
         try:
             yield services

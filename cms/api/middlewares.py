@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -25,9 +26,11 @@ from cms.errors import (
     RateLimited,
     ServiceUnavailable,
 )
+from cms.models.identity import Principal
+from cms.observability.signals import UNMATCHED_ROUTE, RequestSample
 from cms.services.caching.definition_cache import request_scope
 from cms.services.origin import origin_scope
-from cms.web.context import HTTP_STATS, REQUEST_ID, request_origin
+from cms.web.context import HTTP_STATS, REQUEST_ID, SERVICES, client_ip, request_origin
 
 log = logging.getLogger("cms.api")
 
@@ -76,44 +79,54 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
     counters = request.app[HTTP_STATS]
     counters["requests_total"] += 1
     counters["active_connections"] += 1
+    started = time.perf_counter()
+    status = 500  # what the client saw if the frame itself is cancelled or fails
     try:
-        incoming = request.headers.get("X-Request-Id", "")
-        request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else new_request_id()
-        request[REQUEST_ID] = request_id
-        try:
-            with request_scope():
-                response = await handler(request)
-        except CmsError as exc:
-            return error_response(exc, request_id)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return error_response(_from_http(exc), request_id)
-        except asyncio.CancelledError:  # the handler task is cancelled on disconnect if handler_cancellation is on
-            if _client_gone(request):
-                _log_disconnect(request, request_id)
-            raise
-        except (PyMongoConnectionFailure, RedisConnectionError, RedisTimeoutError) as exc:
-            # a database that is down or stalled: say so, and let the client retry
-            log.warning("%s %s: a database did not answer (request id %s): %r", request.method, request.path,
-                        request_id, exc)
-            return error_response(ServiceUnavailable("A database is not answering; retry shortly"), request_id)
-        except Exception as exc:
-            if isinstance(exc, ConnectionError) and _client_gone(request):
-                # aiohttp fails the body read with ConnectionResetError("Connection lost"); nobody
-                # reads this answer, but returning one keeps aiohttp from logging a traceback
-                _log_disconnect(request, request_id)
-                return error_response(BadRequest("The client disconnected"), request_id)
-            log.exception("unhandled error in %s %s (request id %s)", request.method, request.path, request_id)
-            return json_response(
-                {"detail": f"Internal server error (request id {request_id})", "code": "internal_error"},
-                status=500,
-                headers={"X-Request-Id": request_id},
-            )
-        response.headers["X-Request-Id"] = request_id
+        response = await _answer(request, handler)
+        status = response.status
         return response
     finally:
         counters["active_connections"] -= 1
+        _observe(request, status, time.perf_counter() - started)
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The handler's answer, or the error model's answer to its failure (see request_middleware)."""
+    incoming = request.headers.get("X-Request-Id", "")
+    request_id = incoming if 0 < len(incoming) <= 64 and incoming.isprintable() else new_request_id()
+    request[REQUEST_ID] = request_id
+    try:
+        with request_scope():
+            response = await handler(request)
+    except CmsError as exc:
+        return error_response(exc, request_id)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(_from_http(exc), request_id)
+    except asyncio.CancelledError:  # the handler task is cancelled on disconnect if handler_cancellation is on
+        if _client_gone(request):
+            _log_disconnect(request, request_id)
+        raise
+    except (PyMongoConnectionFailure, RedisConnectionError, RedisTimeoutError) as exc:
+        # a database that is down or stalled: say so, and let the client retry
+        log.warning("%s %s: a database did not answer (request id %s): %r", request.method, request.path,
+                    request_id, exc)
+        return error_response(ServiceUnavailable("A database is not answering; retry shortly"), request_id)
+    except Exception as exc:
+        if isinstance(exc, ConnectionError) and _client_gone(request):
+            # aiohttp fails the body read with ConnectionResetError("Connection lost"); nobody
+            # reads this answer, but returning one keeps aiohttp from logging a traceback
+            _log_disconnect(request, request_id)
+            return error_response(BadRequest("The client disconnected"), request_id)
+        log.exception("unhandled error in %s %s (request id %s)", request.method, request.path, request_id)
+        return json_response(
+            {"detail": f"Internal server error (request id {request_id})", "code": "internal_error"},
+            status=500,
+            headers={"X-Request-Id": request_id},
+        )
+    response.headers["X-Request-Id"] = request_id
+    return response
 
 
 @web.middleware
@@ -123,6 +136,33 @@ async def origin_middleware(request: web.Request, handler: Handler) -> web.Strea
     commit or in a task it starts, carries its user, address and user agent."""
     with origin_scope(request_origin(request, request.get(PRINCIPAL_KEY))):
         return await handler(request)
+
+
+def _observe(request: web.Request, status: int, duration_s: float) -> None:
+    """Report the answered request to the process's signals (route template, never the path)."""
+    services = request.app.get(SERVICES)
+    if services is None:
+        return
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else UNMATCHED_ROUTE
+    principal = request.get(PRINCIPAL_KEY)
+    try:
+        ip = client_ip(request)
+    except Exception:  # the services are closing
+        ip = request.remote or ""
+    services.signals.request(RequestSample(
+        at=time.time(), method=request.method, route=route, status=status, duration_s=duration_s,
+        client_ip=ip, principal=None if principal is None else principal_label(principal)))
+
+
+def principal_label(principal: Principal) -> str:
+    """A short, non-secret description of a caller for the request log: `admin:<user id>` for an
+    admin-table user, `<collection>:<user id>` for an auth-collection user, `api_key:<user id>`."""
+    if principal.kind == "api_key":
+        return f"api_key:{principal.user_id}"
+    if principal.collection_name:
+        return f"{principal.collection_name}:{principal.user_id}"
+    return f"admin:{principal.user_id}"
 
 
 def _client_gone(request: web.Request) -> bool:

@@ -18,7 +18,7 @@ from cms import __version__
 from cms.api.responses import json_response
 from cms.api.routes import ROUTES, Route
 from cms.api.schemas import ErrorSchema
-from cms.services.access import Policy
+from cms.services.access import API_KEY_PATHS, Policy
 from cms.services.content.fields import IsoDateTime
 from cms.services.operations.backups import BACKUP_NAME
 from cms.services.representation.base import Rendered, Timestamp
@@ -29,6 +29,7 @@ PATH_PARAM_PATTERNS = {"filename": f"^{BACKUP_NAME.pattern}$"}
 ERROR_STATUSES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
                   422: "Validation error", 429: "Rate limit exceeded"}
 BEARER: dict[str, list[str]] = {"bearerAuth": []}
+API_KEY: dict[str, list[str]] = {"apiKeyAuth": []}
 ANONYMOUS: dict[str, list[str]] = {}
 
 
@@ -98,6 +99,9 @@ def _operation(route: Route) -> dict[str, Any]:
         responses["400"]["content"]["application/json"]["schema"] = route.failure
     operation["responses"] = responses
     if security is not None:
+        if route.policy is not Policy.ADMIN_USER and route.policy is not Policy.COLLECTION_USER \
+                and API_KEY_PATHS.match(route.path):
+            security = [*security, API_KEY]  # an API key reaches records, files, batch and realtime only
         operation["security"] = security
     return operation
 
@@ -133,6 +137,10 @@ def openapi_document() -> dict[str, Any]:
     assert marshmallow_plugin.converter is not None  # set by APISpec(plugins=...)
     marshmallow_plugin.converter.add_attribute_function(_rendered_property)  # type: ignore[no-untyped-call]
     spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"})
+    spec.components.security_scheme("apiKeyAuth", {
+        "type": "apiKey", "in": "header", "name": "X-API-Key",
+        "description": "An API key (`cms_...`; decisions.md, Identity and tokens): scope `read` for GET, "
+                       "`write` for POST/PATCH/DELETE, on records, files, batch and realtime only"})
     spec.components.schema("Error", schema=ErrorSchema)
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
