@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cms.app import create_app
 from cms.api.guide import guide_file
+from cms.app import create_app
 
 
 @pytest.fixture
