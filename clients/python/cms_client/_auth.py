@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from cms_client._core import Call, Flow, ask
-from cms_client.auth_store import AuthStore
+from cms_client._core import Call, Flow, ask, segment
+from cms_client.auth_store import AuthStore, token_claims
 from cms_client.errors import CmsError
 from cms_client.shapes import AuthAnswer, Message, OAuthProvider, RecoveryCodes, Token, TwoFactorSetup
 
@@ -44,11 +44,12 @@ def refresh(store: AuthStore) -> Flow[Token]:
 
 
 def logout(store: AuthStore) -> Flow[None]:
-    """Revoke the signed-in session on the service and clear the store (cleared also when the service
-    already refused the token)."""
+    """Revoke the signed-in session on the service (`DELETE <auth_path>/sessions/<sid>`, which both user systems
+    have) and clear the store, also when the service already refused the token."""
     try:
-        if store.token:
-            yield from ask(Call[Message]("POST", f"{store.auth_path}/logout"))
+        session_id = token_claims(store.token).get("sid") if store.token else None
+        if isinstance(session_id, str):
+            yield from ask(Call[None]("DELETE", f"{store.auth_path}/sessions/{segment(session_id)}", expect="none"))
     except CmsError as exc:
         if exc.status != 401:
             raise
