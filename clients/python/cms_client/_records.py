@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlencode
 
 from cms_client._core import Call, Flow, Params, ask, segment
@@ -106,20 +106,20 @@ class BatchBuilder:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
 
-    def create(self, collection: str, data: Mapping[str, Any], *, expand: str | None = None) -> BatchBuilder:
+    def create(self, collection: str, data: Mapping[str, Any], *, expand: str | None = None) -> Self:
         """Add a record creation (its answer: 201 and the record)."""
         return self._add("POST", records_path(collection), {"data": dict(data)}, expand)
 
     def update(self, collection: str, record_id: str, data: Mapping[str, Any], *,
-               expand: str | None = None) -> BatchBuilder:
+               expand: str | None = None) -> Self:
         """Add a change of a record (its answer: 200 and the record)."""
         return self._add("PATCH", records_path(collection, record_id), {"data": dict(data)}, expand)
 
-    def delete(self, collection: str, record_id: str) -> BatchBuilder:
+    def delete(self, collection: str, record_id: str) -> Self:
         """Add a deletion (its answer: 204 and `body` None)."""
         return self._add("DELETE", records_path(collection, record_id), None, None)
 
-    def _add(self, method: str, url: str, body: dict[str, Any] | None, expand: str | None) -> BatchBuilder:
+    def _add(self, method: str, url: str, body: dict[str, Any] | None, expand: str | None) -> Self:
         query = "" if expand is None else "?" + urlencode({"expand": expand})
         request: dict[str, Any] = {"method": method, "url": url + query}
         if body is not None:

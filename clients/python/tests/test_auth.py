@@ -39,7 +39,8 @@ async def test_admin_password_login_me_and_wrong_password(service: Service) -> N
         stop()
         await client.logout()
         assert changes == [changes[0]]  # the listener was stopped before logout
-        assert client.auth_store.token == "" and client.auth_store.record is None
+        cleared = client.auth_store
+        assert cleared.token == "" and cleared.record is None
 
         with pytest.raises(CmsError) as caught:
             await client.admins.auth_with_password(service.admin_email, "wrong-password")

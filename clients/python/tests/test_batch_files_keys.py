@@ -22,8 +22,9 @@ async def test_batch_runs_all_requests_in_order(service: Service, blog: Blog) ->
                          .delete(blog.posts, gone["id"])
                          .send())
         assert [answer["status"] for answer in answers] == [201, 200, 204]
-        assert answers[0]["body"]["expand"]["author"]["name"] == tag
-        assert answers[1]["body"]["views"] == 9 and answers[2]["body"] is None
+        created, changed = answers[0]["body"], answers[1]["body"]
+        assert created is not None and created["expand"]["author"]["name"] == tag
+        assert changed is not None and changed["views"] == 9 and answers[2]["body"] is None
 
 
 async def test_a_batch_failing_in_the_middle_stores_nothing(service: Service, blog: Blog) -> None:

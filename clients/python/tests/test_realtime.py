@@ -29,7 +29,7 @@ class Proxy:
         parts = urlsplit(target_url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.up = True
-        self.transports: set[asyncio.BaseTransport] = set()
+        self.transports: set[asyncio.WriteTransport] = set()
         self.server: asyncio.Server | None = None
 
     async def start(self) -> str:
