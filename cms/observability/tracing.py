@@ -9,7 +9,9 @@ standard variables itself. `configure(exporter=...)` is the same without the env
 
 - aiohttp server: the middleware `server_middlewares()` gives `create_app`; one SERVER span per request,
   named `METHOD /route/{template}` (just `METHOD` when no route matched), never a path with ids;
-- aiohttp client: the process's ClientSession (webhook deliveries, OAuth), created after this;
+- aiohttp client: the process's one ClientSession (webhook deliveries, OAuth), through the trace config
+  `client_trace_configs()` gives cms.infra (not every ClientSession of the process, as the instrumentor
+  would: a test's or a library's own sessions stay untouched);
 - pymongo: command monitoring of every `AsyncMongoClient` created after this; statements are not captured;
 - redis (redis.asyncio, so arq's pool too): statements are reduced to `COMMAND ? ?` by the instrumentation;
 - arq jobs: `job_span` (the worker's job wrapper) opens one CONSUMER span per job, named by the job function,
@@ -28,7 +30,7 @@ the worker's queue polls, the realtime hub's stream reads and the health checks 
 traces a second of a single command each. Commands inside a request or a job are traced.
 
 "No cost when off": nothing here imports OpenTelemetry until tracing is turned on; off, `server_middlewares()`
-is empty, `carrier()` empty and `job_span` a shared null context.
+and `client_trace_configs()` are empty, `carrier()` empty and `job_span` a shared null context.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from urllib.parse import parse_qsl, urlencode
 from cms.config import ConfigError
 
 if TYPE_CHECKING:
+    import aiohttp
     from aiohttp.typedefs import Middleware
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -128,11 +131,11 @@ def start(environ: Mapping[str, str]) -> bool:
 
 def configure(*, exporter: SpanExporter) -> TracerProvider:
     """Turn tracing on with spans going to `exporter` through a BatchSpanProcessor, and instrument
-    aiohttp (server and client), pymongo and redis; returns the process's TracerProvider (also made the
+    aiohttp's server, pymongo and redis (aiohttp's client: `client_trace_configs`); returns the process's TracerProvider (also made the
     global one). The test seam: pass the SDK's InMemorySpanExporter and call `flush()` before reading it.
 
     Instrumentation is global and happens once: when tracing is already on, `exporter` is added beside
-    the earlier ones. Clients (AsyncMongoClient, aiohttp.ClientSession) and apps (`create_app`) created
+    the earlier ones. Clients (AsyncMongoClient, cms.infra's ClientSession) and apps (`create_app`) created
     before the first call are not traced."""
     global _state
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -149,7 +152,6 @@ def _instrument() -> _Tracing:
     scrubber) and instrument the libraries with it."""
     from aiohttp import web
     from opentelemetry import trace
-    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
     from opentelemetry.instrumentation.aiohttp_server import (
         AioHttpServerInstrumentor,
         create_aiohttp_middleware,
@@ -178,7 +180,6 @@ def _instrument() -> _Tracing:
     application = web.Application
     AioHttpServerInstrumentor().instrument(tracer_provider=provider)
     web.Application = application  # type: ignore[misc]
-    AioHttpClientInstrumentor().instrument(tracer_provider=provider, url_filter=_origin_only)
     PymongoInstrumentor().instrument(tracer_provider=provider, capture_statement=False)
     RedisInstrumentor().instrument(tracer_provider=provider)
     return _Tracing(provider=provider, tracer=provider.get_tracer("cms.jobs", __version__),
@@ -189,6 +190,16 @@ def server_middlewares() -> list[Middleware]:
     """The aiohttp middleware that opens each request's server span, first in `create_app`'s list;
     empty when tracing is off."""
     return [_state.middleware] if _state is not None else []
+
+
+def client_trace_configs() -> list[aiohttp.TraceConfig]:
+    """The trace configs of an outgoing aiohttp.ClientSession (cms.infra's): one CLIENT span per request,
+    its URL attribute the origin only, the trace context sent on in `traceparent`; empty when off."""
+    if _state is None:
+        return []
+    from opentelemetry.instrumentation.aiohttp_client import create_trace_config
+
+    return [create_trace_config(url_filter=_origin_only, tracer_provider=_state.provider)]
 
 
 def carrier() -> dict[str, str]:
