@@ -39,6 +39,7 @@ import contextlib
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -131,8 +132,9 @@ def start(environ: Mapping[str, str]) -> bool:
 
 def configure(*, exporter: SpanExporter) -> TracerProvider:
     """Turn tracing on with spans going to `exporter` through a BatchSpanProcessor, and instrument
-    aiohttp's server, pymongo and redis (aiohttp's client: `client_trace_configs`); returns the process's TracerProvider (also made the
-    global one). The test seam: pass the SDK's InMemorySpanExporter and call `flush()` before reading it.
+    aiohttp's server, pymongo and redis (aiohttp's client: `client_trace_configs`); returns the process's
+    TracerProvider (also made the global one). The test seam: pass the SDK's InMemorySpanExporter and
+    call `flush()` before reading it.
 
     Instrumentation is global and happens once: when tracing is already on, `exporter` is added beside
     the earlier ones. Clients (AsyncMongoClient, cms.infra's ClientSession) and apps (`create_app`) created
@@ -178,7 +180,9 @@ def _instrument() -> _Tracing:
     # subclass that adds its middleware to every app, the admin UI sub-app included (a second server span
     # per request) and the tests' receivers. create_app adds the middleware itself instead.
     application = web.Application
-    AioHttpServerInstrumentor().instrument(tracer_provider=provider)
+    with warnings.catch_warnings():  # aiohttp discourages the subclass the instrumentor makes (and we drop)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        AioHttpServerInstrumentor().instrument(tracer_provider=provider)
     web.Application = application  # type: ignore[misc]
     PymongoInstrumentor().instrument(tracer_provider=provider, capture_statement=False)
     RedisInstrumentor().instrument(tracer_provider=provider)
