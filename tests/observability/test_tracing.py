@@ -8,13 +8,15 @@ traced, which must change nothing they see."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import urllib.request
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -26,7 +28,13 @@ from opentelemetry.trace import SpanKind
 from cms.app import create_app
 from cms.config import ConfigError
 from cms.observability import tracing
+from cms.runtime.embedded import free_port
 from tests.conftest import bearer, create_collection, create_record, records_path
+from tests.fixtures import wait_until
+from tests.test_replicas import ADMIN_EMAIL as REPLICA_ADMIN
+from tests.test_replicas import Processes
+from tests.test_replicas import _env as replica_env
+from tests.test_replicas import _wait_healthy as wait_healthy
 
 HOOK_SECRET = "hook-query-secret-123"
 LINK_TOKEN = "link-token-secret-456"
@@ -248,3 +256,97 @@ def test_off_means_opentelemetry_is_never_imported(mongodb_url, redis_url, tmp_p
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome == {"statuses": [200, 200], "otel": []}
+
+
+# --- processes: `cms serve --workers 2` and `cms worker` export over OTLP/HTTP ---------------------
+
+
+@dataclass
+class Collector:
+    """A real OTLP/HTTP receiver (`POST /v1/traces`, protobuf): every span it got, with its resource's
+    `service.name` and `service.instance.id`."""
+
+    url: str = ""
+    spans: list[dict[str, Any]] = field(default_factory=list)
+
+    def of_kind(self, kind: int) -> list[dict[str, Any]]:
+        return [s for s in self.spans if s["kind"] == kind]
+
+
+@pytest.fixture
+async def collector(aiohttp_server) -> Collector:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+        ExportTraceServiceResponse,
+    )
+
+    state = Collector()
+
+    async def export(request: web.Request) -> web.Response:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(await request.read())
+        for resource_spans in message.resource_spans:
+            resource = {a.key: a.value.string_value for a in resource_spans.resource.attributes}
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    state.spans.append({"name": span.name, "kind": span.kind, "trace_id": span.trace_id.hex(),
+                                        "service": resource.get("service.name"),
+                                        "instance": resource.get("service.instance.id")})
+        return web.Response(body=ExportTraceServiceResponse().SerializeToString(),
+                            content_type="application/x-protobuf")
+
+    app = web.Application()
+    app.router.add_post("/v1/traces", export)
+    server = await aiohttp_server(app)
+    state.url = str(server.make_url("/"))
+    return state
+
+
+OTLP_SERVER, OTLP_CONSUMER = 2, 5  # SpanKind values of the OTLP protobuf
+
+
+def _request(url: str, body: dict[str, Any] | None = None) -> int:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return int(response.status)
+
+
+async def test_serve_children_and_the_worker_export_over_otlp(mongodb_url, redis_url, tmp_path, collector):
+    env = {**replica_env(mongodb_url, redis_url), "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url.rstrip("/"),
+           "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    processes = Processes(tmp_path, env)
+    try:
+        port = free_port()
+        serve = processes.start("serve", "serve", "--port", str(port), "--host", "127.0.0.1", "--workers", "2")
+        base = f"http://127.0.0.1:{port}"
+        await asyncio.to_thread(wait_healthy, base, serve, processes.log("serve"))
+        worker = processes.start("worker", "worker")
+        assert await asyncio.to_thread(_request, base + "/api/v1/auth/request-password-reset",
+                                       {"email": REPLICA_ADMIN}) == 200
+
+        def health_instances() -> set[str]:
+            return {s["instance"] for s in collector.of_kind(OTLP_SERVER) if s["name"] == "GET /health"}
+
+        async def exported() -> bool:
+            # a new connection each time: the kernel spreads them over both children (once both listen)
+            assert await asyncio.to_thread(_request, base + "/health") == 200
+            resets = [s for s in collector.of_kind(OTLP_SERVER) if s["name"].endswith("/request-password-reset")]
+            jobs = [s for s in collector.of_kind(OTLP_CONSUMER) if s["name"] == "send_password_reset"]
+            return bool(resets and jobs and len(health_instances()) == 2)
+
+        try:
+            await wait_until(exported, "spans of both web processes and of the worker", timeout_s=60)
+        except BaseException:
+            print(sorted({(s["name"], s["instance"]) for s in collector.spans}))
+            print(processes.log("serve").read_text(), processes.log("worker").read_text())
+            raise
+        assert worker.poll() is None, processes.log("worker").read_text()
+    finally:
+        processes.stop_all()
+    [reset] = [s for s in collector.of_kind(OTLP_SERVER) if s["name"].endswith("/request-password-reset")]
+    [job] = [s for s in collector.of_kind(OTLP_CONSUMER) if s["name"] == "send_password_reset"]
+    assert job["trace_id"] == reset["trace_id"]
+    web_instances = {s["instance"] for s in collector.of_kind(OTLP_SERVER)}
+    assert job["instance"] not in web_instances  # the job ran in the `cms worker` process
+    assert {s["service"] for s in collector.spans} == {"cms"}
