@@ -23,6 +23,7 @@ from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.config import Config
+from cms.observability import tracing
 from cms.web.context import HTTP_STATS, SERVICES
 from cms.wiring import Services, open_services
 
@@ -35,9 +36,11 @@ def create_app(config: Config, *, services: Services | None = None,
     JSON bodies are limited to `config.max_json_bytes` (413 above). The admin UI is a sub-app at
     `/_/`: this app's middlewares (request id, rate limit, principal) run first on its requests,
     then its own, which answer its failures with HTML pages. The built docs site in `guide_dir` (by
-    default the package's `static/guide`) is served at `/docs/guide/` when it is there (cms.api.guide)."""
+    default the package's `static/guide`) is served at `/docs/guide/` when it is there (cms.api.guide).
+    With tracing on, a first middleware opens each request's server span (cms.observability.tracing)."""
     app = web.Application(
-        middlewares=[request_middleware, rate_limit_middleware, principal_middleware, origin_middleware],
+        middlewares=[*tracing.server_middlewares(), request_middleware, rate_limit_middleware, principal_middleware,
+                     origin_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}
