@@ -36,6 +36,7 @@ and `client_trace_configs()` are empty, `carrier()` empty and `job_span` a share
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
 import threading
@@ -216,6 +217,19 @@ def carrier() -> dict[str, str]:
     headers: dict[str, str] = {}
     inject(headers)
     return headers
+
+
+def detached_context() -> contextvars.Context:
+    """A fresh `contextvars.Context` for background work started on a request's behalf (the group
+    commit's insert task): it carries none of the request's state (transaction, request scope), only
+    the current trace context when tracing is on, so the work's spans and the jobs it queues
+    continue the request's trace."""
+    fresh = contextvars.Context()
+    if _state is not None:
+        from opentelemetry import context as otel_context
+
+        fresh.run(otel_context.attach, otel_context.get_current())
+    return fresh
 
 
 def job_span(name: str, trace_context: Mapping[str, str] | None, *, job_id: str | None = None,
