@@ -22,8 +22,12 @@ from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.config import Config
+from cms.observability.recorder import Recorder
 from cms.web.context import HTTP_STATS, SERVICES
 from cms.wiring import Services, open_services, recording
+
+RECORDER = web.AppKey("recorder", Recorder)
+"""The web app's recorder of dashboard figures and request log entries (tests flush it)."""
 
 
 def create_app(config: Config, *, services: Services | None = None) -> web.Application:
@@ -85,8 +89,9 @@ async def _realtime_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def _recording_ctx(app: web.Application) -> AsyncIterator[None]:
     """This process records its figures for the dashboard and the request log while the app serves
-    (`cms.wiring.recording`; a last flush on clean-up)."""
-    async with recording(app[SERVICES]):
+    (`cms.wiring.recording`, kept as `app[RECORDER]`; a last flush on clean-up)."""
+    async with recording(app[SERVICES]) as recorder:
+        app[RECORDER] = recorder
         yield
 
 
