@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, cast
 
 import pytest
 from redis.asyncio import Redis
@@ -25,6 +26,10 @@ from tests.conftest import COLLECTIONS, bearer
 def sample(at: float, status: int = 200, route: str = "/api/v1/health", user: str | None = None) -> RequestSample:
     return RequestSample(at=at, method="GET", route=route, status=status, duration_s=0.0123,
                          client_ip="10.0.0.9", principal=user)
+
+
+async def length(redis: Redis, key: str) -> int:
+    return await cast(Awaitable[int], redis.llen(key))
 
 
 class Size:
@@ -49,7 +54,7 @@ async def test_two_replicas_share_one_log_bounded_by_the_setting_newest_first(re
     for index in range(3):
         b.log.request(sample(t0 + 10 + index, 404, "/api/v1/b", user="admin:u1"))
     assert await a.flush() and await b.flush()
-    assert await redis.llen(keys.request_log(db)) == 5
+    assert await length(redis, keys.request_log(db)) == 5
     page = await read_page(redis, db, size=5)
     assert [round(e.at_s - t0) for e in page.entries] == [12, 11, 10, 3, 2]
     newest = page.entries[0]
@@ -83,7 +88,7 @@ async def test_size_zero_turns_the_log_off_and_deletes_it(redis: Redis) -> None:
     await recorder.flush()
     recorder.log.request(sample(time.time()))
     assert await recorder.flush()
-    assert await redis.llen(keys.request_log(db)) == 1
+    assert await length(redis, keys.request_log(db)) == 1
     size.value = 0
     assert await recorder.flush()
     assert await redis.exists(keys.request_log(db)) == 0
@@ -96,7 +101,7 @@ async def test_size_zero_turns_the_log_off_and_deletes_it(redis: Redis) -> None:
     assert await recorder.flush()
     recorder.log.request(sample(time.time()))
     assert await recorder.flush()
-    assert await redis.llen(keys.request_log(db)) == 1  # on again
+    assert await length(redis, keys.request_log(db)) == 1  # on again
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -137,7 +142,7 @@ async def test_the_served_app_logs_route_templates_never_paths_or_queries(client
     missing = await client.get(f"{COLLECTIONS}/posts/records/{secret}", headers=bearer(admin_token))
     assert missing.status == 404
     assert await recorder.flush()
-    raw = await redis.lrange(keys.request_log(services.config.mongodb_db), 0, -1)
+    raw = await cast(Awaitable[list[bytes]], redis.lrange(keys.request_log(services.config.mongodb_db), 0, -1))
     assert len(raw) == 4 and not any(secret.encode() in entry for entry in raw)  # login + 3, each once
     page = await read_page(redis, services.config.mongodb_db, size=1000)
     routes = {(e.route, e.status) for e in page.entries}

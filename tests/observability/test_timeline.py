@@ -4,8 +4,11 @@ combined by the reader, with the minute hashes expiring as they leave the 24-hou
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections.abc import Awaitable
+from typing import cast
 
 import pytest
 from redis.asyncio import Redis
@@ -150,8 +153,8 @@ async def test_two_replicas_flush_into_the_same_minute_and_the_reader_combines_t
     db = f"obs_{uuid.uuid4().hex[:8]}"
     now = Now(T0 + 10)
     samples = {"a": [(4, 200, 3.0)], "b": [(0, 200, 40.0), (0, 500, 40.0), (0, 404, 40.0)]}
-    replicas = {name: Recorder(redis, db, log_size=lambda: _size(0), now=now,
-                               gauges=lambda name=name: _gauges(name)) for name in ("a", "b")}
+    replicas = {name: Recorder(redis, db, log_size=lambda: _size(0), now=now, gauges=functools.partial(_gauges, name))
+                for name in ("a", "b")}
     for name, recorder in replicas.items():
         signals = Signals()
         recorder.attach(signals)
@@ -160,7 +163,7 @@ async def test_two_replicas_flush_into_the_same_minute_and_the_reader_combines_t
         signals.cache("read", name == "a")
         signals.delivery("delivered" if name == "a" else "failed", 0.2)
         assert await recorder.flush()
-    stored = await redis.hgetall(keys.dashboard_minute(db, MINUTE))
+    stored = await cast(Awaitable[dict[bytes, bytes]], redis.hgetall(keys.dashboard_minute(db, MINUTE)))
     assert int(stored[b"req"]) == 4 and int(stored[b"5xx"]) == 1 and int(stored[b"rt:n"]) == 2
 
     line = await read_timeline(redis, db, now(), 60, 1)
@@ -175,7 +178,7 @@ async def test_two_replicas_flush_into_the_same_minute_and_the_reader_combines_t
     assert s[timeline.P50_MS][0] is None                       # no minute stored there: a gap
 
     now.at += 20  # the same minute: gauges are sampled once a minute per replica
-    for name, recorder in replicas.items():
+    for recorder in replicas.values():
         recorder.counters.request(sample(now.at))
         assert await recorder.flush()
     again = await read_timeline(redis, db, now(), 60, 1)
