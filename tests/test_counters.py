@@ -61,7 +61,7 @@ def started(value: object) -> int:
     (keys.request_log_routes("db1"), "cms:obs:db1:routes"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry",
         "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
-        "backup-lock"])
+        "backup-lock", "dashboard-minute", "request-log", "request-log-routes"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
 

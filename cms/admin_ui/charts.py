@@ -3,7 +3,7 @@ draws it). No script and no `style` attribute (the admin CSP): colours and strok
 static/dashboard.css.
 
 `line_chart` places points on a fixed viewBox (CHART_WIDTH x CHART_HEIGHT): a y axis from 0 to a round
-maximum (100 for percentages) with TICKS_Y gridlines labelled in the chart's unit, a time axis labelled
+maximum (100 for percentages) with TICKS_Y labelled gridlines and its unit above it, a time axis labelled
 HH:MM (UTC), and per series polylines through consecutive values. A None value is a gap: the line
 breaks there (a value standing alone is drawn as a dot).
 """
@@ -19,7 +19,7 @@ CHART_WIDTH = 640
 CHART_HEIGHT = 200
 PLOT_LEFT = 56
 PLOT_RIGHT = CHART_WIDTH - 12
-PLOT_TOP = 12
+PLOT_TOP = 22
 PLOT_BOTTOM = CHART_HEIGHT - 28
 TICKS_Y = 4
 """Gridlines above the zero line."""
@@ -88,7 +88,7 @@ def format_value(value: float | None, unit: str = "") -> str:
     if abs(value) >= 10_000:
         text = f"{value / 1000:.0f}k"
     elif abs(value) >= 1000:
-        text = f"{value / 1000:.1f}k"
+        text = f"{value / 1000:.1f}".rstrip("0").rstrip(".") + "k"
     elif value == int(value):
         text = str(int(value))
     elif abs(value) < 10:
@@ -123,7 +123,9 @@ def line_chart(key: str, title: str, unit: str, starts_s: Sequence[int],
             raise ValueError(f"series {name!r} has {len(values)} values for {count} points")
     present = [v for _, values in series[:MAX_SERIES] for v in values if v is not None]
     top = 100.0 if percent else nice_max(max(present, default=0.0))
-    y_ticks = [Tick(_y(top * i / TICKS_Y, top), format_value(top * i / TICKS_Y, unit)) for i in range(TICKS_Y + 1)]
+    tick_unit = "%" if unit == "%" else ""  # other units are written once, above the axis
+    y_ticks = [Tick(_y(top * i / TICKS_Y, top), format_value(top * i / TICKS_Y, tick_unit))
+               for i in range(TICKS_Y + 1)]
     every = max(1, math.ceil((count - 1) / (TICKS_X - 1))) if count > 1 else 1
     x_ticks = [Tick(_x(i, count), datetime.fromtimestamp(starts_s[i], UTC).strftime("%H:%M"))
                for i in range(0, count, every)]

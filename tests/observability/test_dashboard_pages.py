@@ -136,8 +136,7 @@ def test_a_chart_breaks_its_line_at_gaps_and_draws_lone_values_as_dots() -> None
     chart = line_chart("t", "T", "ms", [0, 60, 120, 180, 240], [("a", [1.0, 2.0, None, 4.0, None])])
     (line,) = chart.lines
     assert len(line.segments) == 1 and len(line.segments[0].split()) == 2 and len(line.dots) == 1
-    assert line.latest == "4 ms" and [t.label for t in chart.y_ticks] == ["0 ms", "1.25 ms", "2.5 ms", "3.75 ms",
-                                                                          "5 ms"]
+    assert line.latest == "4 ms" and [t.label for t in chart.y_ticks] == ["0", "1.25", "2.5", "3.75", "5"]
     assert [t.label for t in chart.x_ticks][:2] == ["00:00", "00:01"]
     empty = line_chart("e", "E", "%", [0, 60], [("a", [None, None])], percent=True)
     assert empty.empty and empty.y_ticks[-1].label == "100%"
@@ -151,7 +150,7 @@ def test_nice_maxima(value: float, expected: float) -> None:
 
 
 @pytest.mark.parametrize("value, unit, expected", [
-    (None, "ms", "–"), (3, "", "3"), (2.345, "ms", "2.35 ms"), (42.42, "%", "42.4%"), (1234, "req/min", "1.2k req/min"),
+    (None, "ms", "–"), (3, "", "3"), (2.345, "ms", "2.35 ms"), (42.42, "%", "42.4%"), (1234, "req/min", "1.2k req/min"), (1000, "", "1k"),
     (250.4, "ms", "250 ms"),
 ])
 def test_value_labels(value: float | None, unit: str, expected: str) -> None:
