@@ -6,9 +6,13 @@
 # --- build: the project's wheel and a wheel of every dependency ------------------------------
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md mkdocs.yml ./
+COPY docs ./docs
 COPY cms ./cms
 COPY workers ./workers
+# The docs site, built into the package: `cms serve` serves it at /docs/guide/. The build tools stay in this stage.
+RUN pip install --no-cache-dir 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5' 'neoteroi-mkdocs>=1.1' \
+    && mkdocs build --strict -d cms/static/guide
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 # --- run: install from those wheels only, run as a non-root user -----------------------------

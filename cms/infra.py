@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.clock import Clock, utcnow
 from cms.config import Config
+from cms.observability import tracing
 from cms.services.caching import keys
 from cms.services.delivery.webhook_sender import connector as guarded_connector
 from cms.store.client import Capabilities, Database, detect_capabilities, ensure_indexes, open_client
@@ -158,7 +159,8 @@ async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis |
             cache_redis = open_cache_redis(config)
             stack.push_async_callback(cache_redis.aclose)
         allow_private = config.embedded or config.webhook_allow_private
-        http = aiohttp.ClientSession(connector=guarded_connector(allow_private=allow_private))
+        http = aiohttp.ClientSession(connector=guarded_connector(allow_private=allow_private),
+                                     trace_configs=tracing.client_trace_configs())
         stack.push_async_callback(http.close)
         yield Infra(config=config, mongo=mongo, db=db, capabilities=capabilities, redis=redis,
                     cache_redis=cache_redis, http=http, clock=clock)

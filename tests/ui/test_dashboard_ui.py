@@ -90,10 +90,10 @@ def test_the_dashboard_draws_charts_and_the_log_lists_requests(admin_page: Brows
     admin_page.page.set_viewport_size({"width": 1400, "height": 900})
     page = admin_page.page
 
-    def requests_drawn() -> bool:
-        return page.locator("#chart-latency svg circle, #chart-latency svg polyline").count() > 0
+    def latency_drawn() -> bool:
+        return bool(page.locator("#chart-latency svg circle, #chart-latency svg polyline").count() > 0)
 
-    wait_for(requests_drawn, admin_page, "/_/")
+    wait_for(latency_drawn, admin_page, "/_/")
     for key in ("requests", "latency", "errors", "webhook-success", "webhook-latency", "cache", "queue", "realtime"):
         chart = page.locator(f"#chart-{key} svg.plot")
         assert chart.is_visible(), key
@@ -113,7 +113,7 @@ def test_the_dashboard_draws_charts_and_the_log_lists_requests(admin_page: Brows
     assert page.locator("#chart-requests polyline").count() > 0
 
     def logged() -> bool:
-        return page.locator("table#logs tr[data-status='404']").count() >= 5
+        return bool(page.locator("table#logs tr[data-status='404']").count() >= 5)
 
     wait_for(logged, admin_page, "/_/logs")
     rows = page.locator("table#logs tbody tr")
