@@ -166,6 +166,7 @@ def test_database_figures_are_named_with_units() -> None:
     shown = {f.key: f.value for f in mongodb}
     assert shown["data-size"] == "3 MiB" and shown["ops"] == "2 ops/s" and shown["memory"] == "90 MiB"
     assert shown["uptime"] == "1 min 40 s" and shown["connections"] == "5 open"
+    assert shown["pool"] == "max 100 connections" and shown["topology"] == "Single, 1 server"
     redis = {f.key: f.value for f in redis_figures({"redis_version": "7.2", "used_memory": 1024 * 1024,
                                                    "keyspace_hits": 3, "keyspace_misses": 1, "queue_depth": 2,
                                                    "uptime_in_seconds": 90061})}

@@ -1,7 +1,8 @@
 """The dashboard's charts and the request log in a real browser (issue 30, items 3 and 4): after some
 traffic (the served app's own requests, and an hour of another replica's counters written through a
 second recorder, as a replica of the same database would), the charts are drawn (non-empty SVG
-polylines in the DOM), the log lists the requests and filters them; screenshots go to docs/screenshots/."""
+polylines in the DOM), the log lists the requests and filters them. With CMS_UI_README_SHOTS=1 the pages
+are saved as docs/screenshots/dashboard-charts.png and request-logs.png (docs/operations/dashboard.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import asyncio
 import concurrent.futures
 import random
 import time
-from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
@@ -18,8 +18,8 @@ from cms.observability import timeline
 from cms.observability.recorder import Recorder
 from cms.observability.signals import RequestSample
 from tests.ui.conftest import Api, BrowserPage, UiServer
+from tests.ui.test_audit_ui import readme_screenshot
 
-DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 FLUSHED_WITHIN_S = 20.0
 """The served app flushes every FLUSH_INTERVAL_S (5 s); a generous bound for a busy machine."""
 ROUTES = ("/api/v1/collections/{collection_name}/records", "/api/v1/collections/{collection_name}/records/{record_id}",
@@ -87,7 +87,7 @@ def test_the_dashboard_draws_charts_and_the_log_lists_requests(admin_page: Brows
     for _ in range(5):
         assert api.call("GET", "/api/v1/collections")[0] == 200
         assert api.call("GET", marker)[0] == 404
-    admin_page.page.set_viewport_size({"width": 1400, "height": 900})
+    admin_page.page.set_viewport_size({"width": 1280, "height": 760})
     page = admin_page.page
 
     def latency_drawn() -> bool:
@@ -105,8 +105,7 @@ def test_the_dashboard_draws_charts_and_the_log_lists_requests(admin_page: Brows
     assert stroke not in ("none", "")  # dashboard.css applies: the CSP let the stylesheet in
     assert page.locator("#mongodb [data-figure=version]").inner_text().strip() not in ("", "–")
     assert "MiB" in page.locator("#redis [data-figure=memory]").inner_text()
-    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(DOCS_SCREENSHOTS / "dashboard-charts.png"), full_page=True)
+    readme_screenshot(page, "dashboard-charts", full_page=True)
 
     page.click("#window-24h")
     page.wait_for_url("**/_/?window=24h")
@@ -121,7 +120,7 @@ def test_the_dashboard_draws_charts_and_the_log_lists_requests(admin_page: Brows
     first = rows.first.locator("td")
     assert first.nth(2).inner_text().startswith("/") and first.nth(4).inner_text().endswith(" ms")
     assert "no_such_" not in page.content()  # route templates only, never the path
-    page.screenshot(path=str(DOCS_SCREENSHOTS / "request-logs.png"), full_page=True)
+    readme_screenshot(page, "request-logs", full_page=True)
 
     page.select_option("#logs-filters select[name=status]", "4xx")
     page.click("#logs-filters button[type=submit]")

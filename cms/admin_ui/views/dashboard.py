@@ -78,7 +78,7 @@ def _mib(value: Any) -> str:
 def mongodb_figures(stats: dict[str, Any]) -> list[Figure]:
     """The MongoDB part of `/api/v1/stats` (cms.store.client.database_stats) as named figures: version,
     uptime, connections, operations per second (all kinds, averaged since the server started), resident
-    memory, data and index size (MiB), collections, documents and the driver's pool. Figures the
+    memory, data and index size (MiB), collections, documents, the driver's pool and the topology. Figures the
     server does not report are left out."""
     server: dict[str, Any] = stats.get("server") or {}
     pool: dict[str, Any] = stats.get("pool") or {}
@@ -104,8 +104,10 @@ def mongodb_figures(stats: dict[str, Any]) -> list[Figure]:
         Figure("objects", "Documents", format_value(_number(stats.get("objects")))),
     ]
     if pool:
-        figures.append(Figure("pool", "Driver pool", f"max {pool.get('max_size')} connections, "
-                                                     f"{pool.get('topology')} ({pool.get('servers')} servers)"))
+        servers = pool.get("servers")
+        plural = "" if servers == 1 else "s"
+        figures += [Figure("pool", "Driver pool", f"max {pool.get('max_size')} connections"),
+                    Figure("topology", "Topology", f"{pool.get('topology')}, {servers} server{plural}")]
     return figures
 
 
