@@ -24,8 +24,12 @@ from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.config import Config
 from cms.observability import tracing
+from cms.observability.recorder import Recorder
 from cms.web.context import HTTP_STATS, SERVICES
-from cms.wiring import Services, open_services
+from cms.wiring import Services, open_services, recording
+
+RECORDER = web.AppKey("recorder", Recorder)
+"""The web app's recorder of dashboard figures and request log entries (tests flush it)."""
 
 
 def create_app(config: Config, *, services: Services | None = None,
@@ -49,6 +53,7 @@ def create_app(config: Config, *, services: Services | None = None,
     else:
         app.cleanup_ctx.append(_services_ctx(config))
     app.cleanup_ctx.append(_realtime_ctx)
+    app.cleanup_ctx.append(_recording_ctx)
     add_routes(app)
     app.on_shutdown.append(_close_realtime_streams)
     app.router.add_get("/openapi.json", openapi_json)
@@ -87,6 +92,14 @@ async def _realtime_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await hub.stop()
+
+
+async def _recording_ctx(app: web.Application) -> AsyncIterator[None]:
+    """This process records its figures for the dashboard and the request log while the app serves
+    (`cms.wiring.recording`, kept as `app[RECORDER]`; a last flush on clean-up)."""
+    async with recording(app[SERVICES]) as recorder:
+        app[RECORDER] = recorder
+        yield
 
 
 async def _close_realtime_streams(app: web.Application) -> None:

@@ -21,6 +21,8 @@ from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
+from cms.observability import timeline
+from cms.observability.recorder import Recorder
 from cms.observability.signals import Signals
 from cms.security.tokens import TokenCodec
 from cms.services.caching import keys
@@ -386,3 +388,31 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             yield services
         finally:
             await backups.wait_idle()  # a restore whose caller went away ends before the clients close
+
+
+@asynccontextmanager
+async def recording(services: Services) -> AsyncIterator[Recorder]:
+    """Record this process's figures for the dashboard and the request log (cms.observability.recorder)
+    while the block runs: the recorder's sinks are added to `services.signals` and its flush task runs;
+    on exit the task stops after a last flush and the sinks are removed. The gauges are the job queue
+    depth (as `redis_stats` reads it) and this process's realtime connections; the log's size is the
+    `request_log_size` setting. The web app and `cms worker` each hold one (cms/app.py, workers/settings.py)."""
+    config = services.config
+
+    async def log_size() -> int:
+        return int((await services.settings.values())["request_log_size"])
+
+    async def gauges() -> dict[str, int]:
+        depth = (await redis_stats(services.redis, config.queue_name))["queue_depth"]
+        return {timeline.QUEUE_DEPTH: int(depth), timeline.REALTIME_CONNECTIONS: len(services.realtime.connections)}
+
+    recorder = Recorder(services.redis, config.mongodb_db, log_size=log_size, gauges=gauges)
+    recorder.attach(services.signals)
+    recorder.start()
+    try:
+        yield recorder
+    finally:
+        try:
+            await recorder.stop()
+        finally:
+            recorder.detach(services.signals)

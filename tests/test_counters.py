@@ -56,9 +56,12 @@ def started(value: object) -> int:
     (keys.realtime_client("db1", "c1"), "cms:rt:db1:client:c1"),
     (keys.realtime_active("db1"), "cms:rt:db1:active"),
     (keys.backup_lock("db1"), "cms:backups:lock:db1"),
+    (keys.dashboard_minute("db1", 29_000_000), "cms:obs:db1:m:29000000"),
+    (keys.request_log("db1"), "cms:obs:db1:log"),
+    (keys.request_log_routes("db1"), "cms:obs:db1:routes"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry",
         "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
-        "backup-lock"])
+        "backup-lock", "dashboard-minute", "request-log", "request-log-routes"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
 

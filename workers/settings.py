@@ -16,7 +16,7 @@ from cms.config import Config, WorkerOptions
 from cms.infra import lend, open_redis, redis_settings
 from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET, TRACE_CONTEXT
 from cms.observability import tracing
-from cms.wiring import Services, open_services
+from cms.wiring import Services, open_services, recording
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
 from workers.liveness import ReconnectingWorker, hold_job_locks, on_job_end, on_job_start, release_job_locks
@@ -61,8 +61,9 @@ CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)),
 
 async def on_startup(ctx: dict[str, Any]) -> None:
     """Open services unless the caller handed them in (`ctx["services"]`); they share the
-    worker's own Redis pool (`ctx["redis"]`), so a worker process holds one pool. Start holding
-    the locks of running jobs (`workers.liveness`). Runs again after a reconnect (ReconnectingWorker)."""
+    worker's own Redis pool (`ctx["redis"]`), so a worker process holds one pool, and record the
+    dashboard's figures (`cms.wiring.recording`; services handed in are recorded by their owner).
+    Start holding the locks of running jobs (`workers.liveness`). Runs again after a reconnect (ReconnectingWorker)."""
     hold_job_locks(ctx)
     if "config" not in ctx:  # `arq workers.WorkerSettings`: neither cms command set this process up
         ctx["config"] = Config.from_env(os.environ)
@@ -70,6 +71,7 @@ async def on_startup(ctx: dict[str, Any]) -> None:
     if "services" not in ctx:
         stack = AsyncExitStack()
         ctx["services"] = await stack.enter_async_context(open_services(ctx["config"], redis=ctx["redis"]))
+        await stack.enter_async_context(recording(ctx["services"]))  # webhook deliveries for the dashboard
         ctx["exit_stack"] = stack
     # Deliveries whose enqueue was lost (a web process died after writing them) go out now; a burst
     # worker, which runs no cron jobs, relies on this.

@@ -16,11 +16,22 @@ from cms.admin_ui import auth
 from cms.admin_ui.common import PREFIX
 from cms.admin_ui.errors import error_pages_middleware
 from cms.admin_ui.session import REFRESH_SHARE, RefreshShare, apply_cookie_change
-from cms.admin_ui.views import api_keys, audit, backups, collections, dashboard, records, settings, users, webhooks
+from cms.admin_ui.views import (
+    api_keys,
+    audit,
+    backups,
+    collections,
+    dashboard,
+    logs,
+    records,
+    settings,
+    users,
+    webhooks,
+)
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = PREFIX + "/static"
-SCREENS = (dashboard, collections, records, users, webhooks, api_keys, settings, audit, backups)
+SCREENS = (dashboard, collections, records, users, webhooks, api_keys, settings, audit, logs, backups)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; frame-ancestors 'none'; base-uri 'none'; "

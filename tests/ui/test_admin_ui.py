@@ -10,7 +10,7 @@ import pyotp
 from tests.ui.conftest import ADMIN_EMAIL, ADMIN_PASSWORD, Api, BrowserPage
 
 ADMIN_PAGES = ("/_/", "/_/collections", "/_/collections/posts/records", "/_/collections/people/users",
-               "/_/webhooks", "/_/api-keys", "/_/settings", "/_/audit", "/_/backups")
+               "/_/webhooks", "/_/api-keys", "/_/settings", "/_/audit", "/_/logs", "/_/backups")
 CSP = "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
 
 
@@ -37,7 +37,8 @@ def test_sign_in_and_wrong_password(page: BrowserPage):
     assert page.page.locator("#queue-depth").inner_text().isdigit()
     cookie = next(c for c in page.context.cookies() if c["name"] == "cms_admin")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and cookie["path"] == "/_/"
-    for label in ("Dashboard", "Collections", "Webhooks", "API keys", "Settings", "Audit log", "Backups"):
+    for label in ("Dashboard", "Collections", "Webhooks", "API keys", "Settings", "Audit log", "Request logs",
+                  "Backups"):
         assert page.page.locator("nav.side").get_by_role("link", name=label, exact=True).count() == 1
     page.watch.assert_clean()
 

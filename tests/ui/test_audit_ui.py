@@ -21,14 +21,15 @@ README_SHOTS = Path(__file__).parents[2] / "docs" / "screenshots"
 README_VIEWPORT = {"width": 1280, "height": 760}
 
 
-def readme_screenshot(page: Any, name: str) -> None:
-    """With CMS_UI_README_SHOTS=1, save the page at a fixed viewport as docs/screenshots/<name>.png
-    (the pictures of docs/admin-ui.md; off by default so a test run leaves the repository unchanged)."""
+def readme_screenshot(page: Any, name: str, *, full_page: bool = False) -> None:
+    """With CMS_UI_README_SHOTS=1, save the page at a fixed viewport (the whole page with `full_page`) as
+    docs/screenshots/<name>.png (the pictures of the docs; off by default so a test run leaves the
+    repository unchanged)."""
     if os.environ.get("CMS_UI_README_SHOTS") != "1":
         return
     README_SHOTS.mkdir(parents=True, exist_ok=True)
     page.set_viewport_size(README_VIEWPORT)
-    page.screenshot(path=str(README_SHOTS / f"{name}.png"), full_page=False, animations="disabled")
+    page.screenshot(path=str(README_SHOTS / f"{name}.png"), full_page=full_page, animations="disabled")
 
 
 def rest_audit(api: Api, path: str = "/api/v1/audit", **query: str) -> dict[str, Any]:

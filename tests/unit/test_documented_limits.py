@@ -16,6 +16,7 @@ from cms.api import realtime as realtime_api
 from cms.config import Config
 from cms.filters import mongo
 from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
+from cms.observability import recorder, request_log, timeline
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache
@@ -95,6 +96,12 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "realtime-stream-1000000-events": (realtime_stream.MAX_STREAM_EVENTS, 1_000_000),
     "realtime-10000-connections-per-process": (SETTINGS_DEFAULTS["realtime_max_connections"][0], 10_000),
     "realtime-setting-0-to-1000000": (SETTINGS_RANGES["realtime_max_connections"], (0, 1_000_000)),
+    # docs/operations/dashboard.md
+    "request-log-1000-entries": (SETTINGS_DEFAULTS["request_log_size"][0], 1_000),
+    "request-log-setting-0-to-100000": (SETTINGS_RANGES["request_log_size"], (0, 100_000)),
+    "request-log-50-a-page": (request_log.PER_PAGE, 50),
+    "dashboard-flush-every-5-s": (recorder.FLUSH_INTERVAL_S, 5),
+    "dashboard-minutes-kept-24-h": (timeline.WINDOW_MINUTES, 24 * 60),
 }
 
 

@@ -46,6 +46,7 @@ HELP = {
     "batch_max_requests": "Requests one batch (POST /api/v1/batch) may hold, all in one transaction.",
     "realtime_max_connections": "Realtime streams one server process holds (past it: 503; 0 turns realtime off).",
     "read_cache_enabled": "The Redis cache of record reads (off: every read queries MongoDB).",
+    "request_log_size": "Requests kept for the request log (/_/logs) across replicas (0 turns the log off).",
 }
 """A line of help under each setting's name."""
 

@@ -103,3 +103,21 @@ def backup_lock(db: str) -> str:
     """The lock one backup or restore of database `db` holds while it runs, on the queue's Redis (shared
     by every replica; `cms.services.operations.shared_lock`): `cms:backups:lock:<db>`."""
     return f"{ROOT}:backups:lock:{db}"
+
+
+def dashboard_minute(db: str, minute: int) -> str:
+    """The dashboard's counters of one minute (`minute`: epoch seconds // 60) of database `db`, a hash
+    every replica adds to (cms.observability.timeline), on the queue's Redis: `cms:obs:<db>:m:<minute>`."""
+    return f"{ROOT}:obs:{db}:m:{minute}"
+
+
+def request_log(db: str) -> str:
+    """The list of the last requests of database `db`, newest first, across replicas
+    (cms.observability.request_log): `cms:obs:<db>:log`."""
+    return f"{ROOT}:obs:{db}:log"
+
+
+def request_log_routes(db: str) -> str:
+    """The route templates seen in the request log of database `db` (a sorted set scored by when each
+    was last seen): `cms:obs:<db>:routes`."""
+    return f"{ROOT}:obs:{db}:routes"

@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 
 from cms.errors import ValidationFailed
 from cms.models import Principal
+from cms.observability import request_log
 from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
 from cms.services import access
@@ -47,6 +48,7 @@ SETTINGS_RANGES: dict[str, tuple[int, int]] = {
     "bulk_max_ids": (1, 100_000),
     "batch_max_requests": (1, 1_000),
     "realtime_max_connections": (0, 1_000_000),
+    "request_log_size": (0, request_log.MAX_SIZE),
 }
 
 # key -> (default, category)
@@ -79,6 +81,8 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "realtime_max_connections": (10_000, "limits"),
     # the Redis response cache of record reads (cms.services.caching.read_cache); false: every read queries
     "read_cache_enabled": (True, "performance"),
+    # requests kept for /_/logs across replicas (cms.observability.request_log; 0: the log is off)
+    "request_log_size": (request_log.DEFAULT_SIZE, "limits"),
 }
 
 VERSION_CHECK_INTERVAL_S = 0.5
