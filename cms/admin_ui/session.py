@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cms.errors import Unauthorized
 from cms.models import Principal, TokenPair
 from cms.services.caching import keys
-from cms.web.context import is_https, services
+from cms.web.context import CALLER, is_https, services
 from cms.wiring import Services
 
 log = logging.getLogger("cms.admin_ui")
@@ -233,7 +233,7 @@ async def current_principal(request: web.Request) -> Principal | None:
         cached: Principal | None = request[PRINCIPAL_KEY]
         return cached
     principal = await _authenticate(request)
-    request[PRINCIPAL_KEY] = principal
+    request[PRINCIPAL_KEY] = request[CALLER] = principal
     return principal
 
 

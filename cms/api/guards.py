@@ -14,7 +14,7 @@ from cms.errors import Unauthorized
 from cms.models import Principal
 from cms.services import access
 from cms.services.access import Policy
-from cms.web.context import services
+from cms.web.context import CALLER, services
 
 if TYPE_CHECKING:
     from cms.api.routes import Route
@@ -74,7 +74,7 @@ async def principal_middleware(request: web.Request, handler: Handler) -> web.St
             raise
     if principal is not None and principal.kind == "api_key" and request.path.startswith("/api/"):
         access.require_api_key_reach(principal, request.method, request.path)
-    request[PRINCIPAL_KEY] = access.authorize(policy, principal)
+    request[PRINCIPAL_KEY] = request[CALLER] = access.authorize(policy, principal)
     return await handler(request)
 
 

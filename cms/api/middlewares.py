@@ -30,7 +30,7 @@ from cms.models.identity import Principal
 from cms.observability.signals import UNMATCHED_ROUTE, RequestSample
 from cms.services.caching.definition_cache import request_scope
 from cms.services.origin import origin_scope
-from cms.web.context import HTTP_STATS, REQUEST_ID, SERVICES, client_ip, request_origin
+from cms.web.context import CALLER, HTTP_STATS, REQUEST_ID, SERVICES, client_ip, request_origin
 
 log = logging.getLogger("cms.api")
 
@@ -145,7 +145,7 @@ def _observe(request: web.Request, status: int, duration_s: float) -> None:
         return
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else UNMATCHED_ROUTE
-    principal = request.get(PRINCIPAL_KEY)
+    principal = request.get(CALLER)
     try:
         ip = client_ip(request)
     except Exception:  # the services are closing

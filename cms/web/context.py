@@ -18,6 +18,9 @@ from cms.wiring import Services
 
 SERVICES = web.AppKey("services", Services)
 REQUEST_ID = "request_id"
+CALLER = "caller"
+"""Request key of the authenticated caller (a `Principal`), set by whichever layer authenticated the
+request (the API's principal middleware, the admin UI's session); the request log reads it."""
 HTTP_STATS = web.AppKey("http_stats", dict[str, int])
 """`{requests_total, active_connections}` of this process, for `/api/v1/stats` and the dashboard."""
 INLINE_JSON_BYTES = 64 * 1024

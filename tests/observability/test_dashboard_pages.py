@@ -117,6 +117,15 @@ async def test_a_bad_log_filter_is_a_422_page_with_the_form(client: Any, service
     assert f"<code>{field}</code>" in html and 'id="logs-filters"' in html and "<script>" not in html
 
 
+async def test_admin_ui_requests_are_logged_with_the_signed_in_admin(client: Any, services: Services) -> None:
+    cookies = await admin_cookies(client, services)
+    assert (await client.get("/_/collections", cookies=cookies)).status == 200
+    await client.server.app[RECORDER].flush()
+    html = await (await client.get("/_/logs?route=/_/collections", cookies=cookies)).text()
+    rows = re.findall(r'<tr data-status="200" data-route="/_/collections">(.*?)</tr>', html, re.S)
+    assert rows and all("admin:" in row for row in rows)
+
+
 async def test_size_zero_turns_the_log_page_off(client: Any, services: Services) -> None:
     cookies = await admin_cookies(client, services)
     await services.settings.set("request_log_size", 0)
