@@ -1,0 +1,20 @@
+// `npm test`: start one `cms serve` for the whole run (unless CMS_URL names one), run every
+// test/*.test.mjs with Node's test runner against it, stop it, and exit with the runner's status.
+import { spawn } from "node:child_process";
+import { readdirSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { serverEnv, startServer } from "./server.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const files = readdirSync(here).filter((name) => name.endsWith(".test.mjs")).sort().map((name) => join(here, name));
+const server = process.env.CMS_URL ? null : await startServer();
+const env = server ? { ...process.env, ...serverEnv(server) } : process.env;
+let status = 1;
+try {
+  const runner = spawn(process.execPath, ["--test", "--test-concurrency=1", ...files], { env, stdio: "inherit" });
+  status = await new Promise((resolve) => runner.on("exit", (code, signal) => resolve(code ?? (signal ? 1 : 0))));
+} finally {
+  await server?.stop();
+}
+process.exit(status);
