@@ -100,12 +100,21 @@ export class AuthService<L extends AnyLoginResponse = LoginResponse, U = AdminUs
     return this.client.refresh();
   }
 
-  /** Revoke the session on the server and clear the auth store (cleared even when the server refuses). */
+  /** Revoke the auth store's session on the server and clear the store (cleared even when the server
+   * refuses). The admin table has `POST /auth/logout`; an auth collection revokes the session by its id
+   * (`DELETE .../auth/sessions/{sid}`, the `sid` claim). */
   async logout(): Promise<void> {
+    const store = this.client.authStore;
+    const sid = store.claims?.sid;
     try {
-      await this.client.send<Message>(`${this.prefix}/logout`, { method: "POST" });
+      if (store.collection === null) {
+        await this.client.send<Message>(`${authPrefix(null)}/logout`, { method: "POST" });
+      } else if (typeof sid === "string") {
+        await this.client.send<void>(`${authPrefix(store.collection)}/sessions/${encodeURIComponent(sid)}`,
+          { method: "DELETE" });
+      }
     } finally {
-      this.client.authStore.clear();
+      store.clear();
     }
   }
 

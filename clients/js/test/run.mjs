@@ -1,5 +1,6 @@
 // `npm test`: start one `cms serve` for the whole run (unless CMS_URL names one), run every
-// test/*.test.mjs with Node's test runner against it, stop it, and exit with the runner's status.
+// test/*.test.mjs (or the files named as arguments) with Node's test runner against it, stop it,
+// and exit with the runner's status.
 import { spawn } from "node:child_process";
 import { readdirSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -7,7 +8,8 @@ import { fileURLToPath } from "node:url";
 import { serverEnv, startServer } from "./server.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const files = readdirSync(here).filter((name) => name.endsWith(".test.mjs")).sort().map((name) => join(here, name));
+const named = process.argv.slice(2);
+const files = named.length ? named : readdirSync(here).filter((name) => name.endsWith(".test.mjs")).sort().map((name) => join(here, name));
 const server = process.env.CMS_URL ? null : await startServer();
 const env = server ? { ...process.env, ...serverEnv(server) } : process.env;
 let status = 1;

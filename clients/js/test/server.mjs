@@ -47,7 +47,8 @@ export async function waitHealthy(url, timeoutMs = START_TIMEOUT_MS, alive = () 
 }
 
 /** Start `cms serve` on a free port with a temporary data directory; its output goes to a log file.
- * Returns `{url, secretKey, logFile, adminEmail, adminPassword, stop()}`. Rate limits are switched off
+ * Returns `{url, secretKey, logFile, adminEmail, adminPassword, stop(), release()}` (`release`: let this
+ * process exit with the server up, which is then sent SIGTERM). Rate limits are switched off
  * (every test and docs example signs in as the same admin from the same address). */
 export async function startServer() {
   const port = await freePort();
@@ -80,7 +81,14 @@ export async function startServer() {
     await stop();
     throw error;
   }
-  return { url, secretKey: TEST_SECRET_KEY, logFile, adminEmail: ADMIN_EMAIL, adminPassword: ADMIN_PASSWORD, stop };
+  const release = () => {
+    child.unref();
+    process.once("exit", () => {
+      child.kill("SIGTERM");
+    });
+  };
+  return { url, secretKey: TEST_SECRET_KEY, logFile, adminEmail: ADMIN_EMAIL, adminPassword: ADMIN_PASSWORD, stop,
+    release };
 }
 
 async function switchOffRateLimits(url) {
@@ -126,7 +134,6 @@ export async function liveServer() {
     return shared;
   }
   shared = await startServer();
-  const { after } = await import("node:test");
-  after(() => shared.stop());
+  shared.release();  // this process may end with the server still up: stop it then
   return shared;
 }
