@@ -23,7 +23,7 @@ export const MAX_BACKOFF_MS = 5_000;
 export const IDLE_TIMEOUT_MS = 45_000;
 /** How long `subscribe` waits for the stream's `connect` event before it rejects. */
 export const CONNECT_TIMEOUT_MS = 15_000;
-/** How many delivered event ids are remembered to skip a replayed duplicate. */
+/** How many delivered events (id and topic) are remembered to skip a replayed duplicate. */
 export const SEEN_IDS = 1_000;
 
 /** One record event: `action`, the `record` (as it was, for a delete), the `topic` as subscribed and
@@ -259,10 +259,11 @@ export class RealtimeService {
 
   private dispatch(event: SseEvent): void {
     if (event.id !== null) {
-      if (this.seen.has(event.id)) {
+      const seenKey = `${event.id}\n${event.event}`;  // a write matching several topics is one id, once per topic
+      if (this.seen.has(seenKey)) {
         return;  // a replay of an event already delivered
       }
-      this.seen.add(event.id);
+      this.seen.add(seenKey);
       if (this.seen.size > SEEN_IDS) {
         this.seen.delete(this.seen.values().next().value as string);
       }
