@@ -14,7 +14,7 @@ import { ApiKeyService, CollectionService, FileService, SettingsService } from "
 import { CmsError, CmsNetworkError } from "./errors.js";
 import { RealtimeService } from "./realtime.js";
 import { RecordService } from "./records.js";
-import type { Health, RecordModel, TokenPair } from "./types.js";
+import type { BaseRecord, Health, RecordModel, TokenPair } from "./types.js";
 
 /** Refresh this long before the access token's `exp` (or at half its remaining life, if sooner). */
 export const DEFAULT_REFRESH_MARGIN_S = 60;
@@ -106,7 +106,7 @@ export class CmsClient {
 
   /** The records of collection `name` (and, for an auth collection, its user system as `.auth`).
    * `T` types the records: `client.collection<Post>("posts")`. */
-  collection<T extends RecordModel = RecordModel>(name: string): RecordService<T> {
+  collection<T extends BaseRecord = RecordModel>(name: string): RecordService<T> {
     let service = this.recordServices.get(name);
     if (!service) {
       service = new RecordService<RecordModel>(this, name, new CollectionAuthService(this, name));

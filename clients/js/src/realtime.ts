@@ -13,7 +13,7 @@ import type { CmsClient } from "./client.js";
 import { unrefTimer } from "./client.js";
 import { CmsError, CmsNetworkError } from "./errors.js";
 import { SseParser, type SseEvent } from "./sse.js";
-import type { RecordModel } from "./types.js";
+import type { BaseRecord, RecordModel } from "./types.js";
 
 /** First reconnect delay; doubled per failed attempt up to `MAX_BACKOFF_MS`, with jitter. */
 export const BASE_BACKOFF_MS = 200;
@@ -28,7 +28,7 @@ export const SEEN_IDS = 1_000;
 
 /** One record event: `action`, the `record` (as it was, for a delete), the `topic` as subscribed and
  * the event's `id`. */
-export interface RealtimeEvent<T extends RecordModel = RecordModel> {
+export interface RealtimeEvent<T extends BaseRecord = RecordModel> {
   action: "create" | "update" | "delete";
   record: T;
   topic: string;
@@ -43,7 +43,7 @@ export interface SubscribeOptions {
 }
 
 /** Called for each event of a subscription. */
-export type RealtimeCallback<T extends RecordModel = RecordModel> = (event: RealtimeEvent<T>) => void;
+export type RealtimeCallback<T extends BaseRecord = RecordModel> = (event: RealtimeEvent<T>) => void;
 
 /** Stops a subscription; resolves once the server's set no longer holds it. */
 export type Unsubscribe = () => Promise<void>;
@@ -97,7 +97,7 @@ export class RealtimeService {
    * `options.filter`, shaped by `expand`/`fields`. Resolves, once the server has the subscription in
    * force, to the function that ends it. Rejects with `CmsError` (422 for an unknown collection or a
    * bad filter) or `CmsNetworkError` (no stream within `CONNECT_TIMEOUT_MS`). */
-  async subscribe<T extends RecordModel = RecordModel>(topic: string, callback: RealtimeCallback<T>,
+  async subscribe<T extends BaseRecord = RecordModel>(topic: string, callback: RealtimeCallback<T>,
     options: SubscribeOptions = {}): Promise<Unsubscribe> {
     const key = topicString(topic, options);
     const entry = callback as RealtimeCallback;

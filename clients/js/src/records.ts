@@ -5,7 +5,7 @@
  */
 import type { CollectionAuthService } from "./auth.js";
 import type { CmsClient } from "./client.js";
-import type { BulkDeleted, BulkUpdated, CsvImportResult, RecordModel, RecordPage } from "./types.js";
+import type { BaseRecord, BulkDeleted, BulkUpdated, CsvImportResult, RecordModel, RecordPage } from "./types.js";
 
 /** The server's largest page (`per_page` above it is clamped); `getFullList` asks for pages of this size. */
 export const MAX_PER_PAGE = 100;
@@ -39,7 +39,7 @@ export interface ExportOptions {
 export type RecordData = Record<string, unknown>;
 
 /** The records of one collection; `T` is the record type (default: any record). */
-export class RecordService<T extends RecordModel = RecordModel> {
+export class RecordService<T extends BaseRecord = RecordModel> {
   /** The collection's name. */
   readonly name: string;
   /** The collection's user system, when it is an auth collection (`authWithPassword`, OTP, 2FA, OAuth2...). */

@@ -8,8 +8,11 @@ type Schemas = components["schemas"];
 
 /** Any stored record: `{id, created, updated, ...fields}`, flat; `expand` only with `?expand=`. */
 export type RecordModel = Schemas["Record"];
+/** What every record type has (`id`, `created`, `updated`): the bound of the record type parameters, so
+ * that an interface of your own (`interface Post {id; created; updated; title}`) can type a collection. */
+export type BaseRecord = Pick<RecordModel, "id" | "created" | "updated">;
 /** One page of records: `{items, total, page, per_page}` (`total` is -1 with `skipTotal`). */
-export type RecordPage<T extends RecordModel = RecordModel> = Omit<Schemas["RecordPage"], "items"> & { items: T[] };
+export type RecordPage<T extends BaseRecord = RecordModel> = Omit<Schemas["RecordPage"], "items"> & { items: T[] };
 /** The API's error body: `{detail, code, errors?}` (`errors` on 422: field -> messages). */
 export type ErrorBody = Schemas["Error"];
 /** The batch failure body: the error plus `failed: {index, status, body}`. */

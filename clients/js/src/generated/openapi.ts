@@ -7575,7 +7575,7 @@ export interface components {
              * @description ISO 8601; without a zone it is UTC; must be in the future
              * @default null
              */
-            expires_at: string | null;
+            expires_at?: string | null;
             name: string;
             scopes: ("read" | "write")[];
         };
@@ -7747,7 +7747,7 @@ export interface components {
             new_password: string;
             old_password: string;
             /** @default null */
-            password_confirm: string | null;
+            password_confirm?: string | null;
         };
         Collection: {
             /** @description Who may create records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
@@ -7781,12 +7781,12 @@ export interface components {
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule?: string | null;
             /** @default null */
-            mfa_enabled: boolean | null;
+            mfa_enabled?: boolean | null;
             name: string;
             /** @default null */
-            oauth_enabled: boolean | null;
+            oauth_enabled?: boolean | null;
             /** @default null */
-            otp_enabled: boolean | null;
+            otp_enabled?: boolean | null;
             /** @description List of fields, or {fields: [...]} */
             schema?: Record<string, unknown>[] | {
                 fields: Record<string, unknown>[];
@@ -7795,7 +7795,7 @@ export interface components {
              * @default base
              * @enum {string}
              */
-            type: "base" | "auth";
+            type?: "base" | "auth";
             /** @description Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             update_rule?: string | null;
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
@@ -7814,7 +7814,7 @@ export interface components {
             email: string;
             password: string;
             /** @default null */
-            password_confirm: string | null;
+            password_confirm?: string | null;
         } & {
             [key: string]: unknown;
         };
@@ -7991,7 +7991,7 @@ export interface components {
              * @description Name of an auth collection; omit for admin-table users
              * @default null
              */
-            collection: string | null;
+            collection?: string | null;
             email: string;
         };
         PendingUser: {
@@ -8066,11 +8066,11 @@ export interface components {
             /** Format: email */
             email: string;
             /** @default  */
-            name: string;
+            name?: string;
             /** @description checked against the password policy: the settings `password_min_length` (default 8) and `password_require_*` */
             password: string;
             /** @default null */
-            password_confirm: string | null;
+            password_confirm?: string | null;
         };
         RegisterResponse: {
             message: string;
@@ -8080,7 +8080,7 @@ export interface components {
             /** @description checked against the password policy: the settings `password_min_length` (default 8) and `password_require_*` */
             new_password: string;
             /** @default null */
-            password_confirm: string | null;
+            password_confirm?: string | null;
             token: string;
         };
         Session: {
@@ -8106,7 +8106,7 @@ export interface components {
              * @default null
              * @enum {string|null}
              */
-            category: "auth" | "files" | "limits" | "performance" | "security" | null;
+            category?: "auth" | "files" | "limits" | "performance" | "security" | null;
             /** @enum {string} */
             key: "audit_retention_days" | "batch_max_requests" | "bulk_max_ids" | "csv_import_max_mb" | "csv_import_max_rows" | "max_upload_mb" | "mfa_enabled" | "oauth_enabled" | "oauth_providers" | "otp_enabled" | "password_auth_enabled" | "password_min_length" | "password_require_number" | "password_require_special" | "password_require_upper" | "rate_limit_enabled" | "rate_limit_per_minute" | "read_cache_enabled" | "realtime_max_connections" | "refresh_reuse_interval_s" | "refresh_token_expiry_days" | "token_expiry_hours";
             /** @description a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type */
@@ -8160,12 +8160,12 @@ export interface components {
             collection_name: string;
             events: ("create" | "update" | "delete")[];
             /** @default 3 */
-            retry_count: number;
+            retry_count?: number;
             /**
              * @description signs deliveries; never returned
              * @default null
              */
-            secret: string | null;
+            secret?: string | null;
             /** @description http or https URL receiving the POSTs */
             url: string;
         };
