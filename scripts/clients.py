@@ -89,13 +89,16 @@ def fetch_document(url: str) -> bytes:
 
 
 def generate_js(document: Path, out: Path) -> None:
-    """openapi-typescript: the API's types (`paths`, `components`) for clients/js."""
+    """openapi-typescript (the version pinned in clients/js/package-lock.json): the API's types
+    (`paths`, `components`) for clients/js. `--empty-objects-unknown`: an object schema without
+    properties (a batch request's `body`, a record's `data`) is `unknown`, not `Record<string, never>`;
+    `--default-non-nullable=false`: a request field with a default stays optional."""
     binary = JS_CLIENT / "node_modules" / ".bin" / "openapi-typescript"
     if not binary.exists():
         sys.exit("clients.py: run `npm ci` in clients/js first (openapi-typescript is a dev dependency)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(binary), str(document), "--output", str(out)], check=True, cwd=JS_CLIENT,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([str(binary), str(document), "--output", str(out), "--empty-objects-unknown",
+                    "--default-non-nullable=false"], check=True, cwd=JS_CLIENT, stdout=subprocess.DEVNULL)
 
 
 def generate_python(document: Path, out: Path) -> None:

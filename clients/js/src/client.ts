@@ -1,0 +1,325 @@
+/**
+ * `CmsClient`: one base URL, one auth store, one `send` that every call goes through. `send` adds the
+ * credentials (the store's access token as `Authorization: Bearer`, or an API key as `X-API-Key`),
+ * turns error answers into `CmsError` and unanswered requests into `CmsNetworkError`, and after a
+ * 401 for a spent access token refreshes once and retries once. Refreshing also happens shortly
+ * before the access token's `exp`, and there is never more than one refresh in flight: every caller
+ * awaits the same promise, because presenting a spent refresh token again revokes the whole session
+ * (decisions.md, Identity and tokens).
+ */
+import { AuthStore } from "./auth-store.js";
+import { AuthService, CollectionAuthService, authPrefix } from "./auth.js";
+import { BatchBuilder } from "./batch.js";
+import { ApiKeyService, CollectionService, FileService, SettingsService } from "./admin.js";
+import { CmsError, CmsNetworkError } from "./errors.js";
+import { RealtimeService } from "./realtime.js";
+import { RecordService } from "./records.js";
+import type { BaseRecord, Health, RecordModel, TokenPair } from "./types.js";
+
+/** Refresh this long before the access token's `exp` (or at half its remaining life, if sooner). */
+export const DEFAULT_REFRESH_MARGIN_S = 60;
+/** The longest delay `setTimeout` takes (2^31 - 1 ms); a later refresh is re-planned when it fires. */
+const MAX_TIMER_MS = 2_147_483_647;
+/** 401 codes that mean "the access token no longer works" (a refresh may help); others, such as
+ * `invalid_credentials` for a wrong password, do not. */
+const REFRESHABLE_CODES = new Set(["unauthorized", "token_expired"]);
+
+/** A value of a query parameter; `undefined`, `null` and `""` leave the parameter out. */
+export type QueryValue = string | number | boolean | null | undefined;
+
+/** Options of `new CmsClient(baseUrl, options)`. */
+export interface CmsClientOptions {
+  /** The auth store; default a new in-memory `AuthStore`. */
+  authStore?: AuthStore;
+  /** Act with this API key (`X-API-Key`) instead of the auth store's token. */
+  apiKey?: string | null;
+  /** The `fetch` to use; default the platform's `globalThis.fetch`. */
+  fetch?: typeof fetch;
+  /** Seconds before the access token's `exp` at which it is refreshed on its own; default 60. */
+  refreshMarginS?: number;
+}
+
+/** Options of one `send`. */
+export interface SendOptions {
+  /** HTTP method; default GET. */
+  method?: string;
+  /** Query parameters; `undefined`/`null`/`""` values are left out. */
+  query?: Record<string, QueryValue>;
+  /** A JSON body (serialized here). */
+  body?: unknown;
+  /** A multipart body, sent as is (the platform sets its boundary). */
+  form?: FormData;
+  /** Extra request headers. */
+  headers?: Record<string, string>;
+  /** Aborts the request; the promise then rejects with `CmsNetworkError`. */
+  signal?: AbortSignal;
+  /** `false`: send no credentials and never refresh (login, refresh, register...). Default true. */
+  auth?: boolean;
+  /** How to read a 2xx answer: `json` (default; 204 gives `undefined`), `text`, `blob`. */
+  responseType?: "json" | "text" | "blob";
+  /** Builds the error of a non-2xx answer; default `new CmsError(status, body)`. */
+  error?: (status: number, body: unknown) => CmsError;
+}
+
+/** The client; see the module comment. `new CmsClient("http://127.0.0.1:8090")`. */
+export class CmsClient {
+  /** The service's base URL, without a trailing slash. */
+  readonly baseUrl: string;
+  /** Who the client acts for. */
+  readonly authStore: AuthStore;
+  /** The admin table's user system (`/api/v1/auth/...`). */
+  readonly auth: AuthService;
+  /** Collections (admin only for writes). */
+  readonly collections: CollectionService;
+  /** Files attached to records. */
+  readonly files: FileService;
+  /** API keys of admin-table users. */
+  readonly apiKeys: ApiKeyService;
+  /** Settings (admins). */
+  readonly settings: SettingsService;
+  /** Realtime subscriptions over one server-sent-events stream. */
+  readonly realtime: RealtimeService;
+
+  private apiKeyValue: string | null;
+  private readonly fetchImpl: typeof fetch;
+  private readonly refreshMarginMs: number;
+  private readonly recordServices = new Map<string, RecordService<RecordModel>>();
+  private refreshing: Promise<TokenPair> | null = null;
+  private refreshTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly stopWatchingStore: () => void;
+
+  /** A client of the service at `baseUrl` (e.g. `http://127.0.0.1:8090`). */
+  constructor(baseUrl: string, options: CmsClientOptions = {}) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.authStore = options.authStore ?? new AuthStore();
+    this.apiKeyValue = options.apiKey ?? null;
+    this.fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init));
+    this.refreshMarginMs = (options.refreshMarginS ?? DEFAULT_REFRESH_MARGIN_S) * 1000;
+    this.auth = new AuthService(this, null);
+    this.collections = new CollectionService(this);
+    this.files = new FileService(this);
+    this.apiKeys = new ApiKeyService(this);
+    this.settings = new SettingsService(this);
+    this.realtime = new RealtimeService(this);
+    this.stopWatchingStore = this.authStore.onChange(() => this.planRefresh(), true);
+  }
+
+  /** The records of collection `name` (and, for an auth collection, its user system as `.auth`).
+   * `T` types the records: `client.collection<Post>("posts")`. */
+  collection<T extends BaseRecord = RecordModel>(name: string): RecordService<T> {
+    let service = this.recordServices.get(name);
+    if (!service) {
+      service = new RecordService<RecordModel>(this, name, new CollectionAuthService(this, name));
+      this.recordServices.set(name, service);
+    }
+    return service as unknown as RecordService<T>;
+  }
+
+  /** A new batch: queue creates, changes and deletes, then `send()` them as one all-or-nothing request. */
+  batch(): BatchBuilder {
+    return new BatchBuilder(this);
+  }
+
+  /** `GET /health`: `{status, mongodb, redis, version}`. */
+  health(): Promise<Health> {
+    return this.send<Health>("/health", { auth: false });
+  }
+
+  /** The API key the client acts with, or `null` (then the auth store's token is used). */
+  get apiKey(): string | null {
+    return this.apiKeyValue;
+  }
+
+  /** Act with `key` (`X-API-Key`) from now on, or with the auth store's token again (`null`). */
+  useApiKey(key: string | null): void {
+    this.apiKeyValue = key;
+    this.planRefresh();
+    this.realtime.credentialsChanged();
+  }
+
+  /** The absolute URL of `path` with `query` (values `undefined`/`null`/`""` left out). */
+  buildUrl(path: string, query: Record<string, QueryValue> = {}): string {
+    const params = new URLSearchParams();
+    for (const [name, value] of Object.entries(query)) {
+      if (value !== undefined && value !== null && value !== "") {
+        params.append(name, String(value));
+      }
+    }
+    const search = params.toString();
+    return `${this.baseUrl}${path}${search ? `?${search}` : ""}`;
+  }
+
+  /** The headers that carry the client's credentials now (`X-API-Key` or `Authorization`), possibly none. */
+  credentialHeaders(): Record<string, string> {
+    if (this.apiKeyValue) {
+      return { "X-API-Key": this.apiKeyValue };
+    }
+    return this.authStore.token ? { Authorization: `Bearer ${this.authStore.token}` } : {};
+  }
+
+  /** Send one request to `path` (e.g. `/api/v1/collections`) and read its answer (see `SendOptions`).
+   * Rejects with `CmsError` (an error answer) or `CmsNetworkError` (no answer). A 401 for an access
+   * token that no longer works is followed by one refresh (shared with concurrent callers) and one retry. */
+  async send<T>(path: string, options: SendOptions = {}): Promise<T> {
+    const withAuth = options.auth !== false;
+    const sentToken = withAuth && !this.apiKeyValue ? this.authStore.token : "";
+    let response = await this.fetchOnce(path, options, withAuth);
+    if (response.status === 401 && sentToken && (await this.renewAfter401(response, sentToken))) {
+      response = await this.fetchOnce(path, options, withAuth);
+    }
+    return this.read<T>(response, options);
+  }
+
+  /** The raw `Response` of a GET with the client's credentials (no refresh, no error handling);
+   * realtime reads its stream through this. Rejects with `CmsNetworkError` only. */
+  async openStream(path: string, query: Record<string, QueryValue>, headers: Record<string, string>,
+    signal: AbortSignal): Promise<Response> {
+    return this.fetchOnce(path, { query, headers, signal }, false);
+  }
+
+  /** Spend the refresh token for a new pair and save it (rotation). Concurrent callers share one
+   * request. A refused refresh (4xx other than 429) clears the auth store: the session is over.
+   * Rejects with `CmsError` (401 `unauthorized` when the store holds no refresh token). */
+  refresh(): Promise<TokenPair> {
+    if (!this.refreshing) {
+      this.refreshing = this.refreshOnce().finally(() => {
+        this.refreshing = null;
+      });
+    }
+    return this.refreshing;
+  }
+
+  /** Stop the client's timers and its realtime stream (subscriptions are dropped). */
+  close(): void {
+    clearTimeout(this.refreshTimer);
+    this.stopWatchingStore();
+    this.realtime.close();
+  }
+
+  private async refreshOnce(): Promise<TokenPair> {
+    const store = this.authStore;
+    const refreshToken = store.refreshToken;
+    if (!refreshToken) {
+      throw new CmsError(401, { code: "unauthorized", detail: "The auth store holds no refresh token" });
+    }
+    try {
+      const pair = await this.send<TokenPair>(`${authPrefix(store.collection)}/refresh`, {
+        method: "POST", body: { refresh_token: refreshToken }, auth: false,
+      });
+      if (store.refreshToken === refreshToken) {  // not signed out or in again meanwhile
+        store.save(pair.access_token, pair.refresh_token);
+      }
+      return pair;
+    } catch (error) {
+      if (error instanceof CmsError && error.status >= 400 && error.status < 500 && error.status !== 429
+        && store.refreshToken === refreshToken) {
+        store.clear();
+      }
+      throw error;
+    }
+  }
+
+  /** After a 401 to a request sent with `sentToken`: whether a retry may now succeed. */
+  private async renewAfter401(response: Response, sentToken: string): Promise<boolean> {
+    const body = await response.clone().json().catch(() => null) as { code?: unknown } | null;
+    if (!REFRESHABLE_CODES.has(String(body?.code)) || this.apiKeyValue) {
+      return false;
+    }
+    if (this.authStore.token !== sentToken) {  // another caller refreshed (or signed in) meanwhile
+      return this.authStore.token !== "";
+    }
+    if (!this.authStore.refreshToken) {
+      return false;
+    }
+    try {
+      await this.refresh();
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  private async fetchOnce(path: string, options: SendOptions, withAuth: boolean): Promise<Response> {
+    const url = this.buildUrl(path, options.query);
+    const headers: Record<string, string> = { Accept: "application/json", ...(withAuth ? this.credentialHeaders() : {}) };
+    let body: BodyInit | undefined;
+    if (options.form) {
+      body = options.form;
+    } else if (options.body !== undefined) {
+      body = JSON.stringify(options.body);
+      headers["Content-Type"] = "application/json";
+    }
+    Object.assign(headers, options.headers);
+    const init: RequestInit = { method: options.method ?? "GET", headers };
+    if (body !== undefined) {
+      init.body = body;
+    }
+    if (options.signal) {
+      init.signal = options.signal;
+    }
+    try {
+      return await this.fetchImpl(url, init);
+    } catch (error) {
+      throw new CmsNetworkError(url, error);
+    }
+  }
+
+  private async read<T>(response: Response, options: SendOptions): Promise<T> {
+    let text: string | undefined;
+    try {
+      if (response.ok && options.responseType === "blob") {
+        return (await response.blob()) as T;
+      }
+      text = await response.text();
+    } catch (error) {
+      throw new CmsNetworkError(response.url, error);
+    }
+    if (response.ok && options.responseType === "text") {
+      return text as T;
+    }
+    let parsed: unknown = null;
+    if (text) {
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = response.ok ? text : null;
+      }
+    }
+    if (!response.ok) {
+      throw (options.error ?? ((status, errorBody) => new CmsError(status, errorBody)))(response.status, parsed);
+    }
+    return (response.status === 204 ? undefined : parsed) as T;
+  }
+
+  /** Plan the refresh before the access token's `exp`: at `exp - min(margin, half the time left)`.
+   * An expired token is not refreshed here: the next request's 401 does it. */
+  private planRefresh(): void {
+    clearTimeout(this.refreshTimer);
+    this.refreshTimer = undefined;
+    const exp = this.authStore.claims?.exp;
+    if (this.apiKeyValue || !this.authStore.refreshToken || typeof exp !== "number") {
+      return;
+    }
+    const leftMs = exp * 1000 - Date.now();
+    if (leftMs <= 0) {
+      return;
+    }
+    const refreshAt = Date.now() + leftMs - Math.min(this.refreshMarginMs, leftMs / 2);
+    const token = this.authStore.token;
+    const wake = (): void => {
+      const waitMs = refreshAt - Date.now();
+      if (waitMs > 0) {
+        this.refreshTimer = unrefTimer(setTimeout(wake, Math.min(waitMs, MAX_TIMER_MS)));
+      } else if (this.authStore.token === token) {
+        this.refresh().catch(() => undefined);  // a failure is met again by the next request's 401
+      }
+    };
+    wake();
+  }
+}
+
+/** Let a Node process exit while only this timer is pending (a no-op in browsers). */
+export function unrefTimer(timer: ReturnType<typeof setTimeout>): ReturnType<typeof setTimeout> {
+  (timer as unknown as { unref?: () => void }).unref?.();
+  return timer;
+}

@@ -1,0 +1,21 @@
+/**
+ * `cms-client`: the typed client of the CMS API. `new CmsClient(baseUrl, {authStore?, apiKey?})`;
+ * see docs/clients/js.md.
+ */
+export { CmsClient, DEFAULT_REFRESH_MARGIN_S } from "./client.js";
+export type { CmsClientOptions, QueryValue, SendOptions } from "./client.js";
+export { AuthStore, MemoryStorage, decodeClaims } from "./auth-store.js";
+export type { AuthChangeListener, AuthState, AuthStorage, AuthStoreOptions, TokenClaims } from "./auth-store.js";
+export { AuthService, CollectionAuthService, authPrefix, parseOAuth2Redirect } from "./auth.js";
+export type { OAuth2Completion } from "./auth.js";
+export { BatchBuilder, BatchCollection, DEFAULT_BATCH_MAX_REQUESTS } from "./batch.js";
+export { ApiKeyService, CollectionService, FileService, SettingsService } from "./admin.js";
+export { BatchError, CmsError, CmsNetworkError } from "./errors.js";
+export { RealtimeService, topicString } from "./realtime.js";
+export type { RealtimeCallback, RealtimeEvent, SubscribeOptions, Unsubscribe } from "./realtime.js";
+export { MAX_PER_PAGE, RecordService } from "./records.js";
+export type { ExportOptions, ListOptions, RecordData, ShapeOptions } from "./records.js";
+export { SseParser } from "./sse.js";
+export type { SseEvent } from "./sse.js";
+export type * from "./types.js";
+export type { components, paths } from "./generated/openapi.js";

@@ -1,0 +1,161 @@
+// Realtime over SSE: subscribe with filters, unsubscribe, resume after a dropped connection without
+// loss or duplicates, and re-post the subscriptions after a token refresh.
+import assert from "node:assert/strict";
+import { connect, createServer } from "node:net";
+import { before, test } from "node:test";
+import { CmsClient, CmsError } from "../dist/index.js";
+import { adminClient, liveServer, retimed, unique, waitFor } from "./helpers.mjs";
+
+let server;
+let writer;
+
+/** A TCP proxy to the live server whose connections the test can cut (and refuse) at will: a real
+ * network drop between the client and the service. */
+class CuttableProxy {
+  constructor(target) {
+    this.target = new URL(target);
+    this.sockets = new Set();
+    this.server = createServer((socket) => {
+      const upstream = connect(Number(this.target.port), this.target.hostname);
+      for (const end of [socket, upstream]) {
+        this.sockets.add(end);
+        end.on("close", () => this.sockets.delete(end));
+        end.on("error", () => undefined);
+      }
+      socket.pipe(upstream).pipe(socket);
+    });
+  }
+
+  /** Listen (again) on the same port; the URL to give the client. */
+  async open() {
+    await new Promise((resolve) => this.server.listen(this.port ?? 0, "127.0.0.1", resolve));
+    this.port = this.server.address().port;
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Cut every connection and refuse new ones until `open()`. */
+  async cut() {
+    const closed = new Promise((resolve) => this.server.close(resolve));
+    for (const socket of this.sockets) {
+      socket.destroy();
+    }
+    await closed;
+  }
+}
+
+before(async () => {
+  server = await liveServer();
+  writer = await adminClient();
+});
+
+async function newCollection() {
+  const name = unique("live");
+  await writer.collections.create({ name, schema: [{ name: "title", type: "text" }, { name: "n", type: "number" }] });
+  return name;
+}
+
+test("subscribe receives creates, updates and deletes; a filter narrows them; unsubscribe stops them", async (t) => {
+  const name = await newCollection();
+  const client = await adminClient();
+  t.after(() => client.close());
+  const all = [];
+  const big = [];
+  const stopAll = await client.realtime.subscribe(`${name}/*`, (event) => all.push(event));
+  const stopBig = await client.realtime.subscribe(`${name}/*`, (event) => big.push(event), { filter: "n > 5" });
+  assert.equal(client.realtime.isConnected, true);
+  assert.ok(client.realtime.clientId);
+  const small = await writer.collection(name).create({ title: "small", n: 1 });
+  const large = await writer.collection(name).create({ title: "large", n: 10 });
+  await writer.collection(name).update(small.id, { title: "small!" });
+  await writer.collection(name).delete(small.id);
+  await waitFor(() => all.length === 4, 10_000, "four events");
+  assert.deepEqual(all.map((e) => [e.action, e.record.id]),
+    [["create", small.id], ["create", large.id], ["update", small.id], ["delete", small.id]]);
+  assert.equal(all[2].record.title, "small!");
+  assert.equal(all[0].topic, `${name}/*`);
+  await waitFor(() => big.length === 1, 10_000, "the filtered event");
+  assert.equal(big[0].record.id, large.id);
+  assert.equal(big[0].topic, `${name}/*?filter=${encodeURIComponent("n > 5")}`);
+  await stopAll();
+  await writer.collection(name).create({ title: "later", n: 20 });
+  await waitFor(() => big.length === 2, 10_000, "the second filtered event");
+  assert.equal(all.length, 4);
+  await stopBig();
+  assert.equal(client.realtime.isConnected, false);
+});
+
+test("a topic on an unknown collection is refused with a typed 422", async () => {
+  const client = await adminClient();
+  await assert.rejects(client.realtime.subscribe("no_such_collection/*", () => undefined),
+    (error) => error instanceof CmsError && error.status === 422);
+  client.close();
+});
+
+test("after a dropped connection the client resumes and gets exactly the events it missed", async (t) => {
+  const name = await newCollection();
+  const proxy = new CuttableProxy(server.url);
+  const client = new CmsClient(await proxy.open());
+  t.after(() => client.close());
+  await client.auth.authWithPassword(server.adminEmail, server.adminPassword);
+  const events = [];
+  let resyncs = 0;
+  client.realtime.onResync(() => {
+    resyncs += 1;
+  });
+  const stop = await client.realtime.subscribe(`${name}/*`, (event) => events.push(event));
+  const clientId = client.realtime.clientId;
+  const first = await writer.collection(name).create({ title: "before", n: 0 });
+  await waitFor(() => events.length === 1, 10_000, "the first event");
+  await proxy.cut();
+  await waitFor(() => !client.realtime.isConnected, 10_000, "the client to see the drop");
+  const missed = [];
+  for (let n = 1; n <= 5; n += 1) {
+    missed.push(await writer.collection(name).create({ title: "while away", n }));
+  }
+  await writer.collection(name).update(missed[0].id, { title: "changed while away" });
+  await new Promise((resolve) => setTimeout(resolve, 300));  // let a reconnect attempt or two be refused
+  await proxy.open();
+  await waitFor(() => events.length >= 7, 15_000, "the missed events");
+  const after = await writer.collection(name).create({ title: "after", n: 6 });
+  await waitFor(() => events.some((e) => e.record.id === after.id), 10_000, "the event after the resume");
+  assert.equal(client.realtime.clientId, clientId);
+  assert.equal(resyncs, 0);
+  assert.deepEqual(events.map((e) => [e.action, e.record.id]), [
+    ["create", first.id], ...missed.map((r) => ["create", r.id]), ["update", missed[0].id], ["create", after.id],
+  ]);
+  assert.equal(new Set(events.map((e) => e.id)).size, events.length);
+  await stop();
+  await proxy.cut();
+});
+
+test("after a token refresh the subscriptions are posted again with the new token", async (t) => {
+  if (!server.secretKey) {
+    t.skip("needs CMS_SECRET_KEY to mint a short-lived token");
+    return;
+  }
+  const name = await newCollection();
+  const posts = [];
+  const client = new CmsClient(server.url, {
+    fetch: (input, init) => {
+      if (String(input).endsWith("/api/v1/realtime") && init?.method === "POST") {
+        posts.push(init.headers.Authorization);
+      }
+      return fetch(input, init);
+    },
+  });
+  t.after(() => client.close());
+  await client.auth.authWithPassword(server.adminEmail, server.adminPassword);
+  // a token that expires in 3 s: the server stops a subscription's events at its credentials' expiry
+  const shortLived = retimed(client.authStore.token, server.secretKey, 3);
+  client.authStore.save(shortLived, client.authStore.refreshToken);
+  const events = [];
+  const stop = await client.realtime.subscribe(`${name}/*`, (event) => events.push(event));
+  assert.deepEqual(posts, [`Bearer ${shortLived}`]);
+  await waitFor(() => posts.length === 2, 10_000, "the re-post after the refresh");
+  assert.equal(posts[1], `Bearer ${client.authStore.token}`);
+  await waitFor(() => Date.now() / 1000 > JSON.parse(atob(shortLived.split(".")[1])).exp + 1, 10_000, "the old expiry");
+  const record = await writer.collection(name).create({ title: "after expiry", n: 1 });
+  await waitFor(() => events.some((e) => e.record.id === record.id), 10_000, "the event under the new token");
+  await stop();
+  client.close();
+});
