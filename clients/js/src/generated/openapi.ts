@@ -8108,7 +8108,7 @@ export interface components {
              */
             category?: "auth" | "files" | "limits" | "performance" | "security" | null;
             /** @enum {string} */
-            key: "audit_retention_days" | "batch_max_requests" | "bulk_max_ids" | "csv_import_max_mb" | "csv_import_max_rows" | "max_upload_mb" | "mfa_enabled" | "oauth_enabled" | "oauth_providers" | "otp_enabled" | "password_auth_enabled" | "password_min_length" | "password_require_number" | "password_require_special" | "password_require_upper" | "rate_limit_enabled" | "rate_limit_per_minute" | "read_cache_enabled" | "realtime_max_connections" | "refresh_reuse_interval_s" | "refresh_token_expiry_days" | "token_expiry_hours";
+            key: "audit_retention_days" | "batch_max_requests" | "bulk_max_ids" | "csv_import_max_mb" | "csv_import_max_rows" | "max_upload_mb" | "mfa_enabled" | "oauth_enabled" | "oauth_providers" | "otp_enabled" | "password_auth_enabled" | "password_min_length" | "password_require_number" | "password_require_special" | "password_require_upper" | "rate_limit_enabled" | "rate_limit_per_minute" | "read_cache_enabled" | "realtime_max_connections" | "refresh_reuse_interval_s" | "refresh_token_expiry_days" | "request_log_size" | "token_expiry_hours";
             /** @description a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type */
             value: boolean | number | string;
         };
