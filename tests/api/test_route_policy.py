@@ -82,7 +82,7 @@ async def test_each_policy_class_answers_each_caller(client: Client, admin_token
 
 PARAMS = {"filename": "backup-20260101-000000.tar.gz"}
 BEARER_ONLY: list[dict[str, list[str]]] = [{"bearerAuth": []}]
-API_KEY = {"apiKeyAuth": []}
+API_KEY: dict[str, list[str]] = {"apiKeyAuth": []}
 ANONYMOUS_OR_BEARER: list[dict[str, list[str]]] = [{}, {"bearerAuth": []}]
 
 
