@@ -140,6 +140,11 @@ class Variant:
         """Median req/s of the rounds of `scenario`."""
         return statistics.median(r.rps for r in self.runs[scenario])
 
+    def spread(self, scenario: str) -> str:
+        """The rounds' req/s of `scenario`, lowest to highest."""
+        rates = [r.rps for r in self.runs[scenario]]
+        return f"{min(rates):,.0f}–{max(rates):,.0f}"
+
     def p50_ms(self, scenario: str) -> float:
         """Median of the rounds' p50 latencies of `scenario`, in ms."""
         return statistics.median(r.p50_ms[0] for r in self.runs[scenario] if r.p50_ms)
@@ -166,12 +171,14 @@ def print_report(header: list[str], scenarios: list[str], variants: list[Variant
     print("\n".join(header))
     print()
     names = [v.name for v in variants]
-    columns = ["scenario"] + [f"{n} req/s (p50 ms)" for n in names] + [f"overhead, {n}" for n in names[1:]]
+    columns = ["scenario", *(f"{n}: req/s (p50 ms; rounds' range)" for n in names),
+               *(f"overhead, {n}" for n in names[1:])]
     print("| " + " | ".join(columns) + " |")
     print("|" + "|".join("---" for _ in columns) + "|")
     base = variants[0]
     for scenario in scenarios:
-        cells = [scenario] + [f"{v.rps(scenario):,.0f} ({v.p50_ms(scenario):.2f})" for v in variants]
+        cells = [scenario] + [f"{v.rps(scenario):,.0f} ({v.p50_ms(scenario):.2f}; {v.spread(scenario)})"
+                              for v in variants]
         cells += [overhead(v.rps(scenario), base.rps(scenario)) for v in variants[1:]]
         print("| " + " | ".join(cells) + " |")
     problems = [f"{v.name}, {s}: {sum(r.non_2xx for r in v.runs[s])} non-2xx, "
@@ -253,7 +260,9 @@ async def main_async(args: argparse.Namespace) -> int:
                 f"- machine: {platform.system()} {platform.release()}, nproc {os.cpu_count()}; servers and wrk "
                 f"share it",
                 f"- wrk -t{args.threads} -c{args.connections} -d{args.duration}s --latency; medians of "
-                f"{args.rounds} interleaved rounds; OTLP spans received by the sink: {_Accept.received}",
+                f"{args.rounds} interleaved rounds; OTLP exports received by the sink: {_Accept.received}",
+                f"- load average (1, 5, 15 min) at the end: {', '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+                f"other processes on the machine skew every figure",
             ]
             print_report(header, scenarios, variants, skipped)
         except Fatal:
