@@ -73,7 +73,7 @@ def serve_metrics(config: Config, services: Services, stack: AsyncExitStack) -> 
     server = MetricsServer(services.metrics, asyncio.get_running_loop(), port=config.metrics_port,
                            allowed=None if token is None else lambda presented: metrics_token_matches(presented, token))
     server.start()
-    stack.callback(server.close)
+    stack.push_async_callback(asyncio.to_thread, server.close)  # waits for the server thread: off the loop
     return server
 
 

@@ -23,7 +23,9 @@ What it does:
    machine hits every variant alike): `wrk -tT -cC -dDs --latency` of `get by id`
    (GET .../records/<id>) and `warm list` (GET .../records?page=1, answered by the read cache).
 4. Prints a Markdown table: per scenario and variant the median req/s of the rounds, the median
-   p50 latency, and the overhead against `metrics off` (1 - req/s / off's req/s, in %).
+   p50 latency, the range over the rounds, and the overhead against `metrics off` (1 - req/s / off's
+   req/s, in %) and the change of the server's CPU time per request (its children's included), which
+   other load on the machine skews less than req/s.
 
 All servers stay up while the rounds run (idle ones cost a little CPU: their workers poll Redis).
 
@@ -145,6 +147,10 @@ class Variant:
         rates = [r.rps for r in self.runs[scenario]]
         return f"{min(rates):,.0f}–{max(rates):,.0f}"
 
+    def cpu_ms(self, scenario: str) -> float:
+        """Median over the rounds of the server's CPU milliseconds (its children's included) per request."""
+        return statistics.median(r.cpu_s * 1000 / r.requests for r in self.runs[scenario] if r.requests)
+
     def p50_ms(self, scenario: str) -> float:
         """Median of the rounds' p50 latencies of `scenario`, in ms."""
         return statistics.median(r.p50_ms[0] for r in self.runs[scenario] if r.p50_ms)
@@ -179,14 +185,17 @@ def print_report(header: list[str], scenarios: list[str], variants: list[Variant
     for scenario in scenarios:
         cells = [scenario] + [f"{v.rps(scenario):,.0f} ({v.p50_ms(scenario):.2f}; {v.spread(scenario)})"
                               for v in variants]
-        cells += [overhead(v.rps(scenario), base.rps(scenario)) for v in variants[1:]]
+        cells += [f"{overhead(v.rps(scenario), base.rps(scenario))} (CPU/request "
+                  f"{(v.cpu_ms(scenario) / base.cpu_ms(scenario) - 1) * 100:+.1f} %)" for v in variants[1:]]
         print("| " + " | ".join(cells) + " |")
     problems = [f"{v.name}, {s}: {sum(r.non_2xx for r in v.runs[s])} non-2xx, "
                 f"{sum(r.socket_errors for r in v.runs[s])} socket errors"
                 for v in variants for s in scenarios
                 if any(r.non_2xx or r.socket_errors for r in v.runs[s])]
     print()
-    print("Overhead = 1 - req/s / (metrics off)'s req/s, of the medians; positive = slower.")
+    print("Overhead = 1 - req/s / (metrics off)'s req/s, of the medians; positive = slower. CPU/request: the "
+          "server's (and its children's) CPU time per request against metrics off's, of the medians; positive = "
+          "more CPU.")
     if skipped:
         print(skipped)
     for problem in problems:

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from cms.api.routes import ROUTES
 from cms.app import create_app
-from cms.config import Config
+from cms.config import Config, ConfigError
 from cms.observability.metrics import limit_label
 from cms.observability.signals import UNMATCHED_ROUTE
 from cms.wiring import Services, open_services
@@ -94,6 +94,26 @@ async def test_metrics_turned_off_add_no_sink_and_answer_404(aiohttp_client: Any
         for header in ({}, bearer(TOKEN), bearer(admin_token)):
             await error_of(await served.get(METRICS, headers=header), 404, "not_found")
         assert (await served.get("/health")).status == 200
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (True, None, None)),
+    ({"METRICS_ENABLED": "false", "METRICS_TOKEN": TOKEN, "METRICS_PORT": "9100"}, (False, TOKEN, 9100)),
+    ({"METRICS_ENABLED": "maybe"}, "METRICS_ENABLED"),
+    ({"METRICS_TOKEN": "short"}, "METRICS_TOKEN"),
+    ({"METRICS_TOKEN": "has a space in it ........"}, "METRICS_TOKEN"),
+    ({"METRICS_PORT": "70000"}, "METRICS_PORT"),
+    ({"METRICS_PORT": "nine"}, "METRICS_PORT"),
+], ids=["defaults", "set", "bad switch", "short token", "spaced token", "port range", "port text"])
+def test_metrics_settings_come_from_the_environment(env: dict[str, str], expected: Any, tmp_path: Any) -> None:
+    environ = {"CMS_DATA_DIR": str(tmp_path), **env}
+    if isinstance(expected, str):
+        with pytest.raises(ConfigError, match=expected):
+            Config.from_env(environ)
+        return
+    config = Config.from_env(environ)
+    assert (config.metrics_enabled, config.metrics_token, config.metrics_port) == expected
+    assert TOKEN not in repr(config)
 
 
 # --- what is exposed -----------------------------------------------------------------------------

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+from aiohttp import web
 
+from cms.config import Config
+from cms.models import Principal
 from cms.runtime.embedded import free_port
+from cms.wiring import open_services
+from tests.fixtures import served
 from tests.observability.metrics_text import value
 from tests.test_replicas import Processes, _env, _wait_healthy, eventually
 
@@ -116,7 +121,38 @@ async def test_the_worker_serves_its_own_metrics_on_metrics_port(mongodb_url: st
                 assert (status, '"code": "unauthorized"' in body) == (401, True), body
             status, body, _ = await get(http, f"http://127.0.0.1:{port}/other")
             assert (status, '"code": "not_found"' in body) == (404, True)
+            await a_delivery_counts_on_the_worker(processes.env, tmp_path, http, url)
         worker.terminate()
         assert await asyncio.to_thread(worker.wait, 30) == 0, processes.log("worker").read_text()
     finally:
         processes.stop_all()
+
+
+async def a_delivery_counts_on_the_worker(env: dict[str, str], tmp_path: Path, http: aiohttp.ClientSession,
+                                          url: str) -> None:
+    """A record written through services of this test (same database and queue) makes the worker
+    deliver a webhook, which its own metrics count."""
+    arrived: list[bytes] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        arrived.append(await request.read())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    async with served(app, "/hook") as hook_url, \
+            open_services(Config.from_env({**env, "CMS_DATA_DIR": str(tmp_path / "test")})) as services:
+        admin = await services.identity.registration.create_admin("metrics-admin@example.com", "metrics-pass-1")
+        principal = Principal(kind="admin_user", user_id=admin.id, role="admin")
+        await services.collections.create(principal, "hooked", "base", [{"name": "title", "type": "text"}])
+        await services.webhooks.create(principal, url=hook_url, collection_name="hooked", events=["create"])
+        await services.records.create(principal, "hooked", {"title": "hello"})
+
+        async def delivered() -> bool:
+            text = (await get(http, url))[1]
+            return bool(arrived) and value(text, "cms_webhook_deliveries_total", outcome="delivered") == 1
+
+        await eventually(delivered, 20.0, "the worker's delivery counted")
+        text = (await get(http, url))[1]
+        assert value(text, "cms_webhook_delivery_duration_seconds_count") == 1
+        assert "hooked" not in text and "/hook" not in text
