@@ -177,14 +177,14 @@ def print_report(header: list[str], scenarios: list[str], variants: list[Variant
     print("\n".join(header))
     print()
     names = [v.name for v in variants]
-    columns = ["scenario", *(f"{n}: req/s (p50 ms; rounds' range)" for n in names),
+    columns = ["scenario", *(f"{n}: req/s (p50 ms; rounds' range; server CPU per request)" for n in names),
                *(f"overhead, {n}" for n in names[1:])]
     print("| " + " | ".join(columns) + " |")
     print("|" + "|".join("---" for _ in columns) + "|")
     base = variants[0]
     for scenario in scenarios:
-        cells = [scenario] + [f"{v.rps(scenario):,.0f} ({v.p50_ms(scenario):.2f}; {v.spread(scenario)})"
-                              for v in variants]
+        cells = [scenario] + [f"{v.rps(scenario):,.0f} ({v.p50_ms(scenario):.2f}; {v.spread(scenario)}; "
+                              f"CPU {v.cpu_ms(scenario):.3f} ms)" for v in variants]
         cells += [f"{overhead(v.rps(scenario), base.rps(scenario))} (CPU/request "
                   f"{(v.cpu_ms(scenario) / base.cpu_ms(scenario) - 1) * 100:+.1f} %)" for v in variants[1:]]
         print("| " + " | ".join(cells) + " |")
