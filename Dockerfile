@@ -6,16 +6,21 @@
 # --- build: the project's wheel and a wheel of every dependency ------------------------------
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md mkdocs.yml ./
+COPY docs ./docs
 COPY cms ./cms
 COPY workers ./workers
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# The docs site, built into the package: `cms serve` serves it at /docs/guide/. The build tools stay in this stage.
+RUN pip install --no-cache-dir 'mkdocs>=1.6,<2' 'mkdocs-material>=9.5' 'neoteroi-mkdocs>=1.1' \
+    && mkdocs build --strict -d cms/static/guide
+# The `tracing` extra: OpenTelemetry, off unless OTEL_EXPORTER_OTLP_ENDPOINT is set (docs/operations/traces.md).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[tracing]'
 
 # --- run: install from those wheels only, run as a non-root user -----------------------------
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 CMS_DATA_DIR=/data
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index --find-links /wheels cms \
+    pip install --no-cache-dir --no-index --find-links /wheels 'cms[tracing]' \
     && useradd --system --uid 10001 --create-home cms \
     && mkdir -p /data/backups && chown -R cms /data
 USER cms

@@ -16,25 +16,31 @@ from cms.admin_ui import PREFIX as ADMIN_UI_PREFIX
 from cms.admin_ui import create_admin_ui
 from cms.api.access_log import CmsAccessLogger
 from cms.api.guards import principal_middleware
+from cms.api.guide import GUIDE_DIR, add_guide
 from cms.api.http_server import CmsAppRunner
 from cms.api.middlewares import origin_middleware, request_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
 from cms.config import Config
+from cms.observability import tracing
 from cms.web.context import HTTP_STATS, SERVICES
 from cms.wiring import Services, open_services
 
 
-def create_app(config: Config, *, services: Services | None = None) -> web.Application:
+def create_app(config: Config, *, services: Services | None = None,
+               guide_dir: Path | None = GUIDE_DIR) -> web.Application:
     """The web application. It opens its own services (MongoDB, Redis) on start-up and closes
     them on clean-up, unless `services` are handed in (then the caller owns them).
 
     JSON bodies are limited to `config.max_json_bytes` (413 above). The admin UI is a sub-app at
     `/_/`: this app's middlewares (request id, rate limit, principal) run first on its requests,
-    then its own, which answer its failures with HTML pages."""
+    then its own, which answer its failures with HTML pages. The built docs site in `guide_dir` (by
+    default the package's `static/guide`) is served at `/docs/guide/` when it is there (cms.api.guide).
+    With tracing on, a first middleware opens each request's server span (cms.observability.tracing)."""
     app = web.Application(
-        middlewares=[request_middleware, rate_limit_middleware, principal_middleware, origin_middleware],
+        middlewares=[*tracing.server_middlewares(), request_middleware, rate_limit_middleware, principal_middleware,
+                     origin_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}
@@ -48,6 +54,7 @@ def create_app(config: Config, *, services: Services | None = None) -> web.Appli
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
     _add_cors(app, config)
+    add_guide(app, guide_dir)  # after CORS: static pages of the same origin
     app.add_subapp(ADMIN_UI_PREFIX, create_admin_ui())  # after CORS: the admin UI is same-origin only
     return app
 

@@ -33,10 +33,11 @@ from aiohttp import web
 from cms import __version__
 from cms.app import create_app, create_runner
 from cms.commands.backup import backup
-from cms.commands.environment import command_config, running_embedded, servers
+from cms.commands.environment import command_config, environment, running_embedded, servers
 from cms.config import Config, ConfigError
 from cms.errors import CmsError
 from cms.logs import setup_logging
+from cms.observability import tracing
 from cms.runtime.embedded import EmbeddedServerError, stop_when_parent_dies
 from cms.web.context import SERVICES
 from cms.wiring import open_services
@@ -87,6 +88,7 @@ def serve(args: argparse.Namespace) -> int:
     setup_logging(config.log_level, config.log_format)
     if args.workers < 1:
         raise ConfigError("--workers must be at least 1")
+    tracing.check(environment())
     with servers(config, announce=True) as config:
         mode = "embedded" if config.embedded else "external MongoDB and Redis"
         processes = f", {args.workers} processes" if args.workers > 1 else ""
@@ -94,8 +96,21 @@ def serve(args: argparse.Namespace) -> int:
               f"API explorer at /docs", flush=True)
         if args.workers > 1:
             return serve_processes(config, args.workers)
-        run(_serve_until_signal(config, run_worker=config.embedded, reuse_port=False))
+        with traced():
+            run(_serve_until_signal(config, run_worker=config.embedded, reuse_port=False))
     return 0
+
+
+@contextlib.contextmanager
+def traced() -> Iterator[None]:
+    """Tracing on for the block if the environment asks for it (decisions.md, Traces); on leaving, the
+    spans left are exported. Each process that serves or runs jobs opens one: `cms serve` (each
+    `--workers` child), `cms worker`."""
+    tracing.start(environment())
+    try:
+        yield
+    finally:
+        tracing.shutdown()
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:
@@ -114,7 +129,8 @@ def _serve_child(config: Config, run_worker: bool, parent_pid: int) -> None:
     """Body of one `--workers` child process (spawned): serve until SIGTERM; die with the parent."""
     stop_when_parent_dies(parent_pid)
     setup_logging(config.log_level, config.log_format)
-    run(_serve_until_signal(config, run_worker=run_worker, reuse_port=True))
+    with traced():
+        run(_serve_until_signal(config, run_worker=run_worker, reuse_port=True))
 
 
 def serve_processes(config: Config, count: int) -> int:
@@ -228,7 +244,8 @@ def worker(args: argparse.Namespace) -> int:
 
     # On SIGTERM/SIGINT arq stops taking jobs and waits up to config.shutdown_timeout_s for running ones,
     # then cancels them; a cancelled job goes back on the queue (retry) for the next worker.
-    build_worker(config).run()
+    with traced():
+        build_worker(config).run()
     return 0
 
 

@@ -23,6 +23,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from cms.clock import Clock, utcnow
 from cms.config import Config
+from cms.observability import tracing
 from cms.observability.signals import Signals
 from cms.services.caching import keys
 from cms.services.delivery.webhook_sender import connector as guarded_connector
@@ -164,7 +165,8 @@ async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis |
             cache_redis = open_cache_redis(config)
             stack.push_async_callback(cache_redis.aclose)
         allow_private = config.embedded or config.webhook_allow_private
-        http = aiohttp.ClientSession(connector=guarded_connector(allow_private=allow_private))
+        http = aiohttp.ClientSession(connector=guarded_connector(allow_private=allow_private),
+                                     trace_configs=tracing.client_trace_configs())
         stack.push_async_callback(http.close)
         yield Infra(config=config, mongo=mongo, db=db, capabilities=capabilities, redis=redis,
                     cache_redis=cache_redis, http=http, clock=clock, signals=signals)

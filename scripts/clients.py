@@ -99,12 +99,17 @@ def generate_js(document: Path, out: Path) -> None:
 
 
 def generate_python(document: Path, out: Path) -> None:
-    """datamodel-code-generator: the API's schemas as models for clients/python."""
+    """datamodel-code-generator: the API's schemas as TypedDicts for clients/python.
+
+    TypedDicts (not pydantic) keep the client's runtime to httpx: an answer is the API's JSON as it
+    came, typed. `--strict-nullable` keeps `nullable: true` as `| None`; `--formatters builtin` and
+    `--disable-timestamp` make the output depend on the document and the generator's version only."""
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "datamodel_code_generator", "--input", str(document),
                     "--input-file-type", "openapi", "--output", str(out), "--disable-timestamp",
                     "--output-model-type", "typing.TypedDict", "--target-python-version", "3.11",
-                    "--use-standard-collections", "--use-union-operator"],
+                    "--use-standard-collections", "--use-union-operator", "--strict-nullable",
+                    "--use-schema-description", "--use-field-description", "--formatters", "builtin"],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 

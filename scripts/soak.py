@@ -22,7 +22,7 @@ What it does:
 4. Samples at minute 0 (set-up done, before the traffic) and then each minute: the RSS and open file
    descriptors of every process (the serve parent, each web process, the worker, SecantusDB, redis-server),
    their CPU seconds, Redis `used_memory`, the realtime stream's length and memory (`MEMORY USAGE`; kept by
-   design: at least the newest 100,000 events or 10 minutes, see README, Realtime), Redis clients, and the
+   design: at least the newest 100,000 events or 10 minutes, see docs/concepts/realtime.md, Bounds), Redis clients, and the
    event-loop lag: the answer time of `GET /api/v1/stats` (anonymous: no database, no Redis but the rate
    limiter) on a new connection every 0.5 s, which the kernel hands to either web process.
 5. Counts errors by kind: 5xx answers, other unexpected answers, connection errors and time-outs (per

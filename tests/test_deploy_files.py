@@ -170,7 +170,7 @@ def caddy_block(text: str, opener: str) -> str:
 
 
 def test_caddy_passes_realtime_streams_through_unbuffered() -> None:
-    """Server-sent events (README, Realtime): the realtime path has its own proxy, which flushes
+    """Server-sent events (docs/concepts/realtime.md): the realtime path has its own proxy, which flushes
     every write at once, and no `encode` in front of it; every other path is gzipped as before."""
     site = caddy_block(caddyfile_directives(), "{$SITE_ADDRESS::80}")
     realtime = caddy_block(site, "handle /api/v1/realtime")

@@ -27,16 +27,16 @@ from cms.runtime.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
-BUILD_STEP = "pip wheel --no-cache-dir --wheel-dir /wheels ."
-INSTALL_STEP = "pip install --no-cache-dir --no-index --find-links /wheels cms"
+BUILD_STEP = "pip wheel --no-cache-dir --wheel-dir /wheels '.[tracing]'"
+INSTALL_STEP = "pip install --no-cache-dir --no-index --find-links /wheels 'cms[tracing]'"
 
 
 def _pip(step: str, *, wheels: Path, source: Path, target_python: Path | None = None) -> list[str]:
-    """The argv of a Dockerfile pip step with its paths replaced: `/wheels` -> `wheels`, `.` ->
-    `source`; run by this interpreter's pip, aimed at `target_python` (`pip --python`) if given."""
+    """The argv of a Dockerfile pip step with its paths replaced: `/wheels` -> `wheels`, `.` (with its
+    extras) -> `source`; run by this interpreter's pip, aimed at `target_python` (`pip --python`) if given."""
     words = [w for w in shlex.split(step) if w != "--no-cache-dir"]
     assert words[0] == "pip"
-    replaced = [str(wheels) if w == "/wheels" else str(source) if w == "." else w for w in words[1:]]
+    replaced = [str(wheels) if w == "/wheels" else str(source) + w[1:] if w.startswith(".") else w for w in words[1:]]
     target = ["--python", str(target_python)] if target_python is not None else []
     return [sys.executable, "-m", "pip", *target, *replaced[:1], "--quiet", *replaced[1:]]
 

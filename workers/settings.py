@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
 from arq.cron import cron
-from arq.worker import func
+from arq.worker import Function, func
 
 from cms.config import Config, WorkerOptions
 from cms.infra import lend, open_redis, redis_settings
-from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET
+from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET, TRACE_CONTEXT
+from cms.observability import tracing
 from cms.observability.metrics_http import MetricsServer
 from cms.services.access import metrics_token_matches
 from cms.wiring import Services, open_services
@@ -24,12 +26,31 @@ from workers.liveness import ReconnectingWorker, hold_job_locks, on_job_end, on_
 from workers.maintenance import ORPHAN_SWEEP_MINUTES, sweep_orphaned_records
 from workers.webhooks import BATCH_MAX_TRIES, RELAY_EVERY_S, deliver_webhook, deliver_webhooks, relay_webhook_outbox
 
+JobFunction = Callable[..., Awaitable[Any]]
+"""An arq job coroutine function: `(ctx, *args, **kwargs) -> result`."""
+
+
+def job(function: JobFunction, name: str, max_tries: int) -> Function:
+    """The arq Function `name` running `function` in the job wrapper: it takes the TRACE_CONTEXT keyword
+    argument off (jobs queued with tracing on carry it, whether or not this worker traces; older jobs
+    lack it) and runs the job in its span (`tracing.job_span`: the trace of the enqueuing request)."""
+
+    async def run(ctx: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        trace_context = kwargs.pop(TRACE_CONTEXT, None)
+        config = ctx.get("config")
+        with tracing.job_span(name, trace_context, job_id=ctx.get("job_id"), job_try=ctx.get("job_try"),
+                              queue_name=config.queue_name if isinstance(config, Config) else None):
+            return await function(ctx, *args, **kwargs)
+
+    return func(run, name=name, max_tries=max_tries)
+
+
 FUNCTIONS = [
-    func(send_email, name=SEND_EMAIL, max_tries=EMAIL_MAX_TRIES),
-    func(send_password_reset, name=SEND_PASSWORD_RESET, max_tries=AUTH_JOB_MAX_TRIES),
-    func(send_otp, name=SEND_OTP, max_tries=AUTH_JOB_MAX_TRIES),
-    func(deliver_webhooks, name=DELIVER_WEBHOOKS, max_tries=BATCH_MAX_TRIES),
-    func(deliver_webhook, name=DELIVER_WEBHOOK, max_tries=BATCH_MAX_TRIES),
+    job(send_email, SEND_EMAIL, EMAIL_MAX_TRIES),
+    job(send_password_reset, SEND_PASSWORD_RESET, AUTH_JOB_MAX_TRIES),
+    job(send_otp, SEND_OTP, AUTH_JOB_MAX_TRIES),
+    job(deliver_webhooks, DELIVER_WEBHOOKS, BATCH_MAX_TRIES),
+    job(deliver_webhook, DELIVER_WEBHOOK, BATCH_MAX_TRIES),
 ]
 JOB_TIMEOUT_S = 120
 """Seconds one job may run before arq cancels it (and retries it, up to its max_tries)."""
@@ -48,8 +69,9 @@ async def on_startup(ctx: dict[str, Any]) -> None:
     metrics on METRICS_PORT when that is set (`serve_metrics`). Runs again after a reconnect
     (ReconnectingWorker)."""
     hold_job_locks(ctx)
-    if "config" not in ctx:
+    if "config" not in ctx:  # `arq workers.WorkerSettings`: neither cms command set this process up
         ctx["config"] = Config.from_env(os.environ)
+        tracing.start(os.environ)
     if "services" not in ctx:
         stack = AsyncExitStack()
         ctx["services"] = await stack.enter_async_context(open_services(ctx["config"], redis=ctx["redis"]))

@@ -16,7 +16,7 @@ from cms.web.ratelimit import DECISION_KEY, enforce, limit_headers, refusal
 
 log = logging.getLogger("cms.api")
 
-EXEMPT_PREFIXES = ("/docs/static/", "/openapi.json")
+EXEMPT_PREFIXES = ("/docs/static/", "/docs/guide/", "/openapi.json")
 """Paths outside the route table that the general limit leaves alone (the table's routes say it)."""
 
 
@@ -30,8 +30,8 @@ class RateLimit(Enum):
 @web.middleware
 async def rate_limit_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Apply the general per-IP limit to every request but the routes of class EXEMPT (health, docs),
-    the docs' files and preflight requests. If Redis fails, the request is let through (fail open)
-    and the failure logged."""
+    the docs' files (the explorer's and the docs site's) and preflight requests. If Redis fails, the
+    request is let through (fail open) and the failure logged."""
     route = route_of(request)
     exempt = route.rate_limit is RateLimit.EXEMPT if route is not None else request.path.startswith(EXEMPT_PREFIXES)
     if request.method == "OPTIONS" or exempt:

@@ -29,7 +29,8 @@ DECISIONS_SEVERITIES = {
 # issue 14: the two-factor steps
 TWO_FACTOR_SEVERITIES = {"mfa_enabled": "info", "mfa_disabled": "warning", "mfa_failed": "warning",
                          "mfa_recovery_used": "warning"}
-README_SEVERITIES = {"backup_downloaded": "warning"}  # added by the README (GET /api/v1/backups/{filename})
+# added by docs/operations/backups.md (GET /api/v1/backups/{filename})
+README_SEVERITIES = {"backup_downloaded": "warning"}
 # (event_type, user_id, ip_address), written one clock second apart in this order
 SEEDED = [
     ("login_failed", "u1", "10.0.0.1"),

@@ -26,8 +26,10 @@ from cms.store.records import RecordRepository
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from tests.fixtures import post_raw_json
 
-MAX_REGEX_LENGTH = 512  # README, Filter: "at most 512 characters once escaped for a regex"
-MAX_JSON_DEPTH = 64  # README, Hostile input: "nesting arrays and objects deeper than 64 levels" is a 400
+# docs/concepts/records.md, Filter details: "at most 512 characters once escaped for a regex"
+MAX_REGEX_LENGTH = 512
+# docs/api/conventions.md, Hostile input: "nesting arrays and objects deeper than 64 levels" is a 400
+MAX_JSON_DEPTH = 64
 
 POSTS = [{"name": "title", "type": "text"}, {"name": "views", "type": "number"}, {"name": "meta", "type": "json"}]
 

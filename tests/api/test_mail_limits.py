@@ -28,7 +28,7 @@ MEMBER_PASSWORD = test_collection_auth.PASSWORD
 PASSWORD = "password-1"
 VERIFY_SUBJECT = "Verify your email address"
 RESET_SUBJECT = "Reset your password"
-MAIL_PER_HOUR = 5  # README, Rate limits: "at most 1 email a minute and 5 an hour per address"
+MAIL_PER_HOUR = 5  # docs/api/conventions.md, Rate limits: "at most 1 email a minute and 5 an hour per address"
 
 
 def subjects(mailbox, address):

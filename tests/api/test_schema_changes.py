@@ -1,5 +1,5 @@
 """API tests of schema changes over stored records: values convert losslessly to a field's new type or
-shape, or the change is 422 and nothing changes (README: API decisions, Schema changes)."""
+shape, or the change is 422 and nothing changes (docs/concepts/collections.md, Schema changes)."""
 
 from __future__ import annotations
 

@@ -289,7 +289,7 @@ async def _gone(redis: Redis, key: str) -> bool:
 
 
 async def test_without_redis_a_backup_or_restore_is_503_and_nothing_runs() -> None:
-    """No fallback to a lock per process (README, Backups): nothing listens on the port."""
+    """No fallback to a lock per process (docs/operations/backups.md): nothing listens on the port."""
     redis = Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=2)
     ran: list[str] = []
 

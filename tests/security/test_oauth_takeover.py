@@ -7,7 +7,7 @@ GHSA-m93w-4fxv-r35v and GHSA-pq7p-mc74-g65w), against the real OpenID provider o
 - an attacker who pre-registers a victim's address (unverified) keeps nothing once the victim signs
   in through a provider that verified it: no session, refresh token, password, pending link (an
   email change to the attacker's address), nor a provider link of its own;
-- an email change ends the user's provider links (README, OAuth2 login: the old address's provider
+- an email change ends the user's provider links (docs/concepts/auth.md, OAuth2 login: the old address's provider
   account no longer signs in as the user; a provider that verifies the new address links again).
 """
 

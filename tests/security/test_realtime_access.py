@@ -2,7 +2,7 @@
 credential subscribes nothing, a delete of a record the subscriber may not view is not sent, an
 auth-collection user event carries no hidden field even to an admin, client ids are random UUID4s
 (122 random bits), and a POST naming another client's id subscribes it only under the POST's own
-credentials (README, Realtime: the client id is the capability to manage its stream)."""
+credentials (docs/concepts/realtime.md: the client id is the capability to manage its stream)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A unique field's clash is named (400 `already_exists`, `errors` naming the field) only to a caller
 who may view a record holding the value; any other caller gets the create rule's refusal (401 / 403),
 which names neither the field nor the clash, so it cannot test guesses of values it cannot read
-(issue 28, item 4; README, Unique fields)."""
+(issue 28, item 4; docs/concepts/collections.md, Unique fields)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ README_VIEWPORT = {"width": 1280, "height": 760}
 
 def readme_screenshot(page: Any, name: str) -> None:
     """With CMS_UI_README_SHOTS=1, save the page at a fixed viewport as docs/screenshots/<name>.png
-    (the README's pictures; off by default so a test run leaves the repository unchanged)."""
+    (the pictures of docs/admin-ui.md; off by default so a test run leaves the repository unchanged)."""
     if os.environ.get("CMS_UI_README_SHOTS") != "1":
         return
     README_SHOTS.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Every limit the README or decisions.md states as a number, pinned as that number.
+"""Every limit the docs (docs/) or decisions.md state as a number, pinned as that number.
 
 The behaviour tests exercise each limit through the code's own constant (so they follow it); this
 table holds the documented figure as a literal, so changing a constant without the documentation
@@ -40,10 +40,10 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "csv-import-50000-rows": (csv_io.MAX_IMPORT_ROWS, 50_000),
     "bulk-1000-ids": (records.MAX_BULK_IDS, 1_000),
     "bulk-setting-1000-ids": (SETTINGS_DEFAULTS["bulk_max_ids"][0], 1_000),
-    # decisions.md, Batch writes (the range: README)
+    # decisions.md, Batch writes (the range: docs/concepts/batch.md)
     "batch-50-requests": ((SETTINGS_DEFAULTS["batch_max_requests"][0], batch.DEFAULT_MAX_REQUESTS), (50, 50)),
     "batch-setting-1-to-1000": (SETTINGS_RANGES["batch_max_requests"], (1, 1_000)),
-    # decisions.md, Relations in one request (the parameter length: README)
+    # decisions.md, Relations in one request (the parameter length: docs/concepts/expand.md)
     "expand-6-levels": (record_view.MAX_EXPAND_DEPTH, 6),
     "expand-10-paths": (record_view.MAX_EXPAND_PATHS, 10),
     "back-relations-1000-per-record": (expansion.MAX_BACK_RELATIONS, 1_000),
@@ -66,7 +66,7 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "realtime-client-forgotten-after-10-minutes": (realtime_stream.CLIENT_TTL_S, 10 * 60),
     "realtime-queue-1000-events": (realtime_hub.MAX_QUEUE, 1_000),
     "realtime-ping-20-s": (realtime_api.PING_INTERVAL_S, 20),
-    # README
+    # docs/ (the concept, API and operations pages)
     "mail-1-a-minute": ((rate_limits.MAIL_PER_MINUTE, rate_limits.MAIL_MINUTE_WINDOW_S), (1, 60)),
     "mail-5-an-hour": ((rate_limits.MAIL_PER_HOUR, rate_limits.MAIL_HOUR_WINDOW_S), (5, 3600)),
     "json-depth-64": (json_input.MAX_JSON_DEPTH, 64),

@@ -1,5 +1,5 @@
 """The catalog: the one way a collection definition is looked up, by id or by name, and how current
-what comes back is (issue item 5; README "Definitions and sessions are cached in each process" and
+what comes back is (issue item 5; docs/operations/scaling.md "Definitions and sessions are cached in each process" and
 "A deleted collection stays deleted"). `CollectionService` keeps the writes and moves the catalog
 epoch through `forget` and `move_epoch`; everything that reads a definition asks a `Catalog`.
 

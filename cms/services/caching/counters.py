@@ -1,5 +1,5 @@
 """Counters in Redis: the epochs and versions that say whether something cached is still current
-(README, "Read cache", "Definitions and sessions are cached in each process", and the settings
+(docs/operations/scaling.md, "Read cache", "Definitions and sessions are cached in each process", and the settings
 version of "Connections"). One scheme for all of them:
 
 - a counter is read with the values it guards in one `MGET` (`read_counters`);

@@ -1,5 +1,5 @@
 """Every Redis key name of the service, spelled once, as functions of the database name (`MONGODB_DB`),
-so services of several databases can share one Redis (README, "Running in production").
+so services of several databases can share one Redis (docs/operations/scaling.md, "Processes").
 
 The strings are fixed: deployments hold data under them (counters, rate-limit windows), so a change
 here is a migration. `tests/test_counters.py` pins each one.

@@ -8,7 +8,7 @@ after the write commits and before its response is sent); every collection chang
 rename, delete) and every restore bumps the epoch. An entry is stored with the stamp
 `<epoch>.<version>` it was computed under and served only while the stamp is current; one `MGET`
 reads the stamp and the entry together, so a hit costs one Redis round trip. Entries also carry a
-TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (README). Counters
+TTL (`ttl_s`) as a backstop; Redis memory is bounded by its `maxmemory` policy (docs/operations/scaling.md). Counters
 start at a random value (`counters.start_counters`, through `read_counters`), so a cache Redis that evicts
 (`allkeys-lru`) or restarts never brings a counter back to a value an old entry was stamped with.
 

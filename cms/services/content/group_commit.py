@@ -22,12 +22,12 @@ like the others, as a single insert would have been.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from cms.models import Collection, Record
+from cms.observability import tracing
 from cms.services.caching.definition_cache import request_scope
 from cms.store.bulk import DUPLICATE_KEY, InsertFailure
 from cms.store.errors import already_exists
@@ -91,8 +91,9 @@ class InsertGroups:
         if group is None:
             return
         self._in_flight[collection_id] = self._in_flight.get(collection_id, 0) + 1
-        # a fresh context: the insert belongs to no request (and to no request's transaction)
-        task = asyncio.get_running_loop().create_task(self._store(group), context=contextvars.Context())
+        # a fresh context: the insert belongs to no request (and to no request's transaction); with
+        # tracing on it continues the trace of the request that sends the group
+        task = asyncio.get_running_loop().create_task(self._store(group), context=tracing.detached_context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -219,9 +219,9 @@ class RecordWriter:
     async def clash_answer(self, collection: Collection, record: Record, create: Access | None,
                            error: CmsError) -> CmsError:
         """The answer to a create (or an update) of `record` that a unique field refused with `error`
-        (AlreadyExists naming the field), the one rule of README's "Unique fields": `error` itself for
-        a caller who may view a record holding the value (admins; a view rule that shows it), else the
-        write rule's refusal (`create.refusal()`, the create or update rule: 401 anonymous, else 403),
+        (AlreadyExists naming the field), the one rule of docs/concepts/collections.md, "Unique fields":
+        `error` itself for a caller who may view a record holding the value (admins; a view rule that shows
+        it), else the write rule's refusal (`create.refusal()`, the create or update rule: 401 anonymous, else 403),
         which names neither the field nor the clash, so a caller who may not read a record cannot
         test guesses of its unique values. `error` as is for any other error, an internal key (no
         field named) or a write without a rule (`create` None: register, whose address clash is its

@@ -1,5 +1,5 @@
 """What happens to the records that point at deleted records (decisions.md, Records: relation
-fields; README, "Deleting a record that others point to").
+fields; docs/concepts/expand.md, "Deleting a record that others point to").
 
 Deleting a record releases every relation value that names it, in the same request:
 - a relation field with `cascade_delete: true` deletes the records that point to it (and so on,

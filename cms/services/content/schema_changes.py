@@ -1,4 +1,5 @@
-"""Schema changes that records already hold values for (decisions.md: Records; README: API decisions).
+"""Schema changes that records already hold values for (decisions.md: Records;
+docs/concepts/collections.md: Schema changes).
 
 A `PATCH /collections/{id}` with a new `schema` must not leave records holding values the new
 schema refuses: the collection's own CSV export would no longer import. For every field present in

@@ -40,7 +40,7 @@ class EmailChange:
     async def confirm(self, system: UserSystem[U], token: str) -> U:
         """Spend an email-change token of `system`: the address becomes the new one, verified; every
         session, every other unspent emailed link and every OAuth2 provider link of the user is
-        revoked (they were bound to the old address; README, OAuth2 login) and the old address gets
+        revoked (they were bound to the old address; docs/concepts/auth.md, OAuth2 login) and the old address gets
         a notice. Raises TokenInvalid / TokenExpired, or AlreadyExists (taken meanwhile)."""
         spent = await self._deps.one_time_tokens.consume(token, EMAIL_CHANGE, audience=system.audience)
         before = await system.get(spent.user_id)

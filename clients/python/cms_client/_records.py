@@ -1,0 +1,134 @@
+"""The flows of records (decisions.md, Records; Relations in one request) and of batches (Batch writes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
+from urllib.parse import urlencode
+
+from cms_client._core import Call, Flow, Params, ask, segment
+from cms_client.shapes import BatchAnswer, BulkDeleted, BulkUpdated, CsvImportResult, Record, RecordPage
+
+FULL_LIST_PER_PAGE = 100
+"""Records per request of `get_full_list` (the service's MAX_PER_PAGE)."""
+
+
+def records_path(collection: str, record_id: str | None = None) -> str:
+    """`/api/v1/collections/{collection}/records[/{record_id}]`, each part escaped."""
+    path = f"/api/v1/collections/{segment(collection)}/records"
+    return path if record_id is None else f"{path}/{segment(record_id)}"
+
+
+def get_list(collection: str, page: int = 1, per_page: int = 30, *, filter: str | None = None,
+             sort: str | None = None, search: str | None = None, expand: str | None = None,
+             fields: str | None = None, skip_total: bool = False) -> Flow[RecordPage]:
+    """One page (1-based; `per_page` 1..100, more is clamped) of the records the caller may list."""
+    params: Params = {"page": page, "per_page": per_page, "filter": filter, "sort": sort, "search": search,
+                      "expand": expand, "fields": fields, "skip_total": skip_total or None}
+    return (yield from ask(Call[RecordPage]("GET", records_path(collection), params=params)))
+
+
+def get_full_list(collection: str, *, filter: str | None = None, sort: str | None = None,
+                  search: str | None = None, expand: str | None = None, fields: str | None = None,
+                  per_page: int = FULL_LIST_PER_PAGE) -> Flow[list[Record]]:
+    """Every matching record, paging through (`per_page` per request, no counting) until a short page."""
+    records: list[Record] = []
+    page = 1
+    while True:
+        answer = yield from get_list(collection, page, per_page, filter=filter, sort=sort, search=search,
+                                     expand=expand, fields=fields, skip_total=True)
+        records.extend(answer["items"])
+        if len(answer["items"]) < answer["per_page"]:
+            return records
+        page += 1
+
+
+def get_one(collection: str, record_id: str, *, expand: str | None = None,
+            fields: str | None = None) -> Flow[Record]:
+    """The record `record_id`. CmsError 404 when it does not exist or the view rule hides it."""
+    params: Params = {"expand": expand, "fields": fields}
+    return (yield from ask(Call[Record]("GET", records_path(collection, record_id), params=params)))
+
+
+def create(collection: str, data: Mapping[str, Any], *, expand: str | None = None,
+           fields: str | None = None) -> Flow[Record]:
+    """Create a record from its field values; the stored record. CmsError 422 with `errors` per field."""
+    params: Params = {"expand": expand, "fields": fields}
+    return (yield from ask(Call[Record]("POST", records_path(collection), params=params,
+                                        json_body={"data": dict(data)})))
+
+
+def update(collection: str, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
+           fields: str | None = None) -> Flow[Record]:
+    """Change some fields of a record; the record after the change."""
+    params: Params = {"expand": expand, "fields": fields}
+    return (yield from ask(Call[Record]("PATCH", records_path(collection, record_id), params=params,
+                                        json_body={"data": dict(data)})))
+
+
+def delete(collection: str, record_id: str) -> Flow[None]:
+    """Delete a record (204)."""
+    return (yield from ask(Call[None]("DELETE", records_path(collection, record_id), expect="none")))
+
+
+def bulk_update(collection: str, record_ids: Sequence[str], data: Mapping[str, Any]) -> Flow[BulkUpdated]:
+    """Set `data` on every record of `record_ids` (1..1,000), all or nothing: `{updated: n}`."""
+    return (yield from ask(Call[BulkUpdated]("POST", records_path(collection) + "/bulk-update",
+                                             json_body={"record_ids": list(record_ids), "data": dict(data)})))
+
+
+def bulk_delete(collection: str, record_ids: Sequence[str]) -> Flow[BulkDeleted]:
+    """Delete every record of `record_ids` (1..1,000), all or nothing: `{deleted: n}`."""
+    return (yield from ask(Call[BulkDeleted]("POST", records_path(collection) + "/bulk-delete",
+                                             json_body={"record_ids": list(record_ids)})))
+
+
+def import_csv(collection: str, csv: str | bytes, *, filename: str = "import.csv") -> Flow[CsvImportResult]:
+    """Create records from CSV text (UTF-8, a header row naming fields): `{imported, failed: [{row, errors}]}`."""
+    content = csv.encode() if isinstance(csv, str) else csv
+    return (yield from ask(Call[CsvImportResult]("POST", records_path(collection) + "/import/csv",
+                                                 files={"file": (filename, content, "text/csv")})))
+
+
+def export_csv(collection: str, *, filter: str | None = None, sort: str | None = None,
+               search: str | None = None) -> Flow[str]:
+    """The records the caller may list (filtered, sorted, searched) as CSV text with a header row."""
+    params: Params = {"filter": filter, "sort": sort, "search": search}
+    return (yield from ask(Call[str]("GET", records_path(collection) + "/export/csv", params=params,
+                                     headers={"Accept": "text/csv"}, expect="text")))
+
+
+class BatchBuilder:
+    """The requests of one `POST /api/v1/batch`, added in order: all run in one transaction or none does.
+
+    `create`, `update` and `delete` return the builder (chainable); the flavour's `send()` posts it."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def create(self, collection: str, data: Mapping[str, Any], *, expand: str | None = None) -> Self:
+        """Add a record creation (its answer: 201 and the record)."""
+        return self._add("POST", records_path(collection), {"data": dict(data)}, expand)
+
+    def update(self, collection: str, record_id: str, data: Mapping[str, Any], *,
+               expand: str | None = None) -> Self:
+        """Add a change of a record (its answer: 200 and the record)."""
+        return self._add("PATCH", records_path(collection, record_id), {"data": dict(data)}, expand)
+
+    def delete(self, collection: str, record_id: str) -> Self:
+        """Add a deletion (its answer: 204 and `body` None)."""
+        return self._add("DELETE", records_path(collection, record_id), None, None)
+
+    def _add(self, method: str, url: str, body: dict[str, Any] | None, expand: str | None) -> Self:
+        query = "" if expand is None else "?" + urlencode({"expand": expand})
+        request: dict[str, Any] = {"method": method, "url": url + query}
+        if body is not None:
+            request["body"] = body
+        self.requests.append(request)
+        return self
+
+    def flow(self) -> Flow[list[BatchAnswer]]:
+        """Post the batch: one `{status, body}` per request, in order. CmsError 400 `bad_request` when one fails
+        (nothing is stored; `error.body["failed"]` is `{index, status, body}` of the first failing request)."""
+        return (yield from ask(Call[list[BatchAnswer]]("POST", "/api/v1/batch",
+                                                       json_body={"requests": list(self.requests)})))

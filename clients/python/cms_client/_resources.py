@@ -1,0 +1,75 @@
+"""The flows of collections, files, API keys, realtime subscriptions and health."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cms_client._core import Call, Flow, ask, segment
+from cms_client.shapes import ApiKey, ApiKeyCreated, Collection, File
+
+
+def collections_list() -> Flow[list[Collection]]:
+    """Every collection (admins)."""
+    return (yield from ask(Call[list[Collection]]("GET", "/api/v1/collections")))
+
+
+def collections_create(definition: Mapping[str, Any]) -> Flow[Collection]:
+    """Create a collection (admins) from `{name, type?, schema: [field, ...], *_rule?, otp_enabled?, ...}`."""
+    return (yield from ask(Call[Collection]("POST", "/api/v1/collections", json_body=dict(definition))))
+
+
+def collections_delete(id_or_name: str) -> Flow[None]:
+    """Delete a collection and its records (admins)."""
+    return (yield from ask(Call[None]("DELETE", f"/api/v1/collections/{segment(id_or_name)}", expect="none")))
+
+
+def files_upload(collection: str, record_id: str, content: bytes, filename: str,
+                 content_type: str) -> Flow[File]:
+    """Attach a file to a record (multipart): `{id, filename, content_type, size, collection, record_id, created}`."""
+    return (yield from ask(Call[File]("POST", "/api/v1/files", files={"file": (filename, content, content_type)},
+                                      form={"collection": collection, "record_id": record_id})))
+
+
+def files_path(file_id: str) -> str:
+    """The path of a file's bytes."""
+    return f"/api/v1/files/{segment(file_id)}"
+
+
+def files_download(file_id: str) -> Flow[bytes]:
+    """A file's bytes (visible like its record)."""
+    return (yield from ask(Call[bytes]("GET", files_path(file_id), headers={"Accept": "*/*"}, expect="bytes")))
+
+
+def files_delete(file_id: str) -> Flow[None]:
+    """Delete a file."""
+    return (yield from ask(Call[None]("DELETE", files_path(file_id), expect="none")))
+
+
+def api_keys_create(name: str, scopes: Sequence[str], expires_at: str | None) -> Flow[ApiKeyCreated]:
+    """Create an API key (admin-table users); its secret `key` (`cms_...`) is in this answer only."""
+    body: dict[str, Any] = {"name": name, "scopes": list(scopes)}
+    if expires_at is not None:
+        body["expires_at"] = expires_at
+    return (yield from ask(Call[ApiKeyCreated]("POST", "/api/v1/api-keys", json_body=body)))
+
+
+def api_keys_list() -> Flow[list[ApiKey]]:
+    """The caller's API keys (an admin sees all), without their secrets."""
+    return (yield from ask(Call[list[ApiKey]]("GET", "/api/v1/api-keys")))
+
+
+def api_keys_delete(key_id: str) -> Flow[None]:
+    """Revoke an API key: it stops working at once."""
+    return (yield from ask(Call[None]("DELETE", f"/api/v1/api-keys/{segment(key_id)}", expect="none")))
+
+
+def realtime_subscribe(client_id: str, topics: Sequence[str]) -> Flow[None]:
+    """Set the realtime client's subscriptions (replacing the previous set) with the caller's credentials (204)."""
+    body = {"client_id": client_id, "subscriptions": list(topics)}
+    return (yield from ask(Call[None]("POST", "/api/v1/realtime", json_body=body, expect="none")))
+
+
+def health() -> Flow[dict[str, Any]]:
+    """`{status, mongodb, redis, version}` (CmsError 503 naming the failing part)."""
+    return (yield from ask(Call[dict[str, Any]]("GET", "/health", auth=False)))

@@ -1,0 +1,234 @@
+"""Realtime for the async client (decisions.md, Realtime): one server-sent event stream (httpx-sse) per client,
+subscriptions posted with the client's credentials, resume with `Last-Event-ID` after a drop (backoff 0.1 s
+doubling to 5 s), subscriptions re-posted when the service knows the client under a new id or the
+credentials change (a refresh, a login, a logout), and `resync` handed to `on_resync` listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypedDict
+from urllib.parse import urlencode
+
+import httpx
+from httpx_sse import EventSource, ServerSentEvent
+
+from cms_client import _resources
+from cms_client._core import Call, build_request, error_from
+from cms_client.auth_store import AuthStore
+from cms_client.errors import CmsError, NetworkError
+
+if TYPE_CHECKING:
+    from cms_client._async import AsyncTransport
+
+log = logging.getLogger("cms_client.realtime")
+
+RECONNECT_MIN_S = 0.1
+"""First wait before reconnecting after a drop, in seconds; doubled per failed try."""
+RECONNECT_MAX_S = 5.0
+"""Longest wait between reconnection tries, in seconds."""
+CONNECT_TIMEOUT_S = 30.0
+"""How long `subscribe` waits for the stream's `connect` event, in seconds."""
+READ_TIMEOUT_S = 60.0
+"""A stream silent this long (the service pings every 20 s) counts as dropped, in seconds."""
+SEEN_IDS = 10_000
+"""How many recent event ids are remembered so that no event reaches a callback twice."""
+
+
+class RealtimeEvent(TypedDict):
+    """One record event: `action` (`create`, `update`, `delete`) and the `record` as the subscriber may see it."""
+
+    action: str
+    record: dict[str, Any]
+
+
+Callback = Callable[[RealtimeEvent], Awaitable[None] | None]
+"""Called with each event of a topic; may be a plain or an async function."""
+ResyncListener = Callable[[], Awaitable[None] | None]
+"""Called when the service could not replay missed events: reload the data."""
+
+
+def topic_key(topic: str, filter: str | None = None, expand: str | None = None, fields: str | None = None) -> str:
+    """The topic as posted and as the service names its events: `posts/*?filter=...&expand=...&fields=...`."""
+    options = {key: value for key, value in (("filter", filter), ("expand", expand), ("fields", fields)) if value}
+    if not options:
+        return topic
+    return topic + ("&" if "?" in topic else "?") + urlencode(options)
+
+
+class AsyncRealtime:
+    """`client.realtime`: subscribe callbacks to topics over one stream, opened on the first subscription and
+    closed with the last `unsubscribe` (or `close`)."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+        self._callbacks: dict[str, list[Callback]] = {}
+        self._resync_listeners: list[ResyncListener] = []
+        self._task: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._post_lock = asyncio.Lock()
+        self._client_id: str | None = None
+        self._last_event_id: str | None = None
+        self._posted: tuple[str, str, tuple[str, ...]] | None = None
+        self._seen: deque[str] = deque(maxlen=SEEN_IDS)
+        self._background: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        transport.store.on_change(self._credentials_changed)
+
+    @property
+    def client_id(self) -> str | None:
+        """The id the service knows this client by (None before the first `connect`)."""
+        return self._client_id
+
+    async def subscribe(self, topic: str, callback: Callback, *, filter: str | None = None,
+                        expand: str | None = None, fields: str | None = None) -> Callable[[], Awaitable[None]]:
+        """Call `callback(event)` for each event of `topic` (`<collection>/*` or `<collection>/<record id>`),
+        narrowed by `filter` and shaped by `expand` / `fields`. Returns once the service has the subscription in
+        force (events of later writes reach the callback); the returned coroutine function unsubscribes.
+        Raises CmsError 422 (unknown collection, bad filter) or NetworkError (no stream within 30 s)."""
+        key = topic_key(topic, filter, expand, fields)
+        self._callbacks.setdefault(key, []).append(callback)
+        self._ensure_stream()
+        try:
+            await self._post_subscriptions()
+        except BaseException:
+            await self._remove(key, callback)
+            raise
+
+        async def unsubscribe() -> None:
+            await self._remove(key, callback)
+
+        return unsubscribe
+
+    def on_resync(self, listener: ResyncListener) -> Callable[[], None]:
+        """Call `listener()` when the service sends `resync` (events were missed and cannot be replayed: reload
+        the data). Returns the function that stops it."""
+        self._resync_listeners.append(listener)
+        return lambda: self._resync_listeners.remove(listener) if listener in self._resync_listeners else None
+
+    async def close(self) -> None:
+        """Close the stream and forget every subscription."""
+        self._callbacks.clear()
+        task, self._task = self._task, None
+        for pending in [*self._background, *([task] if task else [])]:
+            pending.cancel()
+        for pending in [*self._background, *([task] if task else [])]:
+            try:
+                await pending
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._connected.clear()
+        self._client_id = self._last_event_id = None
+        self._posted = None
+
+    async def _remove(self, key: str, callback: Callback) -> None:
+        callbacks = self._callbacks.get(key, [])
+        if callback in callbacks:
+            callbacks.remove(callback)
+        if not callbacks:
+            self._callbacks.pop(key, None)
+        if not self._callbacks:
+            await self.close()
+        elif self._connected.is_set():
+            await self._post_subscriptions()
+
+    def _ensure_stream(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="cms-client-realtime")
+
+    async def _post_subscriptions(self) -> None:
+        """Post the current topics unless the service already has them for this client id and credentials."""
+        async with self._post_lock:
+            try:
+                await asyncio.wait_for(self._connected.wait(), CONNECT_TIMEOUT_S)
+            except TimeoutError as exc:
+                raise NetworkError(f"realtime: no stream from {self._t.base_url} within {CONNECT_TIMEOUT_S} s") from exc
+            client_id, topics = self._client_id, tuple(sorted(self._callbacks))
+            if client_id is None or self._posted == (client_id, self._t.store.token, topics):
+                return
+            await self._t.run(_resources.realtime_subscribe(client_id, topics))
+            self._posted = (client_id, self._t.store.token, topics)
+
+    def _credentials_changed(self, store: AuthStore) -> None:
+        if self._task is None or self._loop is None or self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._repost_later)
+
+    def _repost_later(self) -> None:
+        if self._task is None:
+            return
+        task = asyncio.get_running_loop().create_task(self._repost())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _repost(self) -> None:
+        try:
+            await self._post_subscriptions()
+        except (CmsError, NetworkError) as exc:
+            # the stream dropped meanwhile (404: client not connected): its reconnection posts again
+            log.info("realtime: re-posting subscriptions failed (%s); retried after reconnecting", exc)
+
+    async def _run(self) -> None:
+        delay_s = RECONNECT_MIN_S
+        while True:
+            try:
+                await self._stream()
+            except (httpx.HTTPError, CmsError, NetworkError, ValueError) as exc:
+                log.info("realtime: stream dropped (%s: %s); reconnecting in %.1f s", type(exc).__name__, exc, delay_s)
+            if self._connected.is_set():
+                delay_s = RECONNECT_MIN_S
+            self._connected.clear()
+            await asyncio.sleep(delay_s)
+            delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+
+    async def _stream(self) -> None:
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-store"}
+        if self._last_event_id:
+            headers["Last-Event-ID"] = self._last_event_id
+        call = Call[None]("GET", "/api/v1/realtime", params={"client_id": self._client_id}, headers=headers,
+                          auth=False)
+        request = build_request(self._t.base_url, call, self._t.store, None)
+        request.extensions["timeout"] = httpx.Timeout(CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S).as_dict()
+        response = await self._t.http.send(request, stream=True)
+        try:
+            if response.status_code != 200:
+                await response.aread()
+                raise error_from(response)
+            async for event in EventSource(response).aiter_sse():
+                await self._handle(event)
+        finally:
+            await response.aclose()
+
+    async def _handle(self, event: ServerSentEvent) -> None:
+        if event.id:
+            if event.id in self._seen:
+                return
+            self._seen.append(event.id)
+            self._last_event_id = event.id
+        if event.event == "connect":
+            client_id = str(event.json()["client_id"])
+            if client_id != self._client_id:
+                self._client_id, self._posted = client_id, None
+            self._connected.set()
+            self._repost_later()
+        elif event.event == "resync":
+            for listener in list(self._resync_listeners):
+                await _call(listener)
+        else:
+            payload: RealtimeEvent = event.json()
+            for callback in list(self._callbacks.get(event.event, [])):
+                await _call(callback, payload)
+
+
+async def _call(function: Callable[..., Awaitable[None] | None], *args: Any) -> None:
+    """Call a user's callback; its failure is logged, never stops the stream."""
+    try:
+        result = function(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.exception("realtime: a callback failed")

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from conftest import Blog, Service, unique
+
+from cms_client import AsyncCmsClient, RealtimeEvent
+
+pytestmark = pytest.mark.anyio
+
+
+async def eventually(predicate: Any, timeout_s: float = 15.0, what: str = "events") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+class Proxy:
+    """A TCP relay in front of the server whose connections the test can cut (and refuse while down)."""
+
+    def __init__(self, target_url: str) -> None:
+        parts = urlsplit(target_url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        self.up = True
+        self.transports: set[asyncio.WriteTransport] = set()
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        self.transports |= {writer.transport, up_writer.transport}
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while chunk := await reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.transport.abort()
+
+    def cut(self) -> None:
+        self.up = False
+        for transport in self.transports:
+            transport.abort()
+        self.transports.clear()
+
+    async def close(self) -> None:
+        self.cut()
+        if self.server is not None:
+            self.server.close()
+
+
+async def test_subscribe_receives_events_with_filter_and_expand(service: Service, blog: Blog) -> None:
+    tag = unique("live")
+    async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(service.url) as client:
+        await writer.admins.auth_with_password(service.admin_email, service.admin_password)
+        author = await writer.collection(blog.authors).create({"name": tag})
+        events: list[RealtimeEvent] = []
+        unsubscribe = await client.realtime.subscribe(f"{blog.posts}/*", events.append, filter=f'title~"{tag}"',
+                                                      expand="author")
+        assert client.realtime.client_id
+        other = await writer.collection(blog.posts).create({"title": "not matching"})
+        post = await writer.collection(blog.posts).create({"title": f"{tag} one", "author": author["id"]})
+        await writer.collection(blog.posts).update(post["id"], {"views": 5})
+        await writer.collection(blog.posts).delete(post["id"])
+        await eventually(lambda: len(events) >= 3)
+        assert [event["action"] for event in events] == ["create", "update", "delete"]
+        assert events[0]["record"]["expand"]["author"]["name"] == tag
+        assert other["id"] not in {event["record"]["id"] for event in events}
+
+        by_id: list[RealtimeEvent] = []
+        stop_one = await client.realtime.subscribe(f"{blog.posts}/{other['id']}", by_id.append)
+        await unsubscribe()
+        await writer.collection(blog.posts).create({"title": f"{tag} after unsubscribe"})
+        await writer.collection(blog.posts).update(other["id"], {"views": 1})
+        await eventually(lambda: len(by_id) == 1)
+        assert len(events) == 3  # the unsubscribed topic got nothing, though a later event arrived
+        await stop_one()
+
+
+async def test_resume_after_a_dropped_connection_loses_and_repeats_nothing(service: Service, blog: Blog) -> None:
+    tag = unique("resume")
+    proxy = Proxy(service.url)
+    url = await proxy.start()
+    try:
+        async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(url) as client:
+            await writer.admins.auth_with_password(service.admin_email, service.admin_password)
+            posts = writer.collection(blog.posts)
+            titles: list[str] = []
+            resyncs: list[bool] = []
+            client.realtime.on_resync(lambda: resyncs.append(True))
+            await client.realtime.subscribe(f"{blog.posts}/*", lambda e: titles.append(e["record"]["title"]),
+                                            filter=f'title~"{tag}"')
+            first_id = client.realtime.client_id
+            await posts.create({"title": f"{tag} 1"})
+            await eventually(lambda: titles == [f"{tag} 1"])
+
+            proxy.cut()  # the stream drops; reconnection attempts are refused while down
+            for n in (2, 3, 4):
+                await posts.create({"title": f"{tag} {n}"})
+            await asyncio.sleep(0.5)
+            assert titles == [f"{tag} 1"]
+            proxy.up = True
+
+            await eventually(lambda: len(titles) >= 4, what="the missed events")
+            await posts.create({"title": f"{tag} 5"})
+            await eventually(lambda: len(titles) >= 5)
+            await asyncio.sleep(0.3)
+            assert titles == [f"{tag} {n}" for n in (1, 2, 3, 4, 5)]
+            assert client.realtime.client_id == first_id and resyncs == []
+    finally:
+        await proxy.close()
+
+
+async def test_subscriptions_are_posted_again_after_a_token_refresh(service: Service, blog: Blog) -> None:
+    posted: list[str] = []
+
+    async def record(request: httpx.Request) -> None:
+        if request.method == "POST" and request.url.path == "/api/v1/realtime":
+            posted.append(request.headers.get("Authorization", ""))
+
+    tag = unique("refresh")
+    http = httpx.AsyncClient(event_hooks={"request": [record]})
+    async with AsyncCmsClient(service.url, http=http) as client:
+        await client.admins.auth_with_password(service.admin_email, service.admin_password)
+        titles: list[str] = []
+        await client.realtime.subscribe(f"{blog.posts}/*", lambda e: titles.append(e["record"]["title"]),
+                                        filter=f'title~"{tag}"')
+        assert posted == [f"Bearer {client.auth_store.token}"]
+        await client.refresh()
+        await eventually(lambda: len(posted) == 2, what="the subscriptions posted again")
+        assert posted[1] == f"Bearer {client.auth_store.token}" != posted[0]
+        await client.collection(blog.posts).create({"title": f"{tag} after refresh"})
+        await eventually(lambda: titles == [f"{tag} after refresh"])
+    await http.aclose()

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import inspect
+import threading
+from typing import get_type_hints
+
+import httpx
+import pytest
+from conftest import Blog, Service, unique
+from test_auth import expired_copy
+
+import cms_client
+from cms_client import CmsClient, CmsError
+from cms_client._generated import models
+from cms_client.shapes import RecordPage
+
+
+def test_sync_client_records_batch_and_errors(service: Service, blog: Blog) -> None:
+    tag = unique("sync")
+    with CmsClient(service.url) as client:
+        client.admins.auth_with_password(service.admin_email, service.admin_password)
+        posts = client.collection(blog.posts)
+        post = posts.create({"title": f"{tag} a", "views": 1})
+        assert posts.get_one(post["id"])["title"] == f"{tag} a"
+        assert posts.update(post["id"], {"views": 3})["views"] == 3
+        answers = client.batch().create(blog.posts, {"title": f"{tag} b"}).delete(blog.posts, post["id"]).send()
+        assert [answer["status"] for answer in answers] == [201, 204]
+        assert [r["title"] for r in posts.get_full_list(filter=f'title~"{tag}"')] == [f"{tag} b"]
+        with pytest.raises(CmsError) as caught:
+            posts.create({"views": "not a number"})
+        assert caught.value.status == 422 and caught.value.errors
+
+
+def test_sync_client_refreshes_once_for_concurrent_threads(service: Service) -> None:
+    if service.secret_key is None:
+        pytest.skip("minting an expired token needs CMS_SECRET_KEY")
+    refreshes: list[int] = []
+
+    def record(response: httpx.Response) -> None:
+        if response.request.url.path.endswith("/refresh"):
+            refreshes.append(response.status_code)
+
+    with CmsClient(service.url, http=httpx.Client(event_hooks={"response": [record]}),
+                   refresh_margin_s=None) as client:
+        client.admins.auth_with_password(service.admin_email, service.admin_password)
+        store = client.auth_store
+        store.save(expired_copy(store.token, service.secret_key), store.refresh_token)
+        emails: list[str] = []
+        threads = [threading.Thread(target=lambda: emails.append(client.admins.me()["email"])) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert emails == [service.admin_email] * 4
+        assert refreshes == [200]
+        client.logout()
+        assert store.token == ""
+
+
+def _public_methods(cls: type) -> dict[str, list[str]]:
+    return {name: list(inspect.signature(member).parameters) for name, member in inspect.getmembers(cls)
+            if not name.startswith("_") and callable(member)}
+
+
+@pytest.mark.parametrize("async_cls, sync_cls", [
+    (cms_client.AsyncCollection, cms_client.SyncCollection),
+    (cms_client.AsyncAuth, cms_client.SyncAuth),
+    (cms_client.AsyncBatch, cms_client.SyncBatch),
+    (cms_client.AsyncFiles, cms_client.SyncFiles),
+    (cms_client.AsyncApiKeys, cms_client.SyncApiKeys),
+], ids=["collection", "auth", "batch", "files", "api_keys"])
+def test_sync_classes_mirror_the_async_ones(async_cls: type, sync_cls: type) -> None:
+    assert _public_methods(sync_cls) == _public_methods(async_cls)
+
+
+def test_client_classes_mirror_each_other() -> None:
+    async_methods = _public_methods(cms_client.AsyncCmsClient)
+    sync_methods = _public_methods(cms_client.CmsClient)
+    assert set(async_methods) - {"aclose"} == set(sync_methods) - {"close"}
+
+
+def test_record_page_has_the_generated_keys() -> None:
+    assert set(get_type_hints(RecordPage)) == set(get_type_hints(models.RecordPage))
