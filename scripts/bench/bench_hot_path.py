@@ -4,7 +4,7 @@ under `wrk`, the Redis commands each costs, and where the server's time goes (py
 Usage:
 
     python scripts/bench/bench_hot_path.py [CSV] [--records 3000] [--duration 5] [--connections 32]
-        [--threads 2] [--rounds 3] [--workers 1] [--profile DIR] [--keep]
+        [--threads 2] [--rounds 3] [--workers 1] [--baseline PATH] [--profile DIR] [--keep]
 
 Needs the `bench` extra (`psutil`, `py-spy` for `--profile`) and Debian's `wrk` on PATH. CSV defaults
 to `../shared/data/pypi-packages.csv`.
@@ -19,10 +19,13 @@ What it does:
 3. Counts the Redis commands of one warm get and one create: `INFO commandstats` of the embedded
    Redis before and after 50 sequential requests of each, divided by 50.
 4. Runs `wrk` for get by id and create, interleaved (get, create, get, create, ...) `--rounds` times,
-   and prints each run and the median req/s, p50 and p99 of each scenario.
+   and prints each run and the median req/s, p50 and p99 of each scenario. With `--baseline PATH` (a
+   checkout of other code, e.g. `git worktree add /tmp/base <commit>`), a second server runs that code
+   beside this one, and each round runs both (baseline, then this), so both see the same noise.
 5. With `--profile DIR`: one more run of each under `py-spy record --format raw` attached to the
-   (single) serving process, writing `DIR/get.txt` and `DIR/create.txt` (folded stacks), and prints the
-   top 15 functions by self time of each (`--workers 1` only).
+   serving process, writing `DIR/<this|baseline>-<get|create>.txt` (folded stacks), and prints the
+   top 15 functions by self time of each (`--workers 1` only: with more, the serving processes are
+   its children).
 
 Exit status: 0 on success; 1 when the server does not start or a set-up step fails.
 """
@@ -43,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -198,9 +203,71 @@ def self_times(path: Path, top: int = 15) -> list[tuple[str, float]]:
     return [(name, 100 * n / total) for name, n in counts.most_common(top)]
 
 
-def serving_pid(proc: subprocess.Popen[bytes]) -> int:
-    """The pid of the process that serves HTTP (`cms serve --workers 1`: the command itself)."""
-    return proc.pid
+@dataclass
+class Target:
+    """One `cms serve` under test: the code it runs (`repo`), its URLs, wrk script and process."""
+
+    label: str
+    repo: Path
+    work: Path
+    base: str = ""
+    proc: subprocess.Popen[bytes] | None = None
+    get_url: str = ""
+    post_url: str = ""
+    script: Path | None = None
+
+    def start(self, workers: int) -> None:
+        """Start `cms serve` (embedded) from `repo` on a free port, with its own data directory."""
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "ADMIN_EMAIL": ADMIN_EMAIL, "ADMIN_PASSWORD": ADMIN_PASSWORD, "LOG_LEVEL": "WARNING",
+               "PYTHONPATH": str(self.repo)}
+        self.work.mkdir(parents=True)
+        with (self.work / "cms.log").open("wb") as log_file:
+            self.proc = subprocess.Popen([sys.executable, "-m", "cms", "serve", "--port", str(port), "--data-dir",
+                                          str(self.work / "data"), "--workers", str(workers)],
+                                         stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=self.repo)
+
+    def set_up(self, csv_path: Path, records: int) -> None:
+        """Wait for it, then load it (`set_up`) and write its create script."""
+        assert self.proc is not None
+        _wait_up(self.base, self.proc, self.work / "cms.log")
+        ids = asyncio.run(set_up(self.base, csv_path, records))
+        self.get_url = f"{self.base}/api/v1/collections/{COLLECTION}/records/{ids['record_id']}"
+        self.post_url = f"{self.base}/api/v1/collections/{COLLECTION}/records"
+        self.script = self.work / "create.lua"
+        self.script.write_text(LUA_CREATE.format(token=ids["token"]))
+        client = redis.Redis(unix_socket_path=str(next((self.work / "data").rglob("redis.sock"))))
+        for label, per in asyncio.run(count_commands(client, self.base, self.get_url, ids["token"])).items():
+            listed = ", ".join(f"{k} {v:.2f}" for k, v in per.items())
+            print(f"{self.label}: Redis commands per {label}: {sum(per.values()):.2f} ({listed})")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL after 30 s)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def profile(target: Target, args: argparse.Namespace) -> None:
+    """One more wrk run of each scenario under py-spy (folded stacks in `args.profile`), and the top
+    functions by self time."""
+    assert target.proc is not None
+    args.profile.mkdir(parents=True, exist_ok=True)
+    for label, url, lua in (("get", target.get_url, None), ("create", target.post_url, target.script)):
+        out = args.profile / f"{target.label}-{label}.txt"
+        spy = subprocess.Popen(["py-spy", "record", "--pid", str(target.proc.pid), "--format", "raw",
+                                "--rate", "250", "--output", str(out), "--duration", str(args.duration + 1)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        run_wrk(url, lua, args)
+        spy.wait()
+        print(f"\nTop self time, {target.label} {label} ({out}):")
+        for name, share in self_times(out):
+            print(f"  {share:5.1f}%  {name}")
 
 
 def main() -> int:
@@ -213,69 +280,48 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a checkout of the code to compare with (e.g. a `git worktree` of the commit before)")
     parser.add_argument("--profile", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    parser.add_argument("--keep", action="store_true", help="keep the data directories")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cms-hot-"))
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "ADMIN_EMAIL": ADMIN_EMAIL, "ADMIN_PASSWORD": ADMIN_PASSWORD, "LOG_LEVEL": "WARNING",
-           "PYTHONPATH": str(REPO_ROOT)}
-    log_path = work / "cms.log"
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "cms", "serve", "--port", str(port), "--data-dir",
-                                 str(work / "data"), "--workers", str(args.workers)],
-                                stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    targets = [Target("this", REPO_ROOT, work / "this")]
+    if args.baseline is not None:
+        targets.insert(0, Target("baseline", args.baseline.resolve(), work / "baseline"))
     try:
-        _wait_up(base, proc, log_path)
-        ids = asyncio.run(set_up(base, args.csv, args.records))
-        get_url = f"{base}/api/v1/collections/{COLLECTION}/records/{ids['record_id']}"
-        post_url = f"{base}/api/v1/collections/{COLLECTION}/records"
-        script = work / "create.lua"
-        script.write_text(LUA_CREATE.format(token=ids["token"]))
-        sock = next((work / "data").rglob("redis.sock"))
-        client = redis.Redis(unix_socket_path=str(sock))
-        for label, per in asyncio.run(count_commands(client, base, get_url, ids["token"])).items():
-            print(f"Redis commands per {label}: {sum(per.values()):.2f} ({', '.join(f'{k} {v:.2f}' for k, v in per.items())})")
-        results: dict[str, list[tuple[float, float, float, int]]] = {"get": [], "create": []}
-        for round_no in range(args.rounds):
-            for label, url, lua in (("get", get_url, None), ("create", post_url, script)):
-                result = run_wrk(url, lua, args)
-                results[label].append(result)
-                print(f"round {round_no + 1} {label}: {result[0]:,.0f} req/s, p50 {result[1]:.1f} ms, "
-                      f"p99 {result[2]:.1f} ms, non-2xx {result[3]}")
-        for label, runs in results.items():
-            print(f"median {label}: {statistics.median(r[0] for r in runs):,.0f} req/s, "
-                  f"p50 {statistics.median(r[1] for r in runs):.1f} ms, p99 {statistics.median(r[2] for r in runs):.1f} ms")
+        for target in targets:
+            target.start(args.workers)
+        for target in targets:
+            target.set_up(args.csv, args.records)
+        results: dict[tuple[str, str], list[tuple[float, float, float, int]]] = collections.defaultdict(list)
+        for round_no in range(args.rounds):  # interleaved: each round runs every target and scenario
+            for target in targets:
+                for label, url, lua in (("get", target.get_url, None), ("create", target.post_url, target.script)):
+                    result = run_wrk(url, lua, args)
+                    results[target.label, label].append(result)
+                    print(f"round {round_no + 1} {target.label} {label}: {result[0]:,.0f} req/s, "
+                          f"p50 {result[1]:.1f} ms, p99 {result[2]:.1f} ms, non-2xx {result[3]}")
+        for (name, label), runs in results.items():
+            print(f"median {name} {label}: {statistics.median(r[0] for r in runs):,.0f} req/s, "
+                  f"p50 {statistics.median(r[1] for r in runs):.1f} ms, "
+                  f"p99 {statistics.median(r[2] for r in runs):.1f} ms")
         if args.profile is not None:
-            args.profile.mkdir(parents=True, exist_ok=True)
-            for label, url, lua in (("get", get_url, None), ("create", post_url, script)):
-                out = args.profile / f"{label}.txt"
-                spy = subprocess.Popen(["py-spy", "record", "--pid", str(serving_pid(proc)), "--format", "raw",
-                                        "--rate", "250", "--output", str(out), "--duration", str(args.duration + 1)],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(0.5)
-                run_wrk(url, lua, args)
-                spy.wait()
-                print(f"\nTop self time, {label} ({out}):")
-                for name, share in self_times(out):
-                    print(f"  {share:5.1f}%  {name}")
+            for target in targets:
+                profile(target, args)
         return 0
     except Fatal as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for target in targets:
+            target.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
 
 
 def _wait_up(base: str, proc: subprocess.Popen[bytes], log_path: Path) -> None:
-    import urllib.request
+    """Wait until `/health` answers 200. Raises Fatal when the server exits or does not start."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -77,6 +77,7 @@ class Monitor:
 
 @pytest.fixture
 async def monitor(config: Config) -> AsyncIterator[Monitor]:
+    assert config.redis_url
     redis = Redis.from_url(config.redis_url)
     try:
         yield Monitor(redis, config.mongodb_db)
