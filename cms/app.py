@@ -18,7 +18,7 @@ from cms.api.access_log import CmsAccessLogger
 from cms.api.guards import principal_middleware
 from cms.api.guide import GUIDE_DIR, add_guide
 from cms.api.http_server import CmsAppRunner
-from cms.api.middlewares import origin_middleware, request_middleware
+from cms.api.middlewares import request_middleware
 from cms.api.openapi import openapi_json
 from cms.api.ratelimit import rate_limit_middleware
 from cms.api.routes import add_routes
@@ -43,8 +43,7 @@ def create_app(config: Config, *, services: Services | None = None,
     default the package's `static/guide`) is served at `/docs/guide/` when it is there (cms.api.guide).
     With tracing on, a first middleware opens each request's server span (cms.observability.tracing)."""
     app = web.Application(
-        middlewares=[*tracing.server_middlewares(), request_middleware, rate_limit_middleware, principal_middleware,
-                     origin_middleware],
+        middlewares=[*tracing.server_middlewares(), request_middleware, rate_limit_middleware, principal_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}

@@ -143,7 +143,7 @@ def _setting_on(settings: SettingsService, key: str) -> Callable[[], Awaitable[b
     """A switch that reads the boolean setting `key` (cached by the settings service)."""
 
     async def on() -> bool:
-        return bool((await settings.values())[key])
+        return bool(await settings.value(key))
 
     return on
 

@@ -14,7 +14,8 @@ from cms.errors import NotFound, Unauthorized
 from cms.models import Principal
 from cms.services import access
 from cms.services.access import Policy
-from cms.web.context import CALLER, services
+from cms.services.origin import origin_scope
+from cms.web.context import CALLER, request_origin, services
 
 if TYPE_CHECKING:
     from cms.api.routes import Route
@@ -28,7 +29,10 @@ ROUTE_TABLE: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_tabl
 def route_of(request: web.Request) -> Route | None:
     """The route-table entry the request matched, or None (a route outside the table: static files,
     /openapi.json, the admin UI, or no route at all)."""
-    table = request.config_dict.get(ROUTE_TABLE)
+    # the request's own app first: what `config_dict` looks at first, without building a chain per call
+    table = request.app.get(ROUTE_TABLE)
+    if table is None:
+        table = request.config_dict.get(ROUTE_TABLE)
     return None if table is None else table.get(request.match_info.route)
 
 
@@ -62,7 +66,11 @@ async def principal_middleware(request: web.Request, handler: Handler) -> web.St
     keep the principal on the request (`principal_of`). A PUBLIC route ignores a credential that is
     not valid; any other answers 401 for it. An API key is refused (403) outside records and files
     and for a method its scopes do not allow. A METRICS route lets the METRICS_TOKEN bearer through
-    (as an anonymous caller), and answers 404 while metrics are turned off (METRICS_ENABLED=false)."""
+    (as an anonymous caller), and answers 404 while metrics are turned off (METRICS_ENABLED=false).
+
+    The handler runs under the request's origin (`cms.services.origin`), now that the principal is
+    known: every audit event the request causes, directly, after a commit or in a task it starts,
+    carries its user, address and user agent."""
     route = route_of(request)
     policy = route.policy if route is not None else Policy.PUBLIC
     if policy is Policy.METRICS:
@@ -81,8 +89,9 @@ async def principal_middleware(request: web.Request, handler: Handler) -> web.St
             raise
     if principal is not None and principal.kind == "api_key" and request.path.startswith("/api/"):
         access.require_api_key_reach(principal, request.method, request.path)
-    request[PRINCIPAL_KEY] = request[CALLER] = access.authorize(policy, principal)
-    return await handler(request)
+    request[PRINCIPAL_KEY] = request[CALLER] = checked = access.authorize(policy, principal)
+    with origin_scope(request_origin(request, checked)):
+        return await handler(request)
 
 
 def principal_of(request: web.Request) -> Principal | None:

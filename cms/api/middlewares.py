@@ -1,5 +1,6 @@
-"""The request frame: request ids, the `/api/v1/stats` counters, the catalog scope, the one error
-model (`{"detail", "code"}`) for every failure, and the request's origin for the audit log."""
+"""The request frame: request ids, the `/api/v1/stats` counters, the catalog scope and the one error
+model (`{"detail", "code"}`) for every failure. The request's origin for the audit log is opened by
+the principal middleware (`cms.api.guards`), once the caller is known."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from pymongo.errors import ConnectionFailure as PyMongoConnectionFailure
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cms.api.guards import PRINCIPAL_KEY
 from cms.api.responses import json_response
 from cms.errors import (
     BadRequest,
@@ -29,8 +29,7 @@ from cms.errors import (
 from cms.models.identity import Principal
 from cms.observability.signals import UNMATCHED_ROUTE, RequestSample
 from cms.services.caching.definition_cache import request_scope
-from cms.services.origin import origin_scope
-from cms.web.context import CALLER, HTTP_STATS, REQUEST_ID, SERVICES, client_ip, request_origin
+from cms.web.context import CALLER, HTTP_STATS, REQUEST_ID, SERVICES, client_ip
 
 log = logging.getLogger("cms.api")
 
@@ -127,15 +126,6 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         )
     response.headers["X-Request-Id"] = request_id
     return response
-
-
-@web.middleware
-async def origin_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Run the handler under the request's origin (`cms.services.origin`), once the principal is
-    known (after `principal_middleware`): every audit event the request causes, directly, after a
-    commit or in a task it starts, carries its user, address and user agent."""
-    with origin_scope(request_origin(request, request.get(PRINCIPAL_KEY))):
-        return await handler(request)
 
 
 def _observe(request: web.Request, status: int, duration_s: float) -> None:

@@ -28,6 +28,9 @@ log = logging.getLogger("cms.api")
 # every list and write (loading is reentrant: the instances hold no per-call state).
 LIST_QUERY = RecordListQuerySchema()
 RECORD_WRITE = RecordWriteSchema()
+SHARED_CACHE_CONTROL = "public, max-age=0, must-revalidate"
+PRIVATE_CACHE_CONTROL = "private, max-age=0, must-revalidate"
+PRIVATE_VARY = "Authorization, X-API-Key"
 
 
 async def list_records(request: web.Request) -> web.StreamResponse:
@@ -70,10 +73,10 @@ def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
     names it, and `Cache-Control` saying whether shared caches may keep it (`public` when every
     caller gets this body, `private` when the collection's rule depends on the caller); either way
     clients revalidate every time (`max-age=0, must-revalidate`), so a write is seen at once."""
-    headers = {"ETag": cached.etag,
-               "Cache-Control": f"{'public' if cached.shared else 'private'}, max-age=0, must-revalidate"}
-    if not cached.shared:
-        headers["Vary"] = "Authorization, X-API-Key"
+    if cached.shared:
+        headers = {"ETag": cached.etag, "Cache-Control": SHARED_CACHE_CONTROL}
+    else:
+        headers = {"ETag": cached.etag, "Cache-Control": PRIVATE_CACHE_CONTROL, "Vary": PRIVATE_VARY}
     if etag_matches(request.headers.get("If-None-Match"), cached.etag):
         return web.Response(status=304, headers=headers)
     return web.Response(body=cached.body, content_type="application/json", headers=headers)

@@ -130,7 +130,7 @@ class RecordReads:
         relation)."""
         if view.full:
             async def full(record: Record) -> dict[str, Any]:
-                return represent.record_json(record)
+                return represent.written_record_json(record)  # rendered once, for its event and this answer
             return full
         expansion = await resolve(self._catalog, await self._catalog.by_name(collection_name), view, principal)
 

@@ -366,12 +366,13 @@ class RecordWriter:
 async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
                        now: datetime, previous: Sequence[Record] = ()) -> None:
     """The one way record events are made: one `create` or `update` event per record, carrying the
-    full record as the API shows it (`represent.record_json`), stamped `now`. `previous` (updates):
+    full record as the API shows it (`represent.written_record_json`: the write's answer shows the same
+    rendering, made once), stamped `now`. `previous` (updates):
     the records as they were before the change, matched by id, any order; each rides along as
     `RecordEvent.previous` (None for a record without one). Used by every service that writes
     records (records, bulk, CSV import, auth-collection users)."""
     before = {r.id: r for r in previous}
-    await events.emit([RecordEvent(kind, collection.name, r.id, represent.record_json(r), now, record=r,
+    await events.emit([RecordEvent(kind, collection.name, r.id, represent.written_record_json(r), now, record=r,
                                    previous=before.get(r.id))
                        for r in records])
 

@@ -52,6 +52,47 @@ class RateLimitDecision:
     window_s: int
 
 
+_HIT_AND_STATS = """
+-- The `limits` library's moving window, hit and window statistics in one round trip: its scripts
+-- acquire_moving_window.lua (ARGV: now, limit, window seconds, cost) then moving_window.lua.
+local timestamp = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local expiry = tonumber(ARGV[3])
+local amount = tonumber(ARGV[4])
+local allowed = 0
+if amount <= limit then
+    local entry = redis.call('lindex', KEYS[1], limit - amount)
+    if not (entry and tonumber(entry) >= timestamp - expiry) then
+        local entries = {}
+        for i = 1, amount do
+            entries[i] = timestamp
+        end
+        for i = 1, #entries, 5000 do
+            redis.call('lpush', KEYS[1], unpack(entries, i, math.min(i + 4999, #entries)))
+        end
+        redis.call('ltrim', KEYS[1], 0, limit - 1)
+        redis.call('expire', KEYS[1], expiry)
+        allowed = 1
+    end
+end
+local target = timestamp - expiry
+local low, high, found = 0, limit - 1, nil
+while low <= high do
+    local mid = math.floor((low + high) / 2)
+    local val = tonumber(redis.call('lindex', KEYS[1], mid))
+    if val and val >= target then
+        found = mid
+        low = mid + 1
+    else
+        high = mid - 1
+    end
+end
+if found then
+    return {allowed, tostring(tonumber(redis.call('lindex', KEYS[1], found))), found + 1}
+end
+return {allowed, false, 0}
+"""
+
 LIMITER_TIMEOUT_S = 2.0
 """Seconds one rate-limit check may wait for Redis before the request goes on unlimited."""
 
@@ -73,6 +114,7 @@ class RateLimitService:
         self._storage = RedisStorage("async+redis://", implementation="redispy", key_prefix=key_prefix,
                                      connection_pool=redis.connection_pool)  # type: ignore[arg-type]
         self._limiter = MovingWindowRateLimiter(self._storage)
+        self._hit_and_stats = redis.register_script(_HIT_AND_STATS)
         self._settings = settings
         self._events = events
         self._window_s = window_s
@@ -81,8 +123,9 @@ class RateLimitService:
                             RateLimitItemPerSecond(MAIL_PER_HOUR, mail_hour_window_s))
 
     async def _enabled_and_limit(self) -> tuple[bool, int]:
-        values = await self._settings.values()
-        return bool(values["rate_limit_enabled"]), int(values["rate_limit_per_minute"])
+        if not await self._settings.value("rate_limit_enabled"):
+            return False, 0
+        return True, int(await self._settings.value("rate_limit_per_minute"))
 
     async def hit_general(self, ip: str, *, cost: int = 1) -> RateLimitDecision | None:
         """Count `cost` requests of `ip` (a batch's requests after the first: decisions.md, Batch
@@ -148,11 +191,15 @@ class RateLimitService:
         return RateLimitDecision(False, worst_item.amount, 0, reset_after_s, worst_item.get_expiry())
 
     async def _hit(self, amount: int, *identifiers: str, cost: int = 1) -> RateLimitDecision:
+        """The library's `hit` then `get_window_stats` of the moving window, on its keys, in one round
+        trip (`_HIT_AND_STATS`): this is on every request's path."""
         item = RateLimitItemPerSecond(amount, self._window_s)
-        allowed = await self._limiter.hit(item, *identifiers, cost=cost)
-        stats = await self._limiter.get_window_stats(item, *identifiers)
-        reset_after_s = max(1, math.ceil(stats.reset_time - time.time()))
-        return RateLimitDecision(allowed, amount, stats.remaining, reset_after_s, self._window_s)
+        key = self._storage.bridge.prefixed_key(item.key_for(*identifiers))
+        now = time.time()
+        allowed, oldest, count = await self._hit_and_stats(keys=[key], args=[now, amount, item.get_expiry(), cost])
+        window_start = now if oldest is None else float(oldest)
+        reset_after_s = max(1, math.ceil(window_start + item.get_expiry() - time.time()))
+        return RateLimitDecision(bool(allowed), amount, amount - int(count), reset_after_s, self._window_s)
 
     async def first_refusal(self, kind: str, ip: str, identifier: str, window_s: int) -> bool:
         """True the first time the limit `kind` (e.g. "auth:login") refuses (`ip`, `identifier`)

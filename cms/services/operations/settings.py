@@ -229,10 +229,18 @@ class SettingsService:
     async def values(self) -> dict[str, Any]:
         """Every known setting as {key: value}, defaults filled in. Costs nothing most of the time,
         one Redis GET every `check_interval_s`, and a MongoDB read only after a change."""
+        return dict(await self._current())
+
+    async def value(self, key: str) -> Any:
+        """One setting's value, as `values()[key]` but without copying every setting (the rate limit
+        and the read cache ask on every request). Raises KeyError for a key that is not a setting."""
+        return (await self._current())[key]
+
+    async def _current(self) -> dict[str, Any]:
         cached = self._cached
         if cached is None or time.monotonic() - self._checked_at >= self._check_interval_s:
             cached = await self._refresh()
-        return dict(cached)
+        return cached
 
     async def _refresh(self) -> dict[str, Any]:
         if self._lock.locked() and self._cached is not None:

@@ -119,6 +119,21 @@ def record_json(record: Record, view: RecordView = FULL, expanded: Sequence[Expa
     return body if view.fields is None else view.fields.pick(body)
 
 
+_WRITTEN_JSON = "_cms_written_json"
+"""The attribute under which `written_record_json` keeps a written record's JSON on the record."""
+
+
+def written_record_json(record: Record) -> dict[str, Any]:
+    """`record_json(record)` (FULL) of a record just written, computed once per record object: the
+    record event carries it (`RecordEvent.data`) and the write's answer (a create's 201 body, an
+    update's 200) sends the same one. A `Record` never changes (frozen, its `data` is never changed
+    in place), and neither reader changes the JSON, so they may share it."""
+    shown: dict[str, Any] | None = record.__dict__.get(_WRITTEN_JSON)
+    if shown is None:
+        shown = record.__dict__[_WRITTEN_JSON] = record_json(record)
+    return shown
+
+
 def record_from_json(body: dict[str, Any], collection: Collection) -> Record:
     """The inverse of `record_json` (FULL view) for a record of `collection`: `created`, `updated` and
     the values of its date fields back to aware datetimes, everything else as is. Raises KeyError
