@@ -18,6 +18,11 @@ LOG_FORMATS = ("text", "json")
 QUEUE_NAME = "cms:queue"
 """The arq queue (a Redis sorted set) when `QUEUE_NAME` is not set."""
 MAX_QUEUE_NAME_LENGTH = 100
+EMBEDDED_COLD_PAGE_RECORDS = 1_000
+"""Records in one collection from which, on the embedded server, a cold list page (a query no cache
+holds) takes more than 250 ms on a 2-core machine: measured by `scripts/bench/bench_envelope.py`
+(docs/performance.md, The embedded server's envelope). Past it, `cms serve` warns at start-up and the
+admin UI's records page says so (cms.services.content.envelope)."""
 
 
 class ConfigError(ValueError):
@@ -80,6 +85,9 @@ class Config:
     server then gives 503 `service_unavailable`, not a hung request (after at most about three such
     waits: the read, the driver's one retry and a new connection's handshake). Long operations are
     many short round trips (batches), each bounded by this."""
+    embedded_cold_page_records: int = EMBEDDED_COLD_PAGE_RECORDS
+    """The embedded server's envelope (EMBEDDED_COLD_PAGE_RECORDS); not read from the environment: a
+    measured figure, set lower by tests."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
