@@ -86,8 +86,9 @@ class Config:
     waits: the read, the driver's one retry and a new connection's handshake). Long operations are
     many short round trips (batches), each bounded by this."""
     embedded_cold_page_records: int = EMBEDDED_COLD_PAGE_RECORDS
-    """The embedded server's envelope (EMBEDDED_COLD_PAGE_RECORDS); not read from the environment: a
-    measured figure, set lower by tests."""
+    """The embedded server's envelope in records per collection (`EMBEDDED_COLD_PAGE_RECORDS`, default
+    the measured EMBEDDED_COLD_PAGE_RECORDS): past it, embedded mode warns. Set it to what
+    `scripts/bench/bench_envelope.py` measures on another machine."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -164,6 +165,8 @@ class Config:
             worker_poll_delay_s=worker.poll_delay_s,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
+            embedded_cold_page_records=_int(env, "EMBEDDED_COLD_PAGE_RECORDS", EMBEDDED_COLD_PAGE_RECORDS,
+                                            1, 1_000_000_000),
         )
 
 

@@ -9,6 +9,11 @@ import asyncio
 import dataclasses
 import logging
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,11 +21,13 @@ import pytest
 from cms.admin_ui.session import SESSION_COOKIE
 from cms.app import create_app
 from cms.cli import add_envelope_check
-from cms.config import EMBEDDED_COLD_PAGE_RECORDS, Config
+from cms.config import EMBEDDED_COLD_PAGE_RECORDS, Config, ConfigError
+from cms.runtime.embedded import free_port
 from cms.services.content.envelope import COLD_PAGE_BUDGET_MS, ESTIMATE_TTL_S
 from cms.wiring import Services
 from tests.conftest import create_collection, create_record
 from tests.test_admin_ui_errors import admin_cookies, assert_html
+from tests.test_cli import ADMIN, _call, _env
 
 THRESHOLD = 2
 NOTICE = re.compile(r'id="envelope-notice">This collection has about ([\d,]+) records')
@@ -50,6 +57,15 @@ async def fill(client: Any, token: str, name: str, records: int) -> None:
 def test_the_default_envelope_is_the_measured_one() -> None:
     assert Config(secret_key="k" * 40).embedded_cold_page_records == EMBEDDED_COLD_PAGE_RECORDS
     assert 100 <= EMBEDDED_COLD_PAGE_RECORDS <= 100_000
+
+
+def test_the_envelope_can_be_set_for_another_machine(tmp_path: Path) -> None:
+    assert Config.from_env({}, data_dir=tmp_path).embedded_cold_page_records == EMBEDDED_COLD_PAGE_RECORDS
+    assert Config.from_env({"EMBEDDED_COLD_PAGE_RECORDS": "25000"},
+                           data_dir=tmp_path).embedded_cold_page_records == 25_000
+    for bad in ("0", "many"):
+        with pytest.raises(ConfigError, match="EMBEDDED_COLD_PAGE_RECORDS"):
+            Config.from_env({"EMBEDDED_COLD_PAGE_RECORDS": bad}, data_dir=tmp_path)
 
 
 async def test_large_collections_are_those_past_the_envelope(client: Any, services: Services,
@@ -163,3 +179,67 @@ async def test_the_records_page_says_nothing_on_an_external_database(client: Any
     token = cookies[SESSION_COOKIE].split("~")[0]
     await fill(client, token, "big", THRESHOLD + 1)
     assert NOTICE.findall(await records_page(client, cookies, "big")) == []
+
+
+def serve(data_dir: Path, log_path: Path, *extra_args: str, **env: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A real `cms serve` (embedded) writing its log to `log_path`; returns it and its base URL once healthy."""
+    port = free_port()
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cms", "serve", "--port", str(port), "--data-dir", str(data_dir), *extra_args],
+            env=_env(**env), stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert process.poll() is None, log_path.read_text()
+        try:
+            if _call(base, "GET", "/health")[0] == 200:
+                return process, base
+        except OSError:
+            pass
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError("cms serve did not become healthy")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+
+
+def warnings_in(log_path: Path) -> list[str]:
+    return [line.split(" WARNING ", 1)[1] for line in log_path.read_text().splitlines()
+            if " WARNING " in line and "embedded server" in line]
+
+
+def test_cms_serve_warns_at_start_up_once_per_large_collection(tmp_path: Path) -> None:
+    data_dir, first_log, second_log = tmp_path / "data", tmp_path / "first.log", tmp_path / "second.log"
+    process, base = serve(data_dir, first_log, ADMIN_EMAIL=ADMIN["email"], ADMIN_PASSWORD=ADMIN["password"],
+                          EMBEDDED_COLD_PAGE_RECORDS="2")
+    try:
+        status, login = _call(base, "POST", "/api/v1/auth/login", ADMIN)
+        assert status == 200, login
+        token = login["token"]["access_token"]
+        for name, records in (("big", 3), ("small", 2)):
+            status, _ = _call(base, "POST", "/api/v1/collections",
+                              {"name": name, "schema": [{"name": "text", "type": "text"}]}, token)
+            assert status == 201
+            for n in range(records):
+                assert _call(base, "POST", f"/api/v1/collections/{name}/records",
+                             {"data": {"text": str(n)}}, token)[0] == 201
+    finally:
+        stop(process)
+    assert warnings_in(first_log) == []  # nothing was large when it started
+
+    # two web processes: one warns
+    process, _ = serve(data_dir, second_log, "--workers", "2", EMBEDDED_COLD_PAGE_RECORDS="2")
+    try:
+        deadline = time.monotonic() + 20
+        while not warnings_in(second_log) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # a second process's line would show up by now
+    finally:
+        stop(process)
+    assert warnings_in(second_log) == [
+        "cms: collection big has about 3 records; on the embedded server a cold list page takes more than "
+        f"{COLD_PAGE_BUDGET_MS} ms from about 2 records: set MONGODB_URL to a MongoDB server"]
