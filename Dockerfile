@@ -27,7 +27,8 @@ USER cms
 WORKDIR /home/cms
 VOLUME /data
 EXPOSE 8090
-# The worker serves no HTTP; docker-compose.yml gives it its own check (arq's health-check key).
+# The worker serves no API (only its metrics on METRICS_PORT, docs/operations/metrics.md); docker-compose.yml
+# gives it its own check (arq's health-check key).
 HEALTHCHECK --interval=15s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8090/health', timeout=4).status != 200)"]
 # SIGTERM: in-flight requests get SHUTDOWN_TIMEOUT_S (default 10) seconds; give the container more (stop_grace_period).

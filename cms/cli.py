@@ -17,11 +17,15 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -42,6 +46,8 @@ log = logging.getLogger("cms")
 
 SHUTDOWN_MARGIN_S = 5.0
 """Seconds a `--workers` parent allows past SHUTDOWN_TIMEOUT_S for closing pools before it kills."""
+MULTIPROCESS_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
+"""Where prometheus-client's multiprocess mode keeps each process's values (set for the children)."""
 
 
 def _add_worker(app: web.Application, config: Config) -> None:
@@ -158,7 +164,35 @@ def serve_processes(config: Config, count: int) -> int:
     connections over them) until SIGINT or SIGTERM, then pass SIGTERM on and wait for them, up to
     `config.shutdown_timeout_s` + SHUTDOWN_MARGIN_S seconds before killing. The first process also
     runs the embedded worker. If a process exits on its own, the others are stopped too and the
-    status is 1 (a supervisor restarts the whole); otherwise 0."""
+    status is 1 (a supervisor restarts the whole); otherwise 0. With metrics on, the processes share
+    a fresh prometheus-client multiprocess directory (`metrics_directory`), removed at exit."""
+    with metrics_directory(config) as config:
+        return _serve_processes(config, count)
+
+
+@contextlib.contextmanager
+def metrics_directory(config: Config) -> Iterator[Config]:
+    """With metrics on: a fresh temporary directory for prometheus-client's multiprocess mode, set as
+    PROMETHEUS_MULTIPROC_DIR for the processes spawned meanwhile (prometheus-client reads it when
+    imported) and in the yielded config (`metrics_multiprocess_dir`); removed, and the variable
+    restored, on exit. With metrics off: `config` as it is."""
+    if not config.metrics_enabled:
+        yield config
+        return
+    directory = tempfile.mkdtemp(prefix="cms-metrics-")
+    previous = os.environ.get(MULTIPROCESS_VARIABLE)
+    os.environ[MULTIPROCESS_VARIABLE] = directory
+    try:
+        yield replace(config, metrics_multiprocess_dir=Path(directory))
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROCESS_VARIABLE, None)
+        else:
+            os.environ[MULTIPROCESS_VARIABLE] = previous
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _serve_processes(config: Config, count: int) -> int:
     context = multiprocessing.get_context("spawn")  # no fork: the parent holds threads and sockets
     children = [context.Process(target=_serve_child, name=f"cms-web-{index}",
                                 args=(config, config.embedded and index == 0, os.getpid()))

@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")
@@ -23,6 +24,7 @@ EMBEDDED_COLD_PAGE_RECORDS = 1_000
 holds) takes more than 250 ms on a 2-core machine: measured by `scripts/bench/bench_envelope.py`
 (docs/performance.md, The embedded server's envelope). Past it, `cms serve` warns at start-up and the
 admin UI's records page says so (cms.services.content.envelope)."""
+METRICS_TOKEN_MIN_LENGTH = 16
 
 
 class ConfigError(ValueError):
@@ -89,6 +91,20 @@ class Config:
     """The embedded server's envelope in records per collection (`EMBEDDED_COLD_PAGE_RECORDS`, default
     the measured EMBEDDED_COLD_PAGE_RECORDS): past it, embedded mode warns. Set it to what
     `scripts/bench/bench_envelope.py` measures on another machine."""
+    metrics_enabled: bool = True
+    """`METRICS_ENABLED` (default true): the Prometheus sink and `GET /metrics`; false adds no sink, no
+    MongoDB command listener, and `/metrics` answers 404 (decisions.md, Metrics)."""
+    metrics_token: str | None = field(default=None, repr=False)
+    """`METRICS_TOKEN`: a bearer token that may read `/metrics` (and `cms worker`'s METRICS_PORT)
+    besides admins; at least METRICS_TOKEN_MIN_LENGTH characters. None: admins only (and the
+    worker's port unauthenticated)."""
+    metrics_port: int | None = None
+    """`METRICS_PORT`: the port on which `cms worker` serves its own `/metrics` (all interfaces);
+    None serves none. `cms serve` ignores it (its metrics are at `/metrics` on the API port)."""
+    metrics_multiprocess_dir: Path | None = None
+    """prometheus-client's multiprocess directory: `cms serve --workers N` makes a fresh temporary one
+    and hands it to its web processes here and as PROMETHEUS_MULTIPROC_DIR (which prometheus-client
+    reads when imported), so one scrape covers them all. Not read from the environment."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -167,7 +183,19 @@ class Config:
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
             embedded_cold_page_records=_int(env, "EMBEDDED_COLD_PAGE_RECORDS", EMBEDDED_COLD_PAGE_RECORDS,
                                             1, 1_000_000_000),
+            **_metrics_settings(env),
         )
+
+
+def _metrics_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """`metrics_enabled`, `metrics_token` and `metrics_port` from METRICS_ENABLED, METRICS_TOKEN and
+    METRICS_PORT. Raises ConfigError naming the variable."""
+    token = env.get("METRICS_TOKEN")
+    if token is not None and (len(token) < METRICS_TOKEN_MIN_LENGTH or not token.isprintable() or " " in token):
+        raise ConfigError(f"METRICS_TOKEN must be at least {METRICS_TOKEN_MIN_LENGTH} printable characters "
+                          "without spaces")
+    port = _int(env, "METRICS_PORT", 0, 1, 65535) if "METRICS_PORT" in env else None
+    return {"metrics_enabled": _bool(env, "METRICS_ENABLED", True), "metrics_token": token, "metrics_port": port}
 
 
 def _log_settings(env: Mapping[str, str]) -> tuple[str, str]:

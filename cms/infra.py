@@ -24,6 +24,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.observability import tracing
+from cms.observability.signals import Signals
 from cms.services.caching import keys
 from cms.services.delivery.webhook_sender import connector as guarded_connector
 from cms.store.client import Capabilities, Database, detect_capabilities, ensure_indexes, open_client
@@ -126,6 +127,9 @@ class Infra:
     `CACHE_REDIS_URL` names another (which may evict; reads never fail on it)."""
     http: aiohttp.ClientSession
     clock: Clock
+    signals: Signals
+    """What this process reports about itself (cms.observability.signals); made here, before the
+    MongoDB client, whose command listener reports to it when metrics are on."""
 
 
 @asynccontextmanager
@@ -141,9 +145,11 @@ async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis |
     ValueError if not. Driver errors propagate when a server does not answer within its time-out."""
     if not config.mongodb_url or not config.redis_url:
         raise ValueError("open_infra needs mongodb_url and redis_url")
+    signals = Signals()
     async with AsyncExitStack() as stack:
         mongo = open_client(config.mongodb_url, timeout_s=min(MONGODB_CONNECT_TIMEOUT_S, config.database_timeout_s),
-                            operation_timeout_s=config.database_timeout_s)
+                            operation_timeout_s=config.database_timeout_s,
+                            on_command=signals.mongo_command if config.metrics_enabled else None)
         stack.push_async_callback(mongo.close)
         db = mongo[config.mongodb_db]
         await ensure_indexes(db)
@@ -163,4 +169,4 @@ async def open_infra(config: Config, *, clock: Clock = utcnow, redis: ArqRedis |
                                      trace_configs=tracing.client_trace_configs())
         stack.push_async_callback(http.close)
         yield Infra(config=config, mongo=mongo, db=db, capabilities=capabilities, redis=redis,
-                    cache_redis=cache_redis, http=http, clock=clock)
+                    cache_redis=cache_redis, http=http, clock=clock, signals=signals)

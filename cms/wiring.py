@@ -10,6 +10,7 @@ Event subscribers are registered in that order and run in it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from cms.config import Config
 from cms.infra import Infra, open_infra
 from cms.jobs import JobQueue
 from cms.observability import timeline
+from cms.observability.metrics import PrometheusMetrics, SampledGauge
 from cms.observability.recorder import Recorder
 from cms.observability.signals import Signals
 from cms.security.tokens import TokenCodec
@@ -113,6 +115,8 @@ class Services:
     """What this process reports about itself, for metrics, the dashboard and the request log."""
     envelope: Envelope
     """Which collections are large for the embedded server (start-up warning, admin UI notice)."""
+    metrics: PrometheusMetrics | None = None
+    """The Prometheus sink on `signals` (`GET /metrics`), or None when METRICS_ENABLED is false."""
 
 
 REDIS_INFO_FIGURES = (
@@ -129,8 +133,13 @@ async def redis_stats(pool: ArqRedis, queue_name: str) -> dict[str, Any]:
     arq jobs waiting in `queue_name` (ZCARD of the queue's sorted set)."""
     info = await pool.info()
     figures: dict[str, Any] = {k: info.get(k) for k in REDIS_INFO_FIGURES}
-    figures["queue_depth"] = await pool.zcard(queue_name)
+    figures["queue_depth"] = await queue_depth(pool, queue_name)
     return figures
+
+
+async def queue_depth(pool: ArqRedis, queue_name: str) -> int:
+    """The number of arq jobs waiting in `queue_name` (ZCARD of the queue's sorted set)."""
+    return int(await pool.zcard(queue_name))
 
 
 def _setting_on(settings: SettingsService, key: str) -> Callable[[], Awaitable[bool]]:
@@ -177,17 +186,21 @@ async def build_platform(infra: Infra) -> Platform:
     audit.subscribe_to(events)  # the one writer of the audit log: audit and session events
     codec = TokenCodec(config.secret_key, clock=clock)
     catalog_epoch, session_epoch = keys.catalog_epoch(config.mongodb_db), keys.session_epoch(config.mongodb_db)
-    validity = DefinitionCache(infra.cache_redis, session_epoch, companions=(catalog_epoch,))
+    signals = infra.signals
+    validity = DefinitionCache(infra.cache_redis, session_epoch, companions=(catalog_epoch,),
+                               on_lookup=functools.partial(signals.cache, "session"))
     rate_limits = RateLimitService(infra.redis, settings, key_prefix=keys.rate_limit_prefix(config.mongodb_db),
                                    window_s=config.rate_limit_window_s,
-                                   timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s), events=events)
+                                   timeout_s=min(LIMITER_TIMEOUT_S, config.database_timeout_s), events=events,
+                                   signals=signals)
     return Platform(jobs=jobs, events=events, audit=audit, settings=settings, codec=codec,
                     sessions=SessionService(SessionRepository(db), codec, clock=clock, events=events,
                                             validity=validity),
-                    definitions=DefinitionCache(infra.cache_redis, catalog_epoch, companions=(session_epoch,)),
+                    definitions=DefinitionCache(infra.cache_redis, catalog_epoch, companions=(session_epoch,),
+                                                on_lookup=functools.partial(signals.cache, "definition")),
                     mailer=Mailer(jobs, config.base_url),
                     one_time=OneTimeTokens(OneTimeTokenRepository(db), clock=clock), rate_limits=rate_limits,
-                    signals=Signals())
+                    signals=signals)
 
 
 @dataclass(frozen=True)
@@ -225,7 +238,8 @@ def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
     """The read cache, switched by the `read_cache_enabled` setting; it subscribes to record and
     collection events last, so a version is bumped after every other subscriber's writes."""
     read_cache = ReadCache(infra.cache_redis, prefix=keys.read_cache_prefix(infra.config.mongodb_db),
-                           switch=_setting_on(platform.settings, "read_cache_enabled"))
+                           switch=_setting_on(platform.settings, "read_cache_enabled"),
+                           on_lookup=functools.partial(platform.signals.cache, "read"))
     platform.events.subscribe(read_cache.on_record_events)
     platform.events.subscribe(read_cache.on_collection_events, CollectionEvent)
     return read_cache
@@ -242,7 +256,8 @@ def build_realtime(infra: Infra, platform: Platform, content: Content, authentic
 
     return RealtimeHub(stream, content.catalog, content.record_repository, authenticator,
                        session_epoch=platform.sessions.epoch, max_connections=max_connections, clock=infra.clock,
-                       block_ms=max(100, min(5_000, (infra.config.database_timeout_s - 1) * 1000)))
+                       block_ms=max(100, min(5_000, (infra.config.database_timeout_s - 1) * 1000)),
+                       signals=platform.signals)
 
 
 async def build_files(infra: Infra, platform: Platform, content: Content) -> FileService:
@@ -313,7 +328,7 @@ async def build_webhooks(infra: Infra, platform: Platform, content: Content,
     sender = WebhookSender(infra.http, timeout_s=config.webhook_timeout_s)
     outbox = WebhookOutbox(webhook_repository, delivery_outbox, delivery_log, content.catalog, platform.jobs,
                            sender, clock=infra.clock, creator=identity.systems.admin.principal_of,
-                           definitions=content.definitions)
+                           definitions=content.definitions, signals=platform.signals)
     webhooks = WebhookService(webhook_repository, delivery_log, content.catalog, outbox,
                               address_check(allow_private=allow_private), clock=infra.clock,
                               definitions=content.definitions)
@@ -335,6 +350,22 @@ def build_system(infra: Infra, outbox: WebhookOutbox) -> SystemService:
         stats={"mongodb": lambda: database_stats(db), "redis": lambda: redis_stats(redis, config.queue_name),
                "webhooks": webhook_stats},
     )
+
+
+def build_metrics(infra: Infra, outbox: WebhookOutbox) -> PrometheusMetrics | None:
+    """The Prometheus sink, added to the process's signals, unless METRICS_ENABLED is false (None:
+    no sink). The job queue's depth and the webhook outbox's backlog are read when scraped."""
+    config = infra.config
+    if not config.metrics_enabled:
+        return None
+    metrics = PrometheusMetrics(multiprocess_dir=config.metrics_multiprocess_dir, sampled=(
+        SampledGauge("cms_job_queue_depth", "Jobs waiting in the queue (all processes)",
+                     lambda: queue_depth(infra.redis, config.queue_name)),
+        SampledGauge("cms_webhook_outbox_backlog", "Webhook deliveries written but not finished (all processes)",
+                     outbox.backlog),
+    ))
+    infra.signals.add(metrics)
+    return metrics
 
 
 @asynccontextmanager
@@ -388,6 +419,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             signals=platform.signals,
             envelope=Envelope(content.catalog, content.record_repository, embedded=config.embedded,
                               threshold=config.embedded_cold_page_records, clock=infra.clock),
+            metrics=build_metrics(infra, webhook_outbox),
         )
         try:
             yield services

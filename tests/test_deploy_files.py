@@ -1,9 +1,11 @@
 """The deployment files, checked without a Docker engine: docker-compose.yml (services, environment,
-health checks, the replica set, Redis persistence), deploy/Caddyfile (replicas found in Docker's DNS,
-realtime unbuffered) and the Dockerfile."""
+health checks, the replica set, Redis persistence, the `monitoring` profile), deploy/Caddyfile
+(replicas found in Docker's DNS, realtime unbuffered), deploy/prometheus.yml and deploy/grafana (every
+metric the dashboard asks for is one `/metrics` exposes) and the Dockerfile."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -47,8 +49,15 @@ def config_variables() -> set[str]:
         name for name in re.findall(r'"([A-Z][A-Z0-9_]+)" in env', source)}
 
 
+MONITORING = {"prometheus", "grafana"}
+
+
 def test_the_stack_has_its_services(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"mongodb", "redis", "cache", "web", "worker", "caddy"}
+    services = compose["services"]
+    assert {name for name, service in services.items() if "profiles" not in service} == {
+        "mongodb", "redis", "cache", "web", "worker", "caddy"}
+    assert {name for name, service in services.items() if service.get("profiles") == ["monitoring"]} == MONITORING
+    assert set(services) == {"mongodb", "redis", "cache", "web", "worker", "caddy"} | MONITORING
     web, worker = compose["services"]["web"], compose["services"]["worker"]
     assert int(interpolate(web["deploy"]["replicas"], {})) == 2
     assert web["command"][:2] == ["cms", "serve"] and "0.0.0.0" in web["command"]
@@ -182,7 +191,8 @@ def test_volumes_are_named(compose: dict[str, Any]) -> None:
     for name, service in compose["services"].items():
         for volume in service.get("volumes", []):
             source = volume.split(":")[0]
-            assert source in declared or source == "./deploy/Caddyfile", f"{name}: {volume}"
+            assert source in declared or source.startswith("./deploy/"), f"{name}: {volume}"
+            assert source in declared or (ROOT / source).exists(), f"{name}: {volume}"
 
 
 def test_the_dockerfile_is_slim_multi_stage_and_unprivileged() -> None:
@@ -192,3 +202,66 @@ def test_the_dockerfile_is_slim_multi_stage_and_unprivileged() -> None:
     users = re.findall(r"^USER (\S+)", dockerfile, re.M)
     assert users and users[-1] not in ("root", "0")
     assert re.search(r'^CMD \["cms", "serve"', dockerfile, re.M)
+
+
+# --- the monitoring profile ----------------------------------------------------------------------
+
+
+def test_the_monitoring_profile_scrapes_every_replica_and_worker_with_the_token(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    prometheus, grafana = services["prometheus"], services["grafana"]
+    assert "./deploy/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus["volumes"]
+    assert "$$METRICS_TOKEN" in " ".join(prometheus["entrypoint"])  # the shell's, not compose's
+    assert prometheus["environment"]["METRICS_TOKEN"] == "${METRICS_TOKEN:-}"
+    for service in (prometheus, grafana):  # only on this host unless the operator publishes them
+        assert all(interpolate(port, {}).startswith("127.0.0.1:") for port in service["ports"])
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    assert set(jobs) == {"cms-web", "cms-worker"}
+    worker_port = int(interpolate(services["worker"]["environment"]["METRICS_PORT"], {}))
+    for name, service, port in (("cms-web", "web", 8090), ("cms-worker", "worker", worker_port)):
+        job = jobs[name]
+        assert job["metrics_path"] == "/metrics"
+        assert job["authorization"] == {"type": "Bearer", "credentials_file": "/prometheus/metrics_token"}
+        assert job["dns_sd_configs"] == [{"names": [service], "type": "A", "port": port, "refresh_interval": "15s"}]
+        assert "ports" not in services[service]  # Prometheus reaches them inside the network
+
+
+def test_grafana_is_provisioned_with_prometheus_and_the_dashboard() -> None:
+    grafana = ROOT / "deploy" / "grafana"
+    sources = yaml.safe_load((grafana / "provisioning" / "datasources" / "prometheus.yml").read_text())
+    [source] = sources["datasources"]
+    assert (source["type"], source["uid"], source["url"]) == ("prometheus", "prometheus", "http://prometheus:9090")
+    providers = yaml.safe_load((grafana / "provisioning" / "dashboards" / "cms.yml").read_text())
+    assert providers["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    dashboard = json.loads((grafana / "dashboards" / "cms.json").read_text())
+    titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
+    for subject in ("requests per second", "p50", "p95", "error rate", "cache hit ratio", "webhook",
+                    "queue depth", "realtime connections", "mongodb"):
+        assert subject in titles, subject
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == source["uid"]
+        assert all(target["datasource"]["uid"] == source["uid"] for target in panel["targets"])
+
+
+def exposed_names(text: str) -> set[str]:
+    """The sample names a scrape can carry: each family's (`# TYPE` lines), with a histogram's
+    `_bucket`, `_count` and `_sum`."""
+    names = set()
+    for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M):
+        names.add(name)
+        if kind == "histogram":
+            names |= {name + "_bucket", name + "_count", name + "_sum"}
+    return names
+
+
+async def test_every_metric_of_the_dashboard_is_one_metrics_exposes(client: Any, admin_token: str) -> None:
+    response = await client.get("/metrics", headers={"Authorization": f"Bearer {admin_token}"})
+    assert response.status == 200, await response.text()
+    exposed = exposed_names(await response.text())
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "cms.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\b((?:cms|process)_[a-z_]+)\b", target["expr"])}
+    assert len(queried) >= 12
+    assert queried <= exposed, queried - exposed

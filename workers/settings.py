@@ -3,6 +3,7 @@ embedded `cms serve`, and burst workers in tests all build their Worker here."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,8 @@ from cms.config import Config, WorkerOptions
 from cms.infra import lend, open_redis, redis_settings
 from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET, TRACE_CONTEXT
 from cms.observability import tracing
+from cms.observability.metrics_http import MetricsServer
+from cms.services.access import metrics_token_matches
 from cms.wiring import Services, open_services, recording
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
@@ -63,7 +66,9 @@ async def on_startup(ctx: dict[str, Any]) -> None:
     """Open services unless the caller handed them in (`ctx["services"]`); they share the
     worker's own Redis pool (`ctx["redis"]`), so a worker process holds one pool, and record the
     dashboard's figures (`cms.wiring.recording`; services handed in are recorded by their owner).
-    Start holding the locks of running jobs (`workers.liveness`). Runs again after a reconnect (ReconnectingWorker)."""
+    Start holding the locks of running jobs (`workers.liveness`). A worker that opened its own services
+    serves its metrics on METRICS_PORT when that is set (`serve_metrics`). Runs again after a reconnect
+    (ReconnectingWorker)."""
     hold_job_locks(ctx)
     if "config" not in ctx:  # `arq workers.WorkerSettings`: neither cms command set this process up
         ctx["config"] = Config.from_env(os.environ)
@@ -73,12 +78,27 @@ async def on_startup(ctx: dict[str, Any]) -> None:
         ctx["services"] = await stack.enter_async_context(open_services(ctx["config"], redis=ctx["redis"]))
         await stack.enter_async_context(recording(ctx["services"]))  # webhook deliveries for the dashboard
         ctx["exit_stack"] = stack
+        serve_metrics(ctx["config"], ctx["services"], stack)
     # Deliveries whose enqueue was lost (a web process died after writing them) go out now; a burst
     # worker, which runs no cron jobs, relies on this.
     try:
         await ctx["services"].webhook_outbox.relay()
     except Exception:
         logging.getLogger("cms.workers").warning("webhook relay at start-up failed", exc_info=True)
+
+
+def serve_metrics(config: Config, services: Services, stack: AsyncExitStack) -> MetricsServer | None:
+    """Serve the worker's metrics on `config.metrics_port` (all interfaces; the METRICS_TOKEN bearer
+    required when that is set) until `stack` closes; None when no port is set or metrics are off.
+    Raises OSError when the port is taken."""
+    if config.metrics_port is None or services.metrics is None:
+        return None
+    token = config.metrics_token
+    server = MetricsServer(services.metrics, asyncio.get_running_loop(), port=config.metrics_port,
+                           allowed=None if token is None else lambda presented: metrics_token_matches(presented, token))
+    server.start()
+    stack.push_async_callback(asyncio.to_thread, server.close)  # waits for the server thread: off the loop
+    return server
 
 
 async def on_shutdown(ctx: dict[str, Any]) -> None:

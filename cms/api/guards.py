@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from cms.errors import Unauthorized
+from cms.errors import NotFound, Unauthorized
 from cms.models import Principal
 from cms.services import access
 from cms.services.access import Policy
@@ -61,9 +61,16 @@ async def principal_middleware(request: web.Request, handler: Handler) -> web.St
     policy (`access.authorize`; a route outside the table is PUBLIC) before the handler runs, then
     keep the principal on the request (`principal_of`). A PUBLIC route ignores a credential that is
     not valid; any other answers 401 for it. An API key is refused (403) outside records and files
-    and for a method its scopes do not allow."""
+    and for a method its scopes do not allow. A METRICS route lets the METRICS_TOKEN bearer through
+    (as an anonymous caller), and answers 404 while metrics are turned off (METRICS_ENABLED=false)."""
     route = route_of(request)
     policy = route.policy if route is not None else Policy.PUBLIC
+    if policy is Policy.METRICS:
+        if services(request).metrics is None:
+            raise NotFound("Metrics are turned off (METRICS_ENABLED=false)")
+        if access.metrics_token_matches(bearer_token(request), services(request).config.metrics_token):
+            request[PRINCIPAL_KEY] = None
+            return await handler(request)
     principal: Principal | None = None
     try:
         credential = presented_credential(request)

@@ -60,6 +60,9 @@ def policy_docs(policy: Policy) -> tuple[list[dict[str, list[str]]] | None, str,
             return [BEARER], "No valid access token of a user of this collection", "Forbidden (an API key)"
         case Policy.ADMIN:
             return [BEARER], "No valid credential", "Not an admin-table user with role admin"
+        case Policy.METRICS:
+            return ([BEARER], "No valid credential (an admin's access token, or METRICS_TOKEN when set)",
+                    "Not an admin-table user with role admin")
         case _:
             assert_never(policy)
 

@@ -21,6 +21,7 @@ from cms.api import (
     collection_auth,
     collections,
     files,
+    metrics,
     realtime,
     records,
     settings,
@@ -302,6 +303,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", V1 + "/stats", system.stats, "Statistics (HTTP and uptime; MongoDB and Redis for admins)",
           "system", policy=OPTIONAL),
     Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False, rate_limit=RateLimit.EXEMPT),
+    Route("GET", "/metrics", metrics.scrape,
+          "Prometheus metrics, text format 0.0.4 (admins, or `Authorization: Bearer $METRICS_TOKEN`); "
+          "404 with METRICS_ENABLED=false", "system", policy=Policy.METRICS, rate_limit=RateLimit.EXEMPT,
+          produces="text/plain"),
     Route("GET", "/_/verify-email", system.token_link_page, "Email verification page", "pages", in_docs=False),
 )
 

@@ -1,10 +1,11 @@
 """Signals: the one place where the service says what it did, for every sink that records it.
 
-Call sites (the request frame, the read cache, the webhook sender, the rate limits, the realtime
-hub) report facts through the process's `Signals` (`Services.signals`); sinks (Prometheus metrics,
-the dashboard's per-minute counters in Redis, the request log) subscribe with `Signals.add`. A
-call site never knows which sinks exist, and a sink that fails never fails the request: its
-exception is logged once per sink and signal name, and swallowed.
+Call sites (the request frame, the read, definition and session caches, the webhook outbox's
+delivery step, the rate limits, the realtime hub, the MongoDB driver's command monitoring) report
+facts through the process's `Signals` (`Services.signals`, made with the process's clients in
+`cms.infra`); sinks (Prometheus metrics, the dashboard's per-minute counters in Redis, the request
+log) subscribe with `Signals.add`. A call site never knows which sinks exist, and a sink that fails
+never fails the request: its exception is logged once per sink and signal name, and swallowed.
 
 Signals are synchronous and cheap: a sink that must do I/O (Redis) buffers and flushes from its
 own task. With no sink added, a signal costs one empty loop.
@@ -60,6 +61,14 @@ class Sink:
 
     def realtime_sent(self, events: int) -> None:
         """`events` realtime events were written to subscribers' streams."""
+
+    def realtime_connections(self, count: int) -> None:
+        """This process now holds `count` realtime streams (reported by the hub on every change)."""
+
+    def mongo_command(self, command: str, duration_s: float, ok: bool) -> None:
+        """The MongoDB driver finished the command named `command` (`find`, `insert`, ...: the
+        driver's command name, never its arguments) after `duration_s` seconds; `ok` is False when
+        it failed."""
 
 
 class Signals:
@@ -124,3 +133,19 @@ class Signals:
                 sink.realtime_sent(events)
             except Exception:
                 self._failure(sink, "realtime_sent")
+
+    def realtime_connections(self, count: int) -> None:
+        """Dispatch `Sink.realtime_connections` to every sink."""
+        for sink in self._sinks:
+            try:
+                sink.realtime_connections(count)
+            except Exception:
+                self._failure(sink, "realtime_connections")
+
+    def mongo_command(self, command: str, duration_s: float, ok: bool) -> None:
+        """Dispatch `Sink.mongo_command` to every sink (the driver's command listener calls it)."""
+        for sink in self._sinks:
+            try:
+                sink.mongo_command(command, duration_s, ok)
+            except Exception:
+                self._failure(sink, "mongo_command")

@@ -16,6 +16,7 @@ checks the scopes).
 
 from __future__ import annotations
 
+import hmac
 import logging
 import re
 from collections.abc import Mapping
@@ -62,7 +63,8 @@ class Policy(Enum):
     rules see. PRINCIPAL: any valid credential (401 without). ADMIN_USER: an admin-table user of
     either role; COLLECTION_USER: a user of an auth collection (the service then checks it is one
     of the path's collection); either answers 401 to any other credential. ADMIN: an admin-table
-    user with role `admin` (401 without credentials, 403 for any other principal)."""
+    user with role `admin` (401 without credentials, 403 for any other principal). METRICS: as ADMIN,
+    or the bearer token METRICS_TOKEN when that is set (`metrics_token_matches`; decisions.md, Metrics)."""
 
     PUBLIC = "public"
     OPTIONAL = "optional"
@@ -70,6 +72,7 @@ class Policy(Enum):
     ADMIN_USER = "admin_user"
     COLLECTION_USER = "collection_user"
     ADMIN = "admin"
+    METRICS = "metrics"
 
 
 def authorize(policy: Policy, principal: Principal | None) -> Principal | None:
@@ -78,7 +81,7 @@ def authorize(policy: Policy, principal: Principal | None) -> Principal | None:
     every other policy answers 401). Raises Unauthorized or Forbidden (ADMIN only)."""
     if policy in (Policy.PUBLIC, Policy.OPTIONAL):
         return principal
-    if policy is Policy.ADMIN:
+    if policy is Policy.ADMIN or policy is Policy.METRICS:
         return require_admin(principal)
     signed_in = require_principal(principal)
     if policy is Policy.ADMIN_USER and signed_in.kind != "admin_user":
@@ -86,6 +89,14 @@ def authorize(policy: Policy, principal: Principal | None) -> Principal | None:
     if policy is Policy.COLLECTION_USER and signed_in.kind != "collection_user":
         raise Unauthorized(COLLECTION_TOKEN_ONLY)
     return signed_in
+
+
+def metrics_token_matches(presented: str | None, token: str | None) -> bool:
+    """Whether the bearer token `presented` is the configured METRICS_TOKEN `token` (compared in
+    constant time); always False when no token is configured or none was presented."""
+    if not token or presented is None:
+        return False
+    return hmac.compare_digest(presented.encode(), token.encode())
 
 
 def require_principal(principal: Principal | None) -> Principal:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
@@ -10,7 +11,14 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
-from pymongo.monitoring import ServerDescriptionChangedEvent, ServerListener
+from pymongo.monitoring import (
+    CommandFailedEvent,
+    CommandListener,
+    CommandStartedEvent,
+    CommandSucceededEvent,
+    ServerDescriptionChangedEvent,
+    ServerListener,
+)
 
 log = logging.getLogger("cms.store")
 
@@ -44,16 +52,45 @@ class DriverTrouble(ServerListener):
                         *event.server_address, new.error)
 
 
-def open_client(url: str, *, timeout_s: float = 10.0,
-                operation_timeout_s: float | None = None) -> AsyncMongoClient[dict[str, Any]]:
+CommandReport = Callable[[str, float, bool], None]
+"""Told of each finished command: its name (`find`, `insert`, ...), its duration in seconds and
+whether it succeeded."""
+
+
+class CommandTimer(CommandListener):
+    """Driver command monitoring (issue 30): reports each finished command's name, duration and
+    success to `report` (`Signals.mongo_command`), never its arguments. Runs on the driver's path
+    (the event loop), so `report` must be cheap and must not block."""
+
+    def __init__(self, report: CommandReport) -> None:
+        self._report = report
+
+    def started(self, event: CommandStartedEvent) -> None:
+        """Nothing to report yet (the finished event carries the duration)."""
+
+    def succeeded(self, event: CommandSucceededEvent) -> None:
+        """Report a command that succeeded."""
+        self._report(event.command_name, event.duration_micros / 1e6, True)
+
+    def failed(self, event: CommandFailedEvent) -> None:
+        """Report a command that failed."""
+        self._report(event.command_name, event.duration_micros / 1e6, False)
+
+
+def open_client(url: str, *, timeout_s: float = 10.0, operation_timeout_s: float | None = None,
+                on_command: CommandReport | None = None) -> AsyncMongoClient[dict[str, Any]]:
     """A client returning aware UTC datetimes, with explicit time-outs (seconds): `timeout_s` to
     find and connect to a server, `operation_timeout_s` (None: none) for any one read from a
     connection, so a server that stops answering fails the operation (`NetworkTimeout`) instead
-    of holding it forever.
+    of holding it forever. `on_command`: told of every finished command (`CommandTimer`); None
+    registers no command listener, so the driver builds no command events at all.
 
     `retryWrites=false` is forced for the embedded server, whose retryable-write bookkeeping
     slows every write; real MongoDB accepts it too.
     """
+    listeners: list[Any] = [DriverTrouble()]
+    if on_command is not None:
+        listeners.append(CommandTimer(on_command))
     return AsyncMongoClient(
         url,
         tz_aware=True,
@@ -64,7 +101,7 @@ def open_client(url: str, *, timeout_s: float = 10.0,
         socketTimeoutMS=None if operation_timeout_s is None else int(operation_timeout_s * 1000),
         uuidRepresentation="standard",
         appname="cms",
-        event_listeners=[DriverTrouble()],
+        event_listeners=listeners,
     )
 
 

@@ -41,7 +41,7 @@ EXECUTED = frozenset({"bash"})
 CLIENT_LANGUAGES = {"python": "clients/python.md", "ts": "clients/js.md"}
 """Client examples: allowed only on their client's guide, whose test suite runs them."""
 LISTINGS = frozenset({"console", "text", "json", "yaml", "toml", "ini", "dockerfile", "caddy", "nginx", "http",
-                      "csv", "sql"})
+                      "csv", "sql", "promql"})
 """Blocks that are not examples: commands to type (install, serve, deploy), files, outputs."""
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")

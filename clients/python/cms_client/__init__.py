@@ -1,20 +1,43 @@
 """Typed Python client of the CMS API: `AsyncCmsClient` (httpx, asyncio; realtime over server-sent events) and
 `CmsClient` (blocking), with models generated from the service's OpenAPI document (`cms_client.models`).
+Its surface is the TypeScript client's in snake_case: `client.auth` (the admin table's sign-in calls),
+`client.collection(name)` (records) and `client.collection(name).auth` (an auth collection's user system).
 
     async with AsyncCmsClient("http://127.0.0.1:8090") as client:
-        await client.admins.auth_with_password("admin@example.com", "change-me-now")
+        await client.auth.auth_with_password("admin@example.com", "change-me-now")
         page = await client.collection("posts").get_list(1, 20, expand="author")
 """
 
-from cms_client._async import AsyncApiKeys, AsyncAuth, AsyncBatch, AsyncCmsClient, AsyncCollection, AsyncFiles
-from cms_client._sync import CmsClient, SyncApiKeys, SyncAuth, SyncBatch, SyncCollection, SyncFiles
+from cms_client._async import (
+    AsyncApiKeys,
+    AsyncAuth,
+    AsyncBatch,
+    AsyncCmsClient,
+    AsyncCollection,
+    AsyncCollectionAuth,
+    AsyncCollections,
+    AsyncFiles,
+)
+from cms_client._records import BatchCollection
+from cms_client._sync import (
+    CmsClient,
+    SyncApiKeys,
+    SyncAuth,
+    SyncBatch,
+    SyncCollection,
+    SyncCollectionAuth,
+    SyncCollections,
+    SyncFiles,
+)
 from cms_client.auth_store import ADMIN_AUTH_PATH, AuthStore, token_claims
-from cms_client.errors import CmsError, NetworkError
-from cms_client.realtime import AsyncRealtime, RealtimeEvent, topic_key
+from cms_client.errors import BatchError, CmsError, CmsNetworkError
+from cms_client.realtime import AsyncRealtime, RealtimeEvent, topic_string
 from cms_client.shapes import Record, RecordPage
 
 __all__ = [
-    "ADMIN_AUTH_PATH", "AsyncApiKeys", "AsyncAuth", "AsyncBatch", "AsyncCmsClient", "AsyncCollection", "AsyncFiles",
-    "AsyncRealtime", "AuthStore", "CmsClient", "CmsError", "NetworkError", "RealtimeEvent", "Record", "RecordPage",
-    "SyncApiKeys", "SyncAuth", "SyncBatch", "SyncCollection", "SyncFiles", "token_claims", "topic_key",
+    "ADMIN_AUTH_PATH", "AsyncApiKeys", "AsyncAuth", "AsyncBatch", "AsyncCmsClient", "AsyncCollection",
+    "AsyncCollectionAuth", "AsyncCollections", "AsyncFiles", "AsyncRealtime", "AuthStore", "BatchCollection",
+    "BatchError", "CmsClient", "CmsError", "CmsNetworkError", "RealtimeEvent", "Record", "RecordPage", "SyncApiKeys",
+    "SyncAuth", "SyncBatch", "SyncCollection", "SyncCollectionAuth", "SyncCollections", "SyncFiles", "token_claims",
+    "topic_string",
 ]

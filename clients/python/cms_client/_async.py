@@ -96,8 +96,9 @@ class AsyncTransport:
 
 
 class AsyncAuth:
-    """The sign-in calls of one user system: `client.admins` (the admin table) or `client.collection(name)`
-    (an auth collection). A successful login fills the client's auth store."""
+    """The sign-in calls of a user system: `client.auth` is the admin table's (`/api/v1/auth`); an auth collection's
+    is `client.collection(name).auth` (an `AsyncCollectionAuth`). A successful login fills the client's auth store;
+    `refresh` and `logout` act on whichever user system the store is signed in to."""
 
     def __init__(self, transport: AsyncTransport, auth_path: str) -> None:
         self._t = transport
@@ -108,15 +109,6 @@ class AsyncAuth:
         store stays empty). CmsError 401 `invalid_credentials`."""
         return await self._t.run(_auth.login(self._t.store, self.auth_path, "login",
                                              {"email": email, "password": password}))
-
-    async def request_otp(self, email: str) -> Message:
-        """Email a 6-digit login code (auth collections with `otp_enabled`; the same answer for any address)."""
-        return await self._t.run(_auth.message(self.auth_path, "otp/request", {"email": email}, auth=False))
-
-    async def auth_with_otp(self, email: str, code: str) -> AuthAnswer:
-        """Sign in with the emailed code. CmsError 400 `otp_invalid`, 403 `otp_disabled`."""
-        return await self._t.run(_auth.login(self._t.store, self.auth_path, "otp/verify",
-                                             {"email": email, "code": code}))
 
     async def verify_2fa(self, mfa_token: str, code: str) -> AuthAnswer:
         """Complete a login that answered `requires_2fa` with a TOTP (or recovery) code. CmsError 400
@@ -142,7 +134,7 @@ class AsyncAuth:
         return await self._t.run(_auth.oauth2_providers(self.auth_path, redirect_uri))
 
     @staticmethod
-    def authorize_url(provider: OAuthProvider, redirect_uri: str | None = None) -> str:
+    def oauth2_authorize_url(provider: OAuthProvider, redirect_uri: str | None = None) -> str:
         """Where to send the user for `provider` (see `_auth.authorize_url`)."""
         return _auth.authorize_url(provider, redirect_uri)
 
@@ -153,6 +145,14 @@ class AsyncAuth:
         body = _auth.oauth2_callback_body(provider, code, state, redirect_uri)
         return await self._t.run(_auth.login(self._t.store, self.auth_path, "oauth2/callback", body))
 
+    async def refresh(self) -> Token:
+        """Rotate the signed-in token pair now (the old refresh token is spent); the same as `client.refresh()`."""
+        return await self._t.refresh_now()
+
+    async def logout(self) -> None:
+        """Revoke the signed-in session and clear the auth store (cleared also when the service refuses)."""
+        await self._t.run(_auth.logout(self._t.store))
+
     async def me(self) -> dict[str, Any]:
         """The signed-in user as this user system shows it."""
         return await self._t.run(_auth.me(self.auth_path))
@@ -162,13 +162,32 @@ class AsyncAuth:
         return await self._t.run(_auth.register(self.auth_path, email, password, fields))
 
 
-class AsyncCollection(AsyncAuth):
-    """The records of one collection (`client.collection(name)`), and its sign-in calls when it is an auth
+class AsyncCollectionAuth(AsyncAuth):
+    """The user system of an auth collection (`client.collection(name).auth`): the shared calls, plus the emailed
+    one-time code (OTP) login."""
+
+    def __init__(self, transport: AsyncTransport, collection: str) -> None:
+        super().__init__(transport, f"/api/v1/collections/{segment(collection)}/auth")
+        self.collection = collection
+
+    async def request_otp(self, email: str) -> Message:
+        """Email a 6-digit login code (auth collections with `otp_enabled`; the same answer for any address)."""
+        return await self._t.run(_auth.message(self.auth_path, "otp/request", {"email": email}, auth=False))
+
+    async def auth_with_otp(self, email: str, code: str) -> AuthAnswer:
+        """Sign in with the emailed code. CmsError 400 `otp_invalid`, 403 `otp_disabled`."""
+        return await self._t.run(_auth.login(self._t.store, self.auth_path, "otp/verify",
+                                             {"email": email, "code": code}))
+
+
+class AsyncCollection:
+    """The records of one collection (`client.collection(name)`); `auth` is its user system when it is an auth
     collection. Errors: CmsError 404 (no such collection or record), 403 (its rules refuse), 422 (`errors`)."""
 
     def __init__(self, transport: AsyncTransport, name: str) -> None:
-        super().__init__(transport, f"/api/v1/collections/{segment(name)}/auth")
+        self._t = transport
         self.name = name
+        self.auth = AsyncCollectionAuth(transport, name)
 
     async def get_list(self, page: int = 1, per_page: int = 30, *, filter: str | None = None,
                        sort: str | None = None, search: str | None = None, expand: str | None = None,
@@ -222,14 +241,15 @@ class AsyncCollection(AsyncAuth):
 
 
 class AsyncBatch(_records.BatchBuilder):
-    """`client.batch()`: add requests, then `await send()` posts them as one all-or-nothing transaction."""
+    """`client.batch()`: add requests (`.collection(name).create(...)`, chainable), then `await send()` posts them
+    as one all-or-nothing transaction."""
 
     def __init__(self, transport: AsyncTransport) -> None:
         super().__init__()
         self._t = transport
 
     async def send(self) -> list[BatchAnswer]:
-        """One `{status, body}` per request; CmsError 400 when one fails (then nothing is stored)."""
+        """One `{status, body}` per request; BatchError 400 when one fails (then nothing is stored)."""
         return await self._t.run(self.flow())
 
 
@@ -312,14 +332,14 @@ class AsyncCmsClient:
         self._t = AsyncTransport(base_url, self.auth_store, api_key, http or httpx.AsyncClient(timeout=timeout_s),
                                  refresh_margin_s)
         self.base_url = self._t.base_url
-        self.admins = AsyncAuth(self._t, ADMIN_AUTH_PATH)
+        self.auth = AsyncAuth(self._t, ADMIN_AUTH_PATH)
         self.collections = AsyncCollections(self._t)
         self.files = AsyncFiles(self._t)
         self.api_keys = AsyncApiKeys(self._t)
         self.realtime = AsyncRealtime(self._t)
 
     def collection(self, name: str) -> AsyncCollection:
-        """The records (and, for an auth collection, the sign-in calls) of collection `name`."""
+        """The records of collection `name` (and, for an auth collection, its user system as `.auth`)."""
         return AsyncCollection(self._t, name)
 
     def batch(self) -> AsyncBatch:
@@ -327,12 +347,9 @@ class AsyncCmsClient:
         return AsyncBatch(self._t)
 
     async def refresh(self) -> Token:
-        """Rotate the token pair of the signed-in user system now (the old refresh token is spent)."""
+        """Rotate the token pair of the signed-in user system now (the old refresh token is spent); concurrent
+        refreshes share one request."""
         return await self._t.refresh_now()
-
-    async def logout(self) -> None:
-        """Revoke the signed-in session and clear the auth store."""
-        await self._t.run(_auth.logout(self.auth_store))
 
     async def health(self) -> dict[str, Any]:
         """The service's health: `{status, mongodb, redis, version}`."""

@@ -1,7 +1,7 @@
 """What both flavours share: a request is described once as a `Call`, and an operation once as a `Flow`.
 
 A flow is a generator that yields the calls it needs and gets each call's decoded answer back (or the
-`CmsError`/`NetworkError` thrown into it); it returns the operation's result. The async and the sync
+`CmsError`/`CmsNetworkError` thrown into it); it returns the operation's result. The async and the sync
 client each drive flows with their own httpx client (`drive_async`, `drive_sync`), so the request
 building, answer decoding and multi-step logic (paging, storing a login) exist once.
 """
@@ -17,7 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from cms_client.auth_store import AuthStore
-from cms_client.errors import CmsError, NetworkError
+from cms_client.errors import CmsError, CmsNetworkError
 
 T = TypeVar("T")
 
@@ -124,9 +124,9 @@ def decode(call: Call[T], response: httpx.Response) -> T:
     return result  # type: ignore[no-any-return]
 
 
-def network_error(exc: httpx.TransportError, call: Call[Any]) -> NetworkError:
-    """The NetworkError of a transport failure of `call` (its cause kept as `__cause__` by the raiser)."""
-    return NetworkError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}")
+def network_error(exc: httpx.TransportError, call: Call[Any]) -> CmsNetworkError:
+    """The CmsNetworkError of a transport failure of `call` (its cause kept as `__cause__` by the raiser)."""
+    return CmsNetworkError(f"{call.method} {call.path}: {type(exc).__name__}: {exc}")
 
 
 def drive_sync(flow: Flow[T], send: Callable[[Call[Any]], Any]) -> T:
@@ -141,7 +141,7 @@ def drive_sync(flow: Flow[T], send: Callable[[Call[Any]], Any]) -> T:
             return stop.value  # type: ignore[no-any-return]
         try:
             answer, failure = send(call), None
-        except (CmsError, NetworkError) as exc:
+        except (CmsError, CmsNetworkError) as exc:
             answer, failure = None, exc
 
 
@@ -156,5 +156,5 @@ async def drive_async(flow: Flow[T], send: Callable[[Call[Any]], Awaitable[Any]]
             return stop.value  # type: ignore[no-any-return]
         try:
             answer, failure = await send(call), None
-        except (CmsError, NetworkError) as exc:
+        except (CmsError, CmsNetworkError) as exc:
             answer, failure = None, exc

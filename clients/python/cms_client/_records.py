@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar
 from urllib.parse import urlencode
 
 from cms_client._core import Call, Flow, Params, ask, segment
+from cms_client.errors import BatchError, CmsError
 from cms_client.shapes import BatchAnswer, BulkDeleted, BulkUpdated, CsvImportResult, Record, RecordPage
 
 FULL_LIST_PER_PAGE = 100
 """Records per request of `get_full_list` (the service's MAX_PER_PAGE)."""
+
+B = TypeVar("B", bound="BatchBuilder")
 
 
 def records_path(collection: str, record_id: str | None = None) -> str:
@@ -98,37 +101,59 @@ def export_csv(collection: str, *, filter: str | None = None, sort: str | None =
                                      headers={"Accept": "text/csv"}, expect="text")))
 
 
+class BatchCollection(Generic[B]):
+    """The requests on the records of one collection in a batch (`batch.collection(name)`): `create`, `update` and
+    `delete` add one and return the batch itself, so calls chain (`.collection(other)` switches collection)."""
+
+    def __init__(self, builder: B, name: str) -> None:
+        self._builder = builder
+        self.name = name
+
+    def create(self, data: Mapping[str, Any], *, expand: str | None = None, fields: str | None = None) -> B:
+        """Add a record creation (its answer: 201 and the record)."""
+        return self._builder.add({"method": "POST", "url": _shaped(records_path(self.name), expand, fields),
+                                  "body": {"data": dict(data)}})
+
+    def update(self, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
+               fields: str | None = None) -> B:
+        """Add a change of a record (its answer: 200 and the record)."""
+        return self._builder.add({"method": "PATCH",
+                                  "url": _shaped(records_path(self.name, record_id), expand, fields),
+                                  "body": {"data": dict(data)}})
+
+    def delete(self, record_id: str) -> B:
+        """Add a deletion (its answer: 204 and `body` None)."""
+        return self._builder.add({"method": "DELETE", "url": records_path(self.name, record_id)})
+
+
+def _shaped(url: str, expand: str | None, fields: str | None) -> str:
+    query = urlencode({key: value for key, value in (("expand", expand), ("fields", fields)) if value})
+    return f"{url}?{query}" if query else url
+
+
 class BatchBuilder:
     """The requests of one `POST /api/v1/batch`, added in order: all run in one transaction or none does.
 
-    `create`, `update` and `delete` return the builder (chainable); the flavour's `send()` posts it."""
+    `collection(name)` adds requests on a collection's records; the flavour's `send()` posts the batch."""
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
 
-    def create(self, collection: str, data: Mapping[str, Any], *, expand: str | None = None) -> Self:
-        """Add a record creation (its answer: 201 and the record)."""
-        return self._add("POST", records_path(collection), {"data": dict(data)}, expand)
+    def collection(self, name: str) -> BatchCollection[Self]:
+        """Add requests on the records of collection `name`."""
+        return BatchCollection(self, name)
 
-    def update(self, collection: str, record_id: str, data: Mapping[str, Any], *,
-               expand: str | None = None) -> Self:
-        """Add a change of a record (its answer: 200 and the record)."""
-        return self._add("PATCH", records_path(collection, record_id), {"data": dict(data)}, expand)
-
-    def delete(self, collection: str, record_id: str) -> Self:
-        """Add a deletion (its answer: 204 and `body` None)."""
-        return self._add("DELETE", records_path(collection, record_id), None, None)
-
-    def _add(self, method: str, url: str, body: dict[str, Any] | None, expand: str | None) -> Self:
-        query = "" if expand is None else "?" + urlencode({"expand": expand})
-        request: dict[str, Any] = {"method": method, "url": url + query}
-        if body is not None:
-            request["body"] = body
-        self.requests.append(request)
+    def add(self, request: Mapping[str, Any]) -> Self:
+        """Add one raw request `{method, url, body?}` (`url` from `/api/v1/...`); returns the batch."""
+        self.requests.append(dict(request))
         return self
 
     def flow(self) -> Flow[list[BatchAnswer]]:
-        """Post the batch: one `{status, body}` per request, in order. CmsError 400 `bad_request` when one fails
-        (nothing is stored; `error.body["failed"]` is `{index, status, body}` of the first failing request)."""
-        return (yield from ask(Call[list[BatchAnswer]]("POST", "/api/v1/batch",
-                                                       json_body={"requests": list(self.requests)})))
+        """Post the batch: one `{status, body}` per request, in order. BatchError (a CmsError) when it fails: 400
+        `bad_request` when one request fails (nothing is stored; `failed` is `{index, status, body}` of the first
+        failing request), 422 over the service's limit of requests."""
+        try:
+            return (yield from ask(Call[list[BatchAnswer]]("POST", "/api/v1/batch",
+                                                           json_body={"requests": list(self.requests)})))
+        except CmsError as exc:
+            raise BatchError.of(exc) from None

@@ -97,8 +97,9 @@ class SyncTransport:
 
 
 class SyncAuth:
-    """The sign-in calls of one user system: `client.admins` (the admin table) or `client.collection(name)`
-    (an auth collection). A successful login fills the client's auth store."""
+    """The sign-in calls of a user system: `client.auth` is the admin table's (`/api/v1/auth`); an auth collection's
+    is `client.collection(name).auth` (a `SyncCollectionAuth`). A successful login fills the client's auth store;
+    `refresh` and `logout` act on whichever user system the store is signed in to."""
 
     def __init__(self, transport: SyncTransport, auth_path: str) -> None:
         self._t = transport
@@ -109,15 +110,6 @@ class SyncAuth:
         store stays empty). CmsError 401 `invalid_credentials`."""
         return self._t.run(_auth.login(self._t.store, self.auth_path, "login",
                                              {"email": email, "password": password}))
-
-    def request_otp(self, email: str) -> Message:
-        """Email a 6-digit login code (auth collections with `otp_enabled`; the same answer for any address)."""
-        return self._t.run(_auth.message(self.auth_path, "otp/request", {"email": email}, auth=False))
-
-    def auth_with_otp(self, email: str, code: str) -> AuthAnswer:
-        """Sign in with the emailed code. CmsError 400 `otp_invalid`, 403 `otp_disabled`."""
-        return self._t.run(_auth.login(self._t.store, self.auth_path, "otp/verify",
-                                             {"email": email, "code": code}))
 
     def verify_2fa(self, mfa_token: str, code: str) -> AuthAnswer:
         """Complete a login that answered `requires_2fa` with a TOTP (or recovery) code. CmsError 400
@@ -143,7 +135,7 @@ class SyncAuth:
         return self._t.run(_auth.oauth2_providers(self.auth_path, redirect_uri))
 
     @staticmethod
-    def authorize_url(provider: OAuthProvider, redirect_uri: str | None = None) -> str:
+    def oauth2_authorize_url(provider: OAuthProvider, redirect_uri: str | None = None) -> str:
         """Where to send the user for `provider` (see `_auth.authorize_url`)."""
         return _auth.authorize_url(provider, redirect_uri)
 
@@ -154,6 +146,14 @@ class SyncAuth:
         body = _auth.oauth2_callback_body(provider, code, state, redirect_uri)
         return self._t.run(_auth.login(self._t.store, self.auth_path, "oauth2/callback", body))
 
+    def refresh(self) -> Token:
+        """Rotate the signed-in token pair now (the old refresh token is spent); the same as `client.refresh()`."""
+        return self._t.refresh_now()
+
+    def logout(self) -> None:
+        """Revoke the signed-in session and clear the auth store (cleared also when the service refuses)."""
+        self._t.run(_auth.logout(self._t.store))
+
     def me(self) -> dict[str, Any]:
         """The signed-in user as this user system shows it."""
         return self._t.run(_auth.me(self.auth_path))
@@ -163,13 +163,32 @@ class SyncAuth:
         return self._t.run(_auth.register(self.auth_path, email, password, fields))
 
 
-class SyncCollection(SyncAuth):
-    """The records of one collection (`client.collection(name)`), and its sign-in calls when it is an auth
+class SyncCollectionAuth(SyncAuth):
+    """The user system of an auth collection (`client.collection(name).auth`): the shared calls, plus the emailed
+    one-time code (OTP) login."""
+
+    def __init__(self, transport: SyncTransport, collection: str) -> None:
+        super().__init__(transport, f"/api/v1/collections/{segment(collection)}/auth")
+        self.collection = collection
+
+    def request_otp(self, email: str) -> Message:
+        """Email a 6-digit login code (auth collections with `otp_enabled`; the same answer for any address)."""
+        return self._t.run(_auth.message(self.auth_path, "otp/request", {"email": email}, auth=False))
+
+    def auth_with_otp(self, email: str, code: str) -> AuthAnswer:
+        """Sign in with the emailed code. CmsError 400 `otp_invalid`, 403 `otp_disabled`."""
+        return self._t.run(_auth.login(self._t.store, self.auth_path, "otp/verify",
+                                             {"email": email, "code": code}))
+
+
+class SyncCollection:
+    """The records of one collection (`client.collection(name)`); `auth` is its user system when it is an auth
     collection. Errors: CmsError 404 (no such collection or record), 403 (its rules refuse), 422 (`errors`)."""
 
     def __init__(self, transport: SyncTransport, name: str) -> None:
-        super().__init__(transport, f"/api/v1/collections/{segment(name)}/auth")
+        self._t = transport
         self.name = name
+        self.auth = SyncCollectionAuth(transport, name)
 
     def get_list(self, page: int = 1, per_page: int = 30, *, filter: str | None = None,
                        sort: str | None = None, search: str | None = None, expand: str | None = None,
@@ -223,14 +242,15 @@ class SyncCollection(SyncAuth):
 
 
 class SyncBatch(_records.BatchBuilder):
-    """`client.batch()`: add requests, then `send()` posts them as one all-or-nothing transaction."""
+    """`client.batch()`: add requests (`.collection(name).create(...)`, chainable), then `send()` posts them as one
+    all-or-nothing transaction."""
 
     def __init__(self, transport: SyncTransport) -> None:
         super().__init__()
         self._t = transport
 
     def send(self) -> list[BatchAnswer]:
-        """One `{status, body}` per request; CmsError 400 when one fails (then nothing is stored)."""
+        """One `{status, body}` per request; BatchError 400 when one fails (then nothing is stored)."""
         return self._t.run(self.flow())
 
 
@@ -313,13 +333,13 @@ class CmsClient:
         self._t = SyncTransport(base_url, self.auth_store, api_key, http or httpx.Client(timeout=timeout_s),
                                  refresh_margin_s)
         self.base_url = self._t.base_url
-        self.admins = SyncAuth(self._t, ADMIN_AUTH_PATH)
+        self.auth = SyncAuth(self._t, ADMIN_AUTH_PATH)
         self.collections = SyncCollections(self._t)
         self.files = SyncFiles(self._t)
         self.api_keys = SyncApiKeys(self._t)
 
     def collection(self, name: str) -> SyncCollection:
-        """The records (and, for an auth collection, the sign-in calls) of collection `name`."""
+        """The records of collection `name` (and, for an auth collection, its user system as `.auth`)."""
         return SyncCollection(self._t, name)
 
     def batch(self) -> SyncBatch:
@@ -327,12 +347,9 @@ class CmsClient:
         return SyncBatch(self._t)
 
     def refresh(self) -> Token:
-        """Rotate the token pair of the signed-in user system now (the old refresh token is spent)."""
+        """Rotate the token pair of the signed-in user system now (the old refresh token is spent); concurrent
+        refreshes share one request."""
         return self._t.refresh_now()
-
-    def logout(self) -> None:
-        """Revoke the signed-in session and clear the auth store."""
-        self._t.run(_auth.logout(self.auth_store))
 
     def health(self) -> dict[str, Any]:
         """The service's health: `{status, mongodb, redis, version}`."""

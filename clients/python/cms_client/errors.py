@@ -1,4 +1,5 @@
-"""The client's two failures: the API answered with an error (`CmsError`), or no answer came (`NetworkError`)."""
+"""The client's failures, named as the TypeScript client's: the API answered with an error (`CmsError`; a failed
+batch is a `BatchError`, which also says which request failed), or no answer came (`CmsNetworkError`)."""
 
 from __future__ import annotations
 
@@ -24,5 +25,21 @@ class CmsError(Exception):
         self.body: dict[str, Any] = body if body is not None else {"detail": detail, "code": code}
 
 
-class NetworkError(Exception):
+class BatchError(CmsError):
+    """A batch that stored nothing: `failed` is `{index (from 0), status, body}`, the answer the first failing
+    request would have got alone; None when the whole batch was refused (too many requests, no transactions)."""
+
+    def __init__(self, status: int, code: str, detail: str, errors: dict[str, list[str]] | None = None,
+                 body: dict[str, Any] | None = None) -> None:
+        super().__init__(status, code, detail, errors, body)
+        failed = self.body.get("failed")
+        self.failed: dict[str, Any] | None = failed if isinstance(failed, dict) else None
+
+    @classmethod
+    def of(cls, error: CmsError) -> BatchError:
+        """The BatchError of the error answer to a batch."""
+        return cls(error.status, error.code, error.detail, error.errors, error.body)
+
+
+class CmsNetworkError(Exception):
     """No answer from the service: a refused or dropped connection, or a time-out. `__cause__` is httpx's error."""

@@ -19,7 +19,7 @@ from httpx_sse import EventSource, ServerSentEvent
 from cms_client import _resources
 from cms_client._core import Call, build_request, error_from
 from cms_client.auth_store import AuthStore
-from cms_client.errors import CmsError, NetworkError
+from cms_client.errors import CmsError, CmsNetworkError
 
 if TYPE_CHECKING:
     from cms_client._async import AsyncTransport
@@ -51,7 +51,7 @@ ResyncListener = Callable[[], Awaitable[None] | None]
 """Called when the service could not replay missed events: reload the data."""
 
 
-def topic_key(topic: str, filter: str | None = None, expand: str | None = None, fields: str | None = None) -> str:
+def topic_string(topic: str, filter: str | None = None, expand: str | None = None, fields: str | None = None) -> str:
     """The topic as posted and as the service names its events: `posts/*?filter=...&expand=...&fields=...`."""
     options = {key: value for key, value in (("filter", filter), ("expand", expand), ("fields", fields)) if value}
     if not options:
@@ -88,8 +88,8 @@ class AsyncRealtime:
         """Call `callback(event)` for each event of `topic` (`<collection>/*` or `<collection>/<record id>`),
         narrowed by `filter` and shaped by `expand` / `fields`. Returns once the service has the subscription in
         force (events of later writes reach the callback); the returned coroutine function unsubscribes.
-        Raises CmsError 422 (unknown collection, bad filter) or NetworkError (no stream within 30 s)."""
-        key = topic_key(topic, filter, expand, fields)
+        Raises CmsError 422 (unknown collection, bad filter) or CmsNetworkError (no stream within 30 s)."""
+        key = topic_string(topic, filter, expand, fields)
         self._callbacks.setdefault(key, []).append(callback)
         self._ensure_stream()
         try:
@@ -146,7 +146,8 @@ class AsyncRealtime:
             try:
                 await asyncio.wait_for(self._connected.wait(), CONNECT_TIMEOUT_S)
             except TimeoutError as exc:
-                raise NetworkError(f"realtime: no stream from {self._t.base_url} within {CONNECT_TIMEOUT_S} s") from exc
+                message = f"realtime: no stream from {self._t.base_url} within {CONNECT_TIMEOUT_S} s"
+                raise CmsNetworkError(message) from exc
             client_id, topics = self._client_id, tuple(sorted(self._callbacks))
             if client_id is None or self._posted == (client_id, self._t.store.token, topics):
                 return
@@ -168,7 +169,7 @@ class AsyncRealtime:
     async def _repost(self) -> None:
         try:
             await self._post_subscriptions()
-        except (CmsError, NetworkError) as exc:
+        except (CmsError, CmsNetworkError) as exc:
             # the stream dropped meanwhile (404: client not connected): its reconnection posts again
             log.info("realtime: re-posting subscriptions failed (%s); retried after reconnecting", exc)
 
@@ -177,7 +178,7 @@ class AsyncRealtime:
         while True:
             try:
                 await self._stream()
-            except (httpx.HTTPError, CmsError, NetworkError, ValueError) as exc:
+            except (httpx.HTTPError, CmsError, CmsNetworkError, ValueError) as exc:
                 log.info("realtime: stream dropped (%s: %s); reconnecting in %.1f s", type(exc).__name__, exc, delay_s)
             if self._connected.is_set():
                 delay_s = RECONNECT_MIN_S

@@ -169,7 +169,7 @@ def blog(service: Service) -> Blog:
 
     names = Blog(unique("authors"), unique("posts"))
     with CmsClient(service.url) as client:
-        client.admins.auth_with_password(service.admin_email, service.admin_password)
+        client.auth.auth_with_password(service.admin_email, service.admin_password)
         authors = client.collections.create({"name": names.authors, "schema": [{"name": "name", "type": "text"}]})
         client.collections.create({"name": names.posts, "schema": [
             {"name": "title", "type": "text", "validation": {"required": True, "max": 80}},

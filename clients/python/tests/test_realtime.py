@@ -70,7 +70,7 @@ class Proxy:
 async def test_subscribe_receives_events_with_filter_and_expand(service: Service, blog: Blog) -> None:
     tag = unique("live")
     async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(service.url) as client:
-        await writer.admins.auth_with_password(service.admin_email, service.admin_password)
+        await writer.auth.auth_with_password(service.admin_email, service.admin_password)
         author = await writer.collection(blog.authors).create({"name": tag})
         events: list[RealtimeEvent] = []
         unsubscribe = await client.realtime.subscribe(f"{blog.posts}/*", events.append, filter=f'title~"{tag}"',
@@ -101,7 +101,7 @@ async def test_resume_after_a_dropped_connection_loses_and_repeats_nothing(servi
     url = await proxy.start()
     try:
         async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(url) as client:
-            await writer.admins.auth_with_password(service.admin_email, service.admin_password)
+            await writer.auth.auth_with_password(service.admin_email, service.admin_password)
             posts = writer.collection(blog.posts)
             titles: list[str] = []
             resyncs: list[bool] = []
@@ -139,7 +139,7 @@ async def test_subscriptions_are_posted_again_after_a_token_refresh(service: Ser
     tag = unique("refresh")
     http = httpx.AsyncClient(event_hooks={"request": [record]})
     async with AsyncCmsClient(service.url, http=http) as client:
-        await client.admins.auth_with_password(service.admin_email, service.admin_password)
+        await client.auth.auth_with_password(service.admin_email, service.admin_password)
         titles: list[str] = []
         await client.realtime.subscribe(f"{blog.posts}/*", lambda e: titles.append(e["record"]["title"]),
                                         filter=f'title~"{tag}"')

@@ -3,14 +3,14 @@ from __future__ import annotations
 import pytest
 from conftest import Blog, Service, unique
 
-from cms_client import AsyncCmsClient, CmsError, NetworkError
+from cms_client import AsyncCmsClient, CmsError, CmsNetworkError
 
 pytestmark = pytest.mark.anyio
 
 
 async def signed_in(service: Service) -> AsyncCmsClient:
     client = AsyncCmsClient(service.url)
-    await client.admins.auth_with_password(service.admin_email, service.admin_password)
+    await client.auth.auth_with_password(service.admin_email, service.admin_password)
     return client
 
 
@@ -106,5 +106,5 @@ async def test_network_failure_is_not_a_cms_error() -> None:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     async with AsyncCmsClient(f"http://127.0.0.1:{port}") as client:
-        with pytest.raises(NetworkError):
+        with pytest.raises(CmsNetworkError):
             await client.health()

@@ -18,12 +18,14 @@ from cms_client.shapes import RecordPage
 def test_sync_client_records_batch_and_errors(service: Service, blog: Blog) -> None:
     tag = unique("sync")
     with CmsClient(service.url) as client:
-        client.admins.auth_with_password(service.admin_email, service.admin_password)
+        client.auth.auth_with_password(service.admin_email, service.admin_password)
         posts = client.collection(blog.posts)
         post = posts.create({"title": f"{tag} a", "views": 1})
         assert posts.get_one(post["id"])["title"] == f"{tag} a"
         assert posts.update(post["id"], {"views": 3})["views"] == 3
-        answers = client.batch().create(blog.posts, {"title": f"{tag} b"}).delete(blog.posts, post["id"]).send()
+        batch = client.batch()
+        batch.collection(blog.posts).create({"title": f"{tag} b"})
+        answers = batch.collection(blog.posts).delete(post["id"]).send()
         assert [answer["status"] for answer in answers] == [201, 204]
         assert [r["title"] for r in posts.get_full_list(filter=f'title~"{tag}"')] == [f"{tag} b"]
         with pytest.raises(CmsError) as caught:
@@ -42,18 +44,18 @@ def test_sync_client_refreshes_once_for_concurrent_threads(service: Service) -> 
 
     with CmsClient(service.url, http=httpx.Client(event_hooks={"response": [record]}),
                    refresh_margin_s=None) as client:
-        client.admins.auth_with_password(service.admin_email, service.admin_password)
+        client.auth.auth_with_password(service.admin_email, service.admin_password)
         store = client.auth_store
         store.save(expired_copy(store.token, service.secret_key), store.refresh_token)
         emails: list[str] = []
-        threads = [threading.Thread(target=lambda: emails.append(client.admins.me()["email"])) for _ in range(4)]
+        threads = [threading.Thread(target=lambda: emails.append(client.auth.me()["email"])) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
         assert emails == [service.admin_email] * 4
         assert refreshes == [200]
-        client.logout()
+        client.auth.logout()
         assert store.token == ""
 
 
@@ -65,10 +67,12 @@ def _public_methods(cls: type) -> dict[str, list[str]]:
 @pytest.mark.parametrize("async_cls, sync_cls", [
     (cms_client.AsyncCollection, cms_client.SyncCollection),
     (cms_client.AsyncAuth, cms_client.SyncAuth),
+    (cms_client.AsyncCollectionAuth, cms_client.SyncCollectionAuth),
     (cms_client.AsyncBatch, cms_client.SyncBatch),
+    (cms_client.AsyncCollections, cms_client.SyncCollections),
     (cms_client.AsyncFiles, cms_client.SyncFiles),
     (cms_client.AsyncApiKeys, cms_client.SyncApiKeys),
-], ids=["collection", "auth", "batch", "files", "api_keys"])
+], ids=["collection", "auth", "collection_auth", "batch", "collections", "files", "api_keys"])
 def test_sync_classes_mirror_the_async_ones(async_cls: type, sync_cls: type) -> None:
     assert _public_methods(sync_cls) == _public_methods(async_cls)
 
@@ -77,6 +81,29 @@ def test_client_classes_mirror_each_other() -> None:
     async_methods = _public_methods(cms_client.AsyncCmsClient)
     sync_methods = _public_methods(cms_client.CmsClient)
     assert set(async_methods) - {"aclose"} == set(sync_methods) - {"close"}
+
+
+def _public_attributes(obj: object) -> dict[str, str]:
+    """Public instance attributes -> their class's name without its flavour (`AsyncAuth`/`SyncAuth` -> `Auth`)."""
+    return {name: type(value).__name__.removeprefix("Async").removeprefix("Sync")
+            for name, value in vars(obj).items() if not name.startswith("_")}
+
+
+@pytest.mark.anyio
+async def test_client_objects_mirror_each_other_and_the_js_surface() -> None:
+    """Both flavours hang the same objects at the same places as the TypeScript client: `client.auth` (the admin
+    table), `client.collection(name)` (records) and `client.collection(name).auth` (that collection's users)."""
+    async with cms_client.AsyncCmsClient("http://127.0.0.1:9") as async_client:
+        with CmsClient("http://127.0.0.1:9") as sync_client:
+            async_attributes = _public_attributes(async_client)
+            assert async_attributes.pop("realtime") == "Realtime"  # realtime is async-only
+            assert async_attributes == _public_attributes(sync_client)
+            assert async_attributes["auth"] == "Auth" and "admins" not in async_attributes
+            for collection in (async_client.collection("members"), sync_client.collection("members")):
+                assert _public_attributes(collection) == {"name": "str", "auth": "CollectionAuth"}
+                assert collection.auth.auth_path == "/api/v1/collections/members/auth"
+                assert not hasattr(collection, "auth_with_password")  # sign-in is on `.auth` only
+            assert not hasattr(async_client.auth, "auth_with_otp")  # the admin table has no emailed-code login
 
 
 def test_record_page_has_the_generated_keys() -> None:

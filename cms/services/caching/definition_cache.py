@@ -78,10 +78,14 @@ class DefinitionCache:
     """Epoch-checked in-process values (see the module docstring). `epoch_key` is the Redis key of
     the epoch that guards them (the catalog epoch; the session epoch for `SessionService`);
     `companions` are other caches' epoch keys read in the same `MGET`, so a request that needs
-    several pays one round trip; `clock` gives monotonic seconds."""
+    several pays one round trip; `clock` gives monotonic seconds; `on_lookup(hit)` is told of every
+    `get` (a value served from here or loaded) and of every `peek` that found a value (the
+    `definition` and `session` caches' signals, cms.observability)."""
 
     def __init__(self, redis: Redis, epoch_key: str, *, companions: tuple[str, ...] = (),
-                 max_age_s: float = MAX_AGE_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 max_age_s: float = MAX_AGE_S, clock: Callable[[], float] = time.monotonic,
+                 on_lookup: Callable[[bool], None] | None = None) -> None:
+        self._on_lookup = on_lookup
         self._redis = redis
         self._epoch_key = epoch_key
         self._keys = (epoch_key, *companions)
@@ -127,11 +131,17 @@ class DefinitionCache:
         if epoch is None:
             epoch = await self.epoch()
         if epoch is None:
+            if self._on_lookup is not None:
+                self._on_lookup(False)
             return await load()
         entry = self._entries.get(key)
         if entry is not None and entry[0] == epoch and self._clock() - entry[1] < self._max_age_s:
+            if self._on_lookup is not None:
+                self._on_lookup(True)
             value: T = entry[2]
             return value
+        if self._on_lookup is not None:
+            self._on_lookup(False)
         current = epoch
 
         async def load_and_keep() -> T:
@@ -149,6 +159,8 @@ class DefinitionCache:
         entry = self._entries.get(key)
         if entry is None or self._clock() - entry[1] >= self._max_age_s:
             return None
+        if self._on_lookup is not None:
+            self._on_lookup(True)
         return entry[0], entry[2]
 
     def update(self, key: Hashable, value: Any) -> None:

@@ -95,10 +95,14 @@ class ReadCache:
     (one per database); `switch()` (e.g. the `read_cache_enabled` setting) is asked on every
     lookup and store: False makes the lookup a miss that stores nothing (identical concurrent
     reads still share one query). Bumps happen whatever the switch
-    says, so turning the cache back on never serves an entry older than a write."""
+    says, so turning the cache back on never serves an entry older than a write. `on_lookup(hit)`
+    is told of every look-up made while the switch is on (a Redis failure is a miss): the
+    `read` cache's signal (cms.observability)."""
 
     def __init__(self, redis: Redis, *, prefix: str, ttl_s: int = DEFAULT_TTL_S,
-                 switch: Callable[[], Awaitable[bool]] | None = None) -> None:
+                 switch: Callable[[], Awaitable[bool]] | None = None,
+                 on_lookup: Callable[[bool], None] | None = None) -> None:
+        self._on_lookup = on_lookup
         self._redis = redis
         self._prefix = prefix
         self._ttl_s = ttl_s
@@ -125,13 +129,18 @@ class ReadCache:
         counters = 2 + len(related)
         values = await self._counters.read(self._redis, names, counters)
         if values is None:  # the database still answers: never fail a read on the cache
+            if on and self._on_lookup is not None:
+                self._on_lookup(False)
             return None, None
         stamp = ".".join(counter_text(v) for v in values[:counters])
         entry = values[counters] if on else None
-        if entry is None:
-            return stamp, None
-        stored_stamp, _, body = bytes(entry).partition(b"|")
-        return stamp, (body if stored_stamp.decode() == stamp else None)
+        body: bytes | None = None
+        if entry is not None:
+            stored_stamp, _, stored = bytes(entry).partition(b"|")
+            body = stored if stored_stamp.decode() == stamp else None
+        if on and self._on_lookup is not None:
+            self._on_lookup(body is not None)
+        return stamp, body
 
     async def store(self, key: str, stamp: str, body: bytes) -> None:
         """Keep `body` under `key`, computed under `stamp` (from `lookup`), for `ttl_s` seconds.

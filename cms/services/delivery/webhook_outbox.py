@@ -39,6 +39,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import NotFound
 from cms.jobs import JobQueue
 from cms.models import Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
+from cms.observability.signals import Signals
 from cms.services.access import VIEW, check
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
@@ -112,13 +113,15 @@ class WebhookOutbox:
     """The bus's outbox for record events (`events.Outbox`: `stage`, `publish`), the relay and the
     delivery step of the `deliver_webhooks` job; `resend` queues a delivery again for
     `WebhookService.redeliver`. No caller checks here: callers are the event bus, workers and
-    `WebhookService`."""
+    `WebhookService`. `signals`: told of every delivery attempt made (`Signals.delivery`: outcome
+    `delivered`, `retrying` or `failed`, and its duration)."""
 
     def __init__(self, webhooks: WebhookRepository, outbox: DeliveryOutbox, delivery_log: DeliveryLog,
                  catalog: Catalog, jobs: JobQueue, sender: WebhookSender, *, clock: Clock = utcnow,
                  creator: Callable[[str], Awaitable[Principal | None]] | None = None,
                  batch_start_within_s: float = BATCH_START_WITHIN_S,
-                 definitions: DefinitionCache | None = None) -> None:
+                 definitions: DefinitionCache | None = None, signals: Signals | None = None) -> None:
+        self._signals = signals
         self._definitions = definitions
         self._batch_start_within_s = batch_start_within_s
         self._creator = creator
@@ -274,9 +277,20 @@ class WebhookOutbox:
                                               created=batch.created, attempt=batch.attempt + 1, status=ENQUEUED,
                                               enqueued_at=due, resume=resume), delay_s=delay_s)
         await self._outbox.mark_done(batch.id, self._clock())
+        self._signal_attempts(sent, retry)
         delivered = sum(1 for _, _, r in results if r.success)
         return BatchOutcome(sent=len(sent), delivered=delivered, failed=len(results) - delivered - len(retry),
                             retrying=len(retry), dropped=dropped, continued=len(later))
+
+    def _signal_attempts(self, sent: Sequence[tuple[Webhook, WebhookDelivery, SendResult]],
+                         retry: Sequence[WebhookDelivery]) -> None:
+        """Signal each attempt this run made: delivered, handed to a retry, or failed for good."""
+        if self._signals is None:
+            return
+        retrying = {d.id for d in retry}
+        for _, delivery, result in sent:
+            outcome = "delivered" if result.success else "retrying" if delivery.id in retrying else "failed"
+            self._signals.delivery(outcome, result.duration_ms / 1000)
 
     async def _hand_over(self, batch: OutboxBatch, *, delay_s: float) -> None:
         """Store a batch taking over deliveries of the running one and queue it `delay_s` seconds

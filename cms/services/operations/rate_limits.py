@@ -25,6 +25,7 @@ from limits.aio.storage import RedisStorage
 from limits.aio.strategies import MovingWindowRateLimiter
 from redis.asyncio import Redis
 
+from cms.observability.signals import Signals
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.operations.settings import SettingsService
 from cms.services.origin import current_origin
@@ -59,12 +60,14 @@ class RateLimitService:
     """Counts hits in Redis under `key_prefix`, over the connections of `redis` (the process's one
     pool; this service opens no client of its own). `window_s` is the general and auth window in
     seconds, `mail_minute_window_s` / `mail_hour_window_s` the two mail windows (tests shorten
-    them). Each check gives up after `timeout_s` seconds with TimeoutError (callers fail open)."""
+    them). Each check gives up after `timeout_s` seconds with TimeoutError (callers fail open).
+    `signals`: told of every refusal (`Signals.rate_limited`, with the limit's kind)."""
 
     def __init__(self, redis: Redis, settings: SettingsService, *, key_prefix: str,
                  window_s: int = DEFAULT_WINDOW_S, mail_minute_window_s: int = MAIL_MINUTE_WINDOW_S,
                  mail_hour_window_s: int = MAIL_HOUR_WINDOW_S, timeout_s: float = LIMITER_TIMEOUT_S,
-                 events: EventBus | None = None) -> None:
+                 events: EventBus | None = None, signals: Signals | None = None) -> None:
+        self._signals = signals
         # A limiter that cannot answer within `timeout_s` seconds fails open (the API's middlewares)
         # rather than holding every request while Redis stalls.
         self._storage = RedisStorage("async+redis://", implementation="redispy", key_prefix=key_prefix,
@@ -164,8 +167,10 @@ class RateLimitService:
         """Audit a refusal by the limit `kind` ("general", "auth:login", "mail:otp") of (`ip`,
         `identifier`) on the request `path`: `rate_limited` with details `{limit, path}`, under the
         current request origin, the first time in `window_s` seconds (`first_refusal`). When Redis
-        cannot tell, the refusal is audited anyway (an extra entry beats a missing one). Never raises
-        for Redis errors."""
+        cannot tell, the refusal is audited anyway (an extra entry beats a missing one). Every refusal
+        is signalled (`Signals.rate_limited(kind)`). Never raises for Redis errors."""
+        if self._signals is not None:
+            self._signals.rate_limited(kind)
         try:
             first = await self.first_refusal(kind, ip, identifier, window_s)
         except Exception:

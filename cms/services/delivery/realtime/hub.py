@@ -35,6 +35,7 @@ from cms.clock import Clock, new_id, utcnow
 from cms.errors import CmsError, NotFound, ServiceUnavailable, Unauthorized
 from cms.filters.rules import Decision, matches
 from cms.models import Collection, Principal, Record
+from cms.observability.signals import Signals
 from cms.services.access import check, record_document
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import request_scope
@@ -325,12 +326,15 @@ class RealtimeHub:
     `stream`: the shared event stream; `catalog`, `records`: collection definitions and the records'
     store (expansions only); `authenticator`: re-checks credentials; `session_epoch()`: the session
     epoch (None when Redis failed); `max_connections()`: the `realtime_max_connections` setting;
-    `clock`: aware UTC time for token expiry."""
+    `clock`: aware UTC time for token expiry; `signals`: told of the events written to streams
+    (`Signals.realtime_sent`) and of the number of streams held whenever it changes
+    (`Signals.realtime_connections`)."""
 
     def __init__(self, stream: EventStream, catalog: Catalog, records: RecordRepository,
                  authenticator: Authenticator, *, session_epoch: Callable[[], Awaitable[str | None]],
                  max_connections: Callable[[], Awaitable[int]], clock: Clock = utcnow,
-                 block_ms: int = 5_000) -> None:
+                 block_ms: int = 5_000, signals: Signals | None = None) -> None:
+        self._signals = signals
         self._stream = stream
         self._catalog = catalog
         self._records = records
@@ -504,7 +508,7 @@ class RealtimeHub:
                         size += len(message)
                 if batch:
                     await write(b"".join(batch))
-                    self.sent += len(batch)
+                    self._count_sent(len(batch))
         finally:
             self._unregister(conn)
 
@@ -518,11 +522,16 @@ class RealtimeHub:
                     if entry.kind == RECORD:
                         for message in await self._fan_out(entry, [conn], replaying=True):
                             await write(message)
-                            self.sent += 1
+                            self._count_sent(1)
                     elif entry.kind == LOST:
                         await write(_lost_message(conn, entry))
                     conn.replayed_through = entry.order
             after = entries[-1].id
+
+    def _count_sent(self, events: int) -> None:
+        self.sent += events
+        if self._signals is not None:
+            self._signals.realtime_sent(events)
 
     def _register(self, conn: Connection) -> None:
         older = self.connections.get(conn.client_id)
@@ -530,6 +539,8 @@ class RealtimeHub:
             older.close("taken over")
             self._unindex(older)
         self.connections[conn.client_id] = conn
+        if self._signals is not None:
+            self._signals.realtime_connections(len(self.connections))
 
     def _unregister(self, conn: Connection) -> None:
         conn.close(conn.reason or "closed")
@@ -537,6 +548,8 @@ class RealtimeHub:
         if self.connections.get(conn.client_id) is conn:
             del self.connections[conn.client_id]
             self._later(self._stream.touch([conn.client_id]))  # forgotten CLIENT_TTL_S from now
+            if self._signals is not None:
+                self._signals.realtime_connections(len(self.connections))
 
     def _later(self, work: Awaitable[Any]) -> None:
         async def run() -> None:
