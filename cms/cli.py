@@ -40,7 +40,7 @@ from cms.logs import setup_logging
 from cms.observability import tracing
 from cms.runtime.embedded import EmbeddedServerError, stop_when_parent_dies
 from cms.web.context import SERVICES
-from cms.wiring import open_services
+from cms.wiring import Services, open_services
 
 log = logging.getLogger("cms")
 
@@ -77,6 +77,32 @@ def _add_worker(app: web.Application, config: Config) -> None:
         await worker.close()
 
     app.on_shutdown.append(drain)
+    app.cleanup_ctx.append(ctx)
+
+
+def add_envelope_check(app: web.Application) -> None:
+    """Warn, once after start-up, of each collection past the embedded server's envelope (issue 31,
+    item 4): one WARNING line per collection, saying from how many records a cold list page passes
+    250 ms there and pointing to MONGODB_URL (`Services.envelope`; nothing in external mode).
+
+    The check runs as a task beside the serving app (it never delays start-up) and costs one catalog
+    query and one count estimate per collection; a failure is logged, never raised. The task is
+    cancelled when the app stops."""
+
+    async def check(services: Services) -> None:
+        try:
+            for large in await services.envelope.large_collections():
+                log.warning("%s", large.message)
+        except Exception:  # a start-up advice must never take the server down
+            log.exception("checking collection sizes against the embedded server's envelope failed")
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(check(app[SERVICES]))
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
     app.cleanup_ctx.append(ctx)
 
 
@@ -218,6 +244,8 @@ async def _serve_until_signal(config: Config, *, run_worker: bool, reuse_port: b
     app = create_app(config)
     if run_worker:
         _add_worker(app, config)
+    if run_worker and config.embedded:  # one process of `--workers N` warns, not each
+        add_envelope_check(app)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):  # a signal during start-up stops right after it

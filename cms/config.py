@@ -19,6 +19,11 @@ LOG_FORMATS = ("text", "json")
 QUEUE_NAME = "cms:queue"
 """The arq queue (a Redis sorted set) when `QUEUE_NAME` is not set."""
 MAX_QUEUE_NAME_LENGTH = 100
+EMBEDDED_COLD_PAGE_RECORDS = 1_000
+"""Records in one collection from which, on the embedded server, a cold list page (a query no cache
+holds) takes more than 250 ms on a 2-core machine: measured by `scripts/bench/bench_envelope.py`
+(docs/performance.md, The embedded server's envelope). Past it, `cms serve` warns at start-up and the
+admin UI's records page says so (cms.services.content.envelope)."""
 METRICS_TOKEN_MIN_LENGTH = 16
 
 
@@ -82,6 +87,10 @@ class Config:
     server then gives 503 `service_unavailable`, not a hung request (after at most about three such
     waits: the read, the driver's one retry and a new connection's handshake). Long operations are
     many short round trips (batches), each bounded by this."""
+    embedded_cold_page_records: int = EMBEDDED_COLD_PAGE_RECORDS
+    """The embedded server's envelope in records per collection (`EMBEDDED_COLD_PAGE_RECORDS`, default
+    the measured EMBEDDED_COLD_PAGE_RECORDS): past it, embedded mode warns. Set it to what
+    `scripts/bench/bench_envelope.py` measures on another machine."""
     metrics_enabled: bool = True
     """`METRICS_ENABLED` (default true): the Prometheus sink and `GET /metrics`; false adds no sink, no
     MongoDB command listener, and `/metrics` answers 404 (decisions.md, Metrics)."""
@@ -172,6 +181,8 @@ class Config:
             worker_poll_delay_s=worker.poll_delay_s,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
+            embedded_cold_page_records=_int(env, "EMBEDDED_COLD_PAGE_RECORDS", EMBEDDED_COLD_PAGE_RECORDS,
+                                            1, 1_000_000_000),
             **_metrics_settings(env),
         )
 

@@ -33,6 +33,7 @@ from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.caching.read_cache import ReadCache
 from cms.services.content.batch import BatchService
 from cms.services.content.collections import CollectionService
+from cms.services.content.envelope import Envelope
 from cms.services.content.files import FileService
 from cms.services.content.record_writer import RecordWriter
 from cms.services.content.records import RecordService
@@ -112,6 +113,8 @@ class Services:
     """This process's realtime streams; started by the web app only (`RealtimeHub.start`)."""
     signals: Signals
     """What this process reports about itself, for metrics, the dashboard and the request log."""
+    envelope: Envelope
+    """Which collections are large for the embedded server (start-up warning, admin UI notice)."""
     metrics: PrometheusMetrics | None = None
     """The Prometheus sink on `signals` (`GET /metrics`), or None when METRICS_ENABLED is false."""
 
@@ -414,6 +417,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
                                writer=content.writer),
             realtime=realtime,
             signals=platform.signals,
+            envelope=Envelope(content.catalog, content.record_repository, embedded=config.embedded,
+                              threshold=config.embedded_cold_page_records, clock=infra.clock),
             metrics=build_metrics(infra, webhook_outbox),
         )
         try:

@@ -273,6 +273,15 @@ class RecordRepository:
                 return await self._mongo_coll(collection_id).estimated_document_count()
             return await self._mongo_coll(collection_id).count_documents(query)
 
+    async def estimated_count(self, collection_id: str, *, timeout_ms: int) -> int | None:
+        """The server's cheap count of the collection's records (`estimated_document_count`: from
+        the collection's metadata on MongoDB, no query is run), bounded by `timeout_ms` and taking no
+        scan slot; None when the server does not answer it (no such command, or past the time-out)."""
+        try:
+            return await self._mongo_coll(collection_id).estimated_document_count(maxTimeMS=timeout_ms)
+        except OperationFailure:
+            return None
+
     async def drop(self, collection_id: str) -> None:
         """Remove every record of the collection and its indexes."""
         await self._mongo_coll(collection_id).drop()

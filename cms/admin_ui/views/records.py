@@ -5,8 +5,9 @@ The table reads the same cached list as `GET /api/v1/collections/{name}/records`
 the filter grammar, sort, search, page and per_page are passed through unchanged, so the page shows
 exactly what the API answers (InvalidFilter messages inline). Column choice is kept in the query string (`cols`).
 
-Deleting asks first; files are served for previews. The editor is record_editor.py. The table
-updates itself while the page is open (records_live.py: htmx's SSE extension re-fetches
+A collection past the embedded server's envelope (cms.services.content.envelope) gets a notice above
+the table, in embedded mode only. Deleting asks first; files are served for previews. The editor is
+record_editor.py. The table updates itself while the page is open (records_live.py: htmx's SSE extension re-fetches
 `records/table.html`, the part of the page below the query forms, on `records-changed`).
 """
 
@@ -182,13 +183,17 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 
     # the live stream's refresh asks for the table alone (htmx targets #records-view)
     refresh = request.headers.get("HX-Request") == "true" and request.headers.get("HX-Target") == "records-view"
+    # large for the embedded server: the whole page says so (not the live refresh of the table)
+    # (an unfiltered page's total counts them all: an admin's list rule hides none)
+    everything = error is None and not state.filter and not state.search
+    envelope = None if refresh else await svc.envelope.check(collection, known_records=total if everything else None)
     live_url = None if error else f"{records_live.live_path(collection.name)}?after={quote(position)}"
     return await render(
         request, "records/table.html" if refresh else "records/index.html", status=status,
         collection=collection, state=state, error=error, live_url=live_url, table_url=url(),
         columns=columns, all_columns=[*specs, *SYSTEM_COLUMNS], rows=rows, total=total, pages=pages,
         url=url, sort_link=sort_link, per_page_choices=(10, 30, 50, 100),
-        related={name: target.collection.name for name, target in targets.items()},
+        related={name: target.collection.name for name, target in targets.items()}, envelope=envelope,
     )
 
 
