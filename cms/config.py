@@ -80,6 +80,9 @@ class Config:
     server then gives 503 `service_unavailable`, not a hung request (after at most about three such
     waits: the read, the driver's one retry and a new connection's handshake). Long operations are
     many short round trips (batches), each bounded by this."""
+    list_scan_slots: int = 4
+    """List queries (scans) one process runs at once (`LIST_SCAN_SLOTS`, 1..64); a few more may wait
+    up to 2 s, the rest get 503 `service_unavailable` with `Retry-After` (`cms.store.scan_line`)."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -156,6 +159,7 @@ class Config:
             worker_poll_delay_s=worker.poll_delay_s,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
+            list_scan_slots=_int(env, "LIST_SCAN_SLOTS", 4, 1, 64),
         )
 
 
