@@ -21,7 +21,13 @@ from typing import Any
 
 from cms.models import Collection, Record
 from cms.services.caching.read_cache import entry_key
-from cms.services.caching.result_sets import RESULT_SET_MAX_IDS, ResultSetCache, base_stamp
+from cms.services.caching.result_sets import (
+    OVER_BOUND,
+    RESULT_SET_MAX_IDS,
+    IdSlice,
+    ResultSetCache,
+    base_stamp,
+)
 from cms.services.caching.single_flight import SingleFlight
 from cms.store.records import RecordRepository
 
@@ -56,22 +62,18 @@ class RecordPages:
         key = entry_key(collection.name, "ids", collection.id, query, order)
         start, stop = (page - 1) * per_page, page * per_page
         cached = await result_sets.slice(key, current, start, stop)
-        if cached is not None and cached.total >= 0:
-            page_ids, total = cached.ids, cached.total
-        elif cached is None:
+        if cached is None:  # a miss: one scan for every concurrent request of this query
             async def scan() -> list[Any] | None:
                 ids = await self._records.find_ids(collection.id, query, order, RESULT_SET_MAX_IDS + 1)
-                over = len(ids) > RESULT_SET_MAX_IDS
-                await result_sets.store(collection.name, key, current, None if over else ids)
-                return None if over else ids
+                kept = ids if len(ids) <= RESULT_SET_MAX_IDS else None
+                await result_sets.store(collection.name, key, current, kept)
+                return kept
 
             ids = await self._flights.run(f"{key}@{current}", scan)
-            if ids is None:
-                return await self.paged_by_database(collection, query, order, page, per_page, skip_total)
-            page_ids, total = list(ids[start:stop]), len(ids)
-        else:
+            cached = OVER_BOUND if ids is None else IdSlice(list(ids[start:stop]), len(ids))
+        if cached is OVER_BOUND:
             return await self.paged_by_database(collection, query, order, page, per_page, skip_total)
-        return await self.records_in_order(collection, page_ids), (-1 if skip_total else total)
+        return await self.records_in_order(collection, cached.ids), (-1 if skip_total else cached.total)
 
     async def records_in_order(self, collection: Collection, record_ids: Sequence[Any]) -> list[Record]:
         """The records of `record_ids` in that order (one `_id $in` look-up; ids of records deleted
