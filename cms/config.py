@@ -105,6 +105,9 @@ class Config:
     """prometheus-client's multiprocess directory: `cms serve --workers N` makes a fresh temporary one
     and hands it to its web processes here and as PROMETHEUS_MULTIPROC_DIR (which prometheus-client
     reads when imported), so one scrape covers them all. Not read from the environment."""
+    list_scan_slots: int = 4
+    """List queries (scans) one process runs at once (`LIST_SCAN_SLOTS`, 1..64); a few more may wait
+    up to 2 s, the rest get 503 `service_unavailable` with `Retry-After` (`cms.store.scan_line`)."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -184,6 +187,7 @@ class Config:
             embedded_cold_page_records=_int(env, "EMBEDDED_COLD_PAGE_RECORDS", EMBEDDED_COLD_PAGE_RECORDS,
                                             1, 1_000_000_000),
             **_metrics_settings(env),
+            list_scan_slots=_int(env, "LIST_SCAN_SLOTS", 4, 1, 64),
         )
 
 

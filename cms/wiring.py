@@ -30,7 +30,9 @@ from cms.security.tokens import TokenCodec
 from cms.services.caching import keys
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.caching.read_cache import DEFAULT_TTL_S as READ_CACHE_TTL_S
 from cms.services.caching.read_cache import ReadCache
+from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.batch import BatchService
 from cms.services.content.collections import CollectionService
 from cms.services.content.envelope import Envelope
@@ -79,6 +81,7 @@ from cms.store.oauth_identities import OAuthIdentityRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
 from cms.store.otp_codes import OtpCodeRepository
 from cms.store.records import RecordRepository
+from cms.store.scan_line import ScanLine
 from cms.store.sessions import SessionRepository
 from cms.store.settings import SettingsRepository
 from cms.store.transactions import Transactions
@@ -220,7 +223,7 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     """The collection service on the records' store and the one record writer (its writes run in a
     transaction when the bus's outbox wants the collection's events, where the server has them);
     fills in default access rules of collections stored before rules existed."""
-    record_repository = RecordRepository(infra.db, infra.capabilities)
+    record_repository = RecordRepository(infra.db, infra.capabilities, scans=ScanLine(infra.config.list_scan_slots))
     definitions = platform.definitions
     collection_repository = CollectionRepository(infra.db)
     catalog = Catalog(collection_repository, definitions)
@@ -234,15 +237,17 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
                    collections=collections, definitions=definitions)
 
 
-def build_read_cache(infra: Infra, platform: Platform) -> ReadCache:
-    """The read cache, switched by the `read_cache_enabled` setting; it subscribes to record and
-    collection events last, so a version is bumped after every other subscriber's writes."""
-    read_cache = ReadCache(infra.cache_redis, prefix=keys.read_cache_prefix(infra.config.mongodb_db),
-                           switch=_setting_on(platform.settings, "read_cache_enabled"),
+def build_read_cache(infra: Infra, platform: Platform) -> tuple[ReadCache, ResultSetCache]:
+    """The read cache and the result sets beside it (same Redis, prefix, lifetime and switch: the
+    `read_cache_enabled` setting); the read cache subscribes to record and collection events last, so
+    a version is bumped after every other subscriber's writes."""
+    prefix = keys.read_cache_prefix(infra.config.mongodb_db)
+    switch = _setting_on(platform.settings, "read_cache_enabled")
+    read_cache = ReadCache(infra.cache_redis, prefix=prefix, switch=switch,
                            on_lookup=functools.partial(platform.signals.cache, "read"))
     platform.events.subscribe(read_cache.on_record_events)
     platform.events.subscribe(read_cache.on_collection_events, CollectionEvent)
-    return read_cache
+    return read_cache, ResultSetCache(infra.cache_redis, prefix=prefix, ttl_s=READ_CACHE_TTL_S, switch=switch)
 
 
 def build_realtime(infra: Infra, platform: Platform, content: Content, authenticator: Authenticator) -> RealtimeHub:
@@ -384,7 +389,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         content = await build_content(infra, platform)
         identity, api_keys, authenticator = await build_identity(infra, platform, content)
         webhooks, webhook_outbox = await build_webhooks(infra, platform, content, identity)
-        read_cache = build_read_cache(infra, platform)
+        read_cache, result_sets = build_read_cache(infra, platform)
         realtime = build_realtime(infra, platform, content, authenticator)
         files = await build_files(infra, platform, content)
         backups = BackupService(DumpRepository(infra.db), platform.events, config.backups_path,
@@ -392,7 +397,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
                                 on_restored=[read_cache.bump_all, platform.settings.invalidate,
                                              platform.sessions.invalidate])
         records = RecordService(content.catalog, content.record_repository, content.writer,
-                                settings=platform.settings, cache=read_cache, files=files)
+                                settings=platform.settings, cache=read_cache, result_sets=result_sets, files=files)
         services = Services(
             config=config,
             redis=infra.redis,

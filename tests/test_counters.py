@@ -48,6 +48,7 @@ def started(value: object) -> int:
     (keys.read_cache_epoch("cms:rc:db1"), "cms:rc:db1:epoch"),
     (keys.read_cache_version("cms:rc:db1", "posts"), "cms:rc:db1:v:posts"),
     (keys.read_cache_entry("cms:rc:db1", "posts:get:ab12"), "cms:rc:db1:e:posts:get:ab12"),
+    (keys.read_cache_ids("cms:rc:db1", "posts"), "cms:rc:db1:ids:posts"),
     (keys.rate_limit_prefix("db1"), "cms:ratelimit:db1"),
     (keys.admin_ui_refresh("db1", "beef"), "cms:admin-ui:refresh:db1:beef"),
     (keys.admin_ui_refresh_lock("db1", "beef"), "cms:admin-ui:refresh:db1:beef:lock"),
@@ -59,7 +60,7 @@ def started(value: object) -> int:
     (keys.dashboard_minute("db1", 29_000_000), "cms:obs:db1:m:29000000"),
     (keys.request_log("db1"), "cms:obs:db1:log"),
     (keys.request_log_routes("db1"), "cms:obs:db1:routes"),
-], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry",
+], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry", "rc-ids",
         "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
         "backup-lock", "dashboard-minute", "request-log", "request-log-routes"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:

@@ -7,9 +7,8 @@ the collection names are in documents.py, the chunking of ids and bulk-error hel
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +16,7 @@ from pymongo import DeleteMany, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, OperationFailure
 
-from cms.errors import ServiceUnavailable, ValidationFailed
+from cms.errors import ValidationFailed
 from cms.models import Record
 from cms.store.bulk import DUPLICATE_KEY, InsertFailure, bulk_write_error, chunks, write_failure
 from cms.store.client import Capabilities, Database
@@ -30,40 +29,27 @@ from cms.store.documents import (
     records_mongo_name,
 )
 from cms.store.errors import translate_errors, translate_query_errors
+from cms.store.scan_line import ScanLine
 from cms.store.transactions import current_session
 
 TEXT_INDEX = "search_text"
 
-MAX_CONCURRENT_SCANS = 4
-"""List queries (`find`, `count`) one process sends to the database at once; more wait in line.
-Scans of the embedded server slow each other down almost linearly, so a queue finishes them sooner
-than a pile-up, and point reads (`get`, `find_by_ids`), which take no slot, are never starved."""
-SCAN_QUEUE_TIMEOUT_S = 10.0
-"""Longest a list query waits in that line, in seconds; then it is refused (503, retry) rather than
-run for a client that has most likely given up: a burst never leaves minutes of scans behind."""
 
 
 class RecordRepository:
-    """Records of every collection; callers pass the collection id and a prepared query."""
+    """Records of every collection; callers pass the collection id and a prepared query. List
+    queries (`find`, `find_ids`, `find_related`, `count`) take a slot of `scans`, the process's line
+    of scans (503 when it is full); point reads do not."""
 
-    def __init__(self, db: Database, capabilities: Capabilities, *, max_scans: int = MAX_CONCURRENT_SCANS) -> None:
+    def __init__(self, db: Database, capabilities: Capabilities, *, scans: ScanLine | None = None) -> None:
         self._db = db
         self.capabilities = capabilities
-        self._scans = asyncio.Semaphore(max_scans)
+        self.scans = scans or ScanLine()
 
-    @asynccontextmanager
-    async def _scan_slot(self) -> AsyncIterator[None]:
-        """One of the process's MAX_CONCURRENT_SCANS slots, waited for at most SCAN_QUEUE_TIMEOUT_S.
-        Raises ServiceUnavailable (503) when none frees in time."""
-        try:
-            async with asyncio.timeout(SCAN_QUEUE_TIMEOUT_S):  # Semaphore.acquire is cancel-safe
-                await self._scans.acquire()
-        except TimeoutError:
-            raise ServiceUnavailable("The database is busy with other list queries; retry shortly") from None
-        try:
-            yield
-        finally:
-            self._scans.release()
+    def _scan_slot(self) -> AbstractAsyncContextManager[None]:
+        """One slot of the process's scan line (`ScanLine.slot`). Raises ServiceUnavailable (503,
+        `Retry-After`) when the line is full or the wait would be too long."""
+        return self.scans.slot()
 
     def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
         return self._db[records_mongo_name(collection_id)]
@@ -254,6 +240,17 @@ class RecordRepository:
             cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
             return [record_from_document(d) async for d in cursor]
 
+    async def find_ids(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
+                       limit: int) -> list[Any]:
+        """The `_id`s of the records matching `query` in `sort` order, at most `limit` (> 0): one scan
+        that sends back only the ids, in one batch (a cursor's later batches cost the embedded server a
+        second pass). The server sorts before it projects, so no sort key travels. Raises
+        InvalidFilter when the server refuses the query."""
+        async with self._scan_slot(), translate_query_errors():
+            cursor = self._mongo_coll(collection_id).find(query, projection={"_id": 1}, sort=sort or None,
+                                                          limit=limit, batch_size=limit)
+            return [d["_id"] async for d in cursor]
+
     async def find_related(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
                            limit: int) -> list[Record]:
         """Records matching `query` (the related records of a page, by `_id` or relation field `$in`)
@@ -400,21 +397,12 @@ class RecordRepository:
             raise bulk_write_error(exc) from None
         return result.matched_count
 
-    @asynccontextmanager
-    async def hold_scans(self) -> AsyncIterator[None]:
-        """Take every free list-query slot for the block, so the `find` and `count` calls that
-        start meanwhile wait in line (at most SCAN_QUEUE_TIMEOUT_S, then ServiceUnavailable) until it ends:
-        for maintenance that needs the database to itself for a moment, and for tests that hold
-        queries (issue "Fast reads", items 3 and 6)."""
-        held = 0
-        try:
-            while not self._scans.locked():
-                await self._scans.acquire()
-                held += 1
-            yield
-        finally:
-            for _ in range(held):
-                self._scans.release()
+    def hold_scans(self) -> AbstractAsyncContextManager[None]:
+        """Take every free list-query slot for the block (`ScanLine.hold`), so the `find` and `count`
+        calls that start meanwhile wait in line (bounded, then ServiceUnavailable) until it ends: for
+        maintenance that needs the database to itself for a moment, and for tests that hold queries
+        (issue "Fast reads", items 3 and 6)."""
+        return self.scans.hold()
 
 
 def _one(record_id: str, expected_updated: datetime | None) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
 from cms.observability import recorder, request_log, timeline
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
-from cms.services.caching import counters, definition_cache, read_cache
+from cms.services.caching import counters, definition_cache, read_cache, result_sets
 from cms.services.content import (
     batch,
     collections,
@@ -38,7 +38,7 @@ from cms.services.identity import otp
 from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
 from cms.services.representation import record_view
-from cms.store import records as record_store
+from cms.store import scan_line
 
 MIB = 1024 * 1024
 
@@ -92,8 +92,11 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "signatures-kept-4096": (VERIFIED_TOKENS_KEPT, 4096),
     "rate-limiter-gives-up-2-s": (rate_limits.LIMITER_TIMEOUT_S, 2),
     "group-of-100": (group_commit.MAX_GROUP, 100),
-    "4-list-queries": (record_store.MAX_CONCURRENT_SCANS, 4),
-    "list-query-waits-10-s": (record_store.SCAN_QUEUE_TIMEOUT_S, 10),
+    "4-list-queries": ((scan_line.SCAN_SLOTS, Config.__dataclass_fields__["list_scan_slots"].default), (4, 4)),
+    "list-query-waits-2-s": (scan_line.SCAN_MAX_WAIT_S, 2),
+    "16-list-queries-wait": (scan_line.SCAN_MAX_WAITING, 16),
+    "result-set-100000-ids": (result_sets.RESULT_SET_MAX_IDS, 100_000),
+    "result-sets-8-mib-per-collection": (result_sets.RESULT_SET_MAX_BYTES, 8 * MIB),
     "orphan-sweep-waits-5-minutes": (collections.ORPHAN_CONFIRM_S, 5 * 60),
     "restore-staging-an-hour": (collections.RESTORE_STAGING_MAX_S, 3600),
     "webhook-50-at-a-time-per-batch": (webhook_sender.SEND_CONCURRENCY, 50),

@@ -52,6 +52,12 @@ def read_cache_entry(prefix: str, entry: str) -> str:
     return f"{prefix}:e:{entry}"
 
 
+def read_cache_ids(prefix: str, collection: str) -> str:
+    """The index of the result sets of `collection` (its name) in a read cache under `prefix`: a hash
+    of the entries kept under its current stamp and their sizes (`result_sets`): `<prefix>:ids:<name>`."""
+    return f"{prefix}:ids:{collection}"
+
+
 def catalog_epoch(db: str) -> str:
     """The catalog epoch of database `db` (every collection change, webhook change and restore): the
     read cache's epoch, `cms:rc:<db>:epoch`, so one bump makes both caches stale."""

@@ -5,7 +5,6 @@ writes. How a record becomes JSON, and the cached bytes, is `cms.services.repres
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,9 +22,11 @@ from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
+from cms.services.caching.result_sets import ResultSetCache
 from cms.services.caching.single_flight import SingleFlight
 from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.content.fields import CollectionFields, text_field_names
+from cms.services.content.record_pages import MATCH_NOTHING, RecordPages
 from cms.services.representation import records as represent
 from cms.services.representation.record_view import FULL, RecordView
 from cms.store.records import RecordRepository
@@ -33,12 +34,12 @@ from cms.store.records import RecordRepository
 MAX_PER_PAGE = 100
 DEFAULT_PER_PAGE = 30
 DEFAULT_SORT: list[tuple[str, int]] = [("created", 1)]
-MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
-"""The query of a list the caller may see nothing of (answered without a database round trip)."""
 
 # Aliases for annotations inside RecordReads, whose `list` method shadows the builtin there.
 SortOrder = list[tuple[str, int]]
-Prepared = tuple[str, Callable[[], Awaitable[bytes]], bool]
+Compute = Callable[[str | None], Awaitable[bytes]]
+"""How a read's body is computed, given the read cache's stamp it is computed under (None: none)."""
+Prepared = tuple[str, Compute, bool]
 """A read prepared on a collection definition: its cache key, how to compute its body, whether
 every caller gets that body (shared)."""
 Present = Callable[[Record], Awaitable[dict[str, Any]]]
@@ -51,11 +52,13 @@ class RecordReads:
     (`access.check`); the base of `RecordService`."""
 
     def __init__(self, catalog: Catalog, records: RecordRepository, *,
-                 cache: ReadCache | None = None) -> None:
+                 cache: ReadCache | None = None, result_sets: ResultSetCache | None = None) -> None:
+        """`result_sets`: the result-set cache beside `cache` (lists then page through it)."""
         self._catalog = catalog
         self._records = records
         self._cache = cache
         self._flights = SingleFlight()
+        self._pages = RecordPages(records, result_sets if cache is not None else None, self._flights)
 
     async def list_body(
         self,
@@ -73,8 +76,10 @@ class RecordReads:
         """`list` as the API sends it: the JSON body `{items, total, page, per_page}` (`total` -1 with
         `skip_total`), each record as `view` shows it (`expand`, `fields`), served from the read cache
         when an entry computed under the same stamp, query, view and access decisions exists, else
-        computed once for all identical concurrent reads (`SingleFlight`) and stored. Raises what
-        `list` raises, and InvalidFilter for an expand path that is not a relation."""
+        computed once for all identical concurrent reads (`SingleFlight`) and stored; computed from
+        the query's result set (`RecordPages`: one scan for every page of a query). Raises what
+        `list` raises, InvalidFilter for an expand path that is not a relation, and
+        ServiceUnavailable (503, `Retry-After`) when the process's scan line is full."""
         per_page = min(per_page, MAX_PER_PAGE)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
@@ -86,8 +91,8 @@ class RecordReads:
                 parts += [view.parts(), expansion.key_parts()]
             key = entry_key(collection.name, "list", *parts)
 
-            async def compute() -> bytes:
-                items, total = await self._page(collection, query, order, page, per_page, skip_total)
+            async def compute(stamp: str | None) -> bytes:
+                items, total = await self._pages.page(collection, query, order, page, per_page, skip_total, stamp)
                 expanded = await expansion.load(self._records, items) if expansion.segments else ()
                 return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page),
                                                    view, expanded)
@@ -112,7 +117,7 @@ class RecordReads:
                 parts += [view.parts(), expansion.key_parts()]
             key = entry_key(collection.name, "get", *parts)
 
-            async def compute() -> bytes:
+            async def compute(stamp: str | None) -> bytes:
                 record = await self._visible(access, record_id)
                 expanded = await expansion.load(self._records, [record]) if expansion.segments else ()
                 return represent.record_bytes(record, view, expanded)
@@ -176,7 +181,7 @@ class RecordReads:
         expansion = await resolve(self._catalog, collection, view, principal)
         key, compute, shared = prepare(collection, expansion)
         if self._cache is None:
-            body = await compute()
+            body = await compute(None)
             return CachedBody(body, etag_of(key, None, body), shared)
         stamp, cached = await self._cache.lookup(collection.name, key, expansion.collections())
         if stamp is not None and stamp_epoch(stamp) != epoch:
@@ -193,7 +198,7 @@ class RecordReads:
         the definition loaded again (and the lookup repeated): a warm read is one Redis round trip."""
         if self._cache is None:
             key, compute, shared = prepare(await self._catalog.by_name(collection_name))
-            body = await compute()
+            body = await compute(None)
             return CachedBody(body, etag_of(key, None, body), shared)
         collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name, fresh=Fresh.PEEK)
         try:
@@ -216,37 +221,24 @@ class RecordReads:
                     stamp, cached = None, None
         return await self._serve(key, compute, shared, stamp, cached)
 
-    async def _serve(self, key: str, compute: Callable[[], Awaitable[bytes]], shared: bool, stamp: str | None,
+    async def _serve(self, key: str, compute: Compute, shared: bool, stamp: str | None,
                      cached: bytes | None) -> CachedBody:
         """The cached body when the stamp vouches for it, else `compute()`d: stored and shared by
         identical concurrent reads under a stamp, neither without one."""
         if cached is not None and stamp is not None:
             return CachedBody(cached, etag_of(key, stamp, cached), shared)
         if stamp is None or self._cache is None:  # no stamp, no sharing: not with a read begun before a write
-            body = await compute()
+            body = await compute(None)
             return CachedBody(body, etag_of(key, None, body), shared)
         cache, current = self._cache, stamp
 
         async def compute_and_store() -> bytes:
-            computed = await compute()
+            computed = await compute(current)
             await cache.store(key, current, computed)
             return computed
 
         body = await self._flights.run(f"{key}@{current}", compute_and_store)
         return CachedBody(body, etag_of(key, current, body), shared)
-
-    async def _page(self, collection: Collection, query: dict[str, Any], order: SortOrder, page: int,
-                    per_page: int, skip_total: bool) -> tuple[list[Record], int]:
-        """One page of `query` and its total (-1 with `skip_total`; no query when MATCH_NOTHING)."""
-        if query == MATCH_NOTHING:
-            return [], 0
-        if skip_total:
-            return await self._records.find(collection.id, query, order, (page - 1) * per_page, per_page), -1
-        items, total = await asyncio.gather(
-            self._records.find(collection.id, query, order, (page - 1) * per_page, per_page),
-            self._records.count(collection.id, query),
-        )
-        return items, total
 
     async def list(
         self,
@@ -268,7 +260,7 @@ class RecordReads:
         Unauthorized / Forbidden (the list rule refuses outright)."""
         collection, query, order = await self._list_query(collection_name, sort, filter_expr, search, principal)
         per_page = min(per_page, MAX_PER_PAGE)
-        items, total = await self._page(collection, query, order, page, per_page, False)
+        items, total = await self._pages.page(collection, query, order, page, per_page, False, None)
         return Page(items=items, total=total, page=page, per_page=per_page)
 
     async def _list_query(self, collection_name: str, sort: str | None, filter_expr: str | None,

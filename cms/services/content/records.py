@@ -21,6 +21,7 @@ from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
+from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.content.files import FileService
 from cms.services.content.record_csv import CsvExport, RecordCsv
@@ -96,9 +97,10 @@ class RecordService(RecordReads):
 
     def __init__(self, catalog: Catalog, records: RecordRepository, writer: RecordWriter, *,
                  settings: SettingsService | None = None, cache: ReadCache | None = None,
-                 files: FileService | None = None) -> None:
-        """`writer`: the process's one record writer (cms/wiring.py), which every write goes through."""
-        super().__init__(catalog, records, cache=cache)
+                 result_sets: ResultSetCache | None = None, files: FileService | None = None) -> None:
+        """`writer`: the process's one record writer (cms/wiring.py), which every write goes through;
+        `cache` and `result_sets`: the read cache and the result sets beside it (`RecordReads`)."""
+        super().__init__(catalog, records, cache=cache, result_sets=result_sets)
         self._writer = writer
         self._groups = writer.groups
         self._settings = settings

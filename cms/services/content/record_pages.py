@@ -1,0 +1,97 @@
+"""One page of a list query and its `total` (issue 31, items 1 and 2): from the query's result set
+when the read cache is on, else paged by the database.
+
+- **Result set** (the read cache on, and its stamp known): the ordered ids of the whole result come
+  from the result-set cache (`caching.result_sets`), or from one scan that sends back only the ids
+  (`RecordRepository.find_ids`), shared by every concurrent request of the same query and stamp in
+  this process (`SingleFlight`; each replica runs its own scan) and kept for the next ones. The page
+  is a slice of them and one `_id $in` look-up (order restored here); `total` is their count. A cold
+  query thus costs one scan, and every later page of it none.
+- **Paged by the database** (the cache off or Redis not answering, or a result of more than
+  RESULT_SET_MAX_IDS records): `find` with `skip` and `limit`, and a `count` for `total` (none with
+  `skip_total`), as before result sets. The first request of a result found to be over the bound
+  spent one more scan finding out; its entry then sends the next requests here at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from cms.models import Collection, Record
+from cms.services.caching.read_cache import entry_key
+from cms.services.caching.result_sets import (
+    OVER_BOUND,
+    RESULT_SET_MAX_IDS,
+    IdSlice,
+    ResultSetCache,
+    base_stamp,
+)
+from cms.services.caching.single_flight import SingleFlight
+from cms.store.records import RecordRepository
+
+MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
+"""The query of a list the caller may see nothing of (answered without a database round trip)."""
+
+SortOrder = list[tuple[str, int]]
+
+
+class RecordPages:
+    """Pages of list queries over `records`, through `result_sets` when given (see the module
+    docstring). `flights` shares the scans of concurrent identical misses (the read cache's own)."""
+
+    def __init__(self, records: RecordRepository, result_sets: ResultSetCache | None,
+                 flights: SingleFlight) -> None:
+        self._records = records
+        self._result_sets = result_sets
+        self._flights = flights
+
+    async def page(self, collection: Collection, query: dict[str, Any], order: SortOrder, page: int,
+                   per_page: int, skip_total: bool, stamp: str | None) -> tuple[list[Record], int]:
+        """Page `page` (1-based) of `per_page` records of `query` in `order`, and the total (-1 with
+        `skip_total`). `stamp`: the read cache's stamp the answer is computed under (None: no cache, or
+        Redis did not answer). No query at all for MATCH_NOTHING. Raises InvalidFilter (the server
+        refused the query) and ServiceUnavailable (the scan line is full)."""
+        if query == MATCH_NOTHING:
+            return [], 0
+        result_sets = self._result_sets
+        if stamp is None or result_sets is None or not await result_sets.enabled():
+            return await self.paged_by_database(collection, query, order, page, per_page, skip_total)
+        current = base_stamp(stamp)
+        key = entry_key(collection.name, "ids", collection.id, query, order)
+        start, stop = (page - 1) * per_page, page * per_page
+        cached = await result_sets.slice(key, current, start, stop)
+        if cached is None:  # a miss: one scan for every concurrent request of this query
+            async def scan() -> list[Any] | None:
+                ids = await self._records.find_ids(collection.id, query, order, RESULT_SET_MAX_IDS + 1)
+                kept = ids if len(ids) <= RESULT_SET_MAX_IDS else None
+                await result_sets.store(collection.name, key, current, kept)
+                return kept
+
+            ids = await self._flights.run(f"{key}@{current}", scan)
+            cached = OVER_BOUND if ids is None else IdSlice(list(ids[start:stop]), len(ids))
+        if cached is OVER_BOUND:
+            return await self.paged_by_database(collection, query, order, page, per_page, skip_total)
+        return await self.records_in_order(collection, cached.ids), (-1 if skip_total else cached.total)
+
+    async def records_in_order(self, collection: Collection, record_ids: Sequence[Any]) -> list[Record]:
+        """The records of `record_ids` in that order (one `_id $in` look-up; ids of records deleted
+        meanwhile are left out)."""
+        if not record_ids:
+            return []
+        found = {record.id: record for record in await self._records.find_by_ids(collection.id, record_ids)}
+        return [found[i] for i in record_ids if i in found]
+
+    async def paged_by_database(self, collection: Collection, query: dict[str, Any], order: SortOrder, page: int,
+                                per_page: int, skip_total: bool) -> tuple[list[Record], int]:
+        """One page of `query` by `skip` and `limit`, and its total by a count (-1 with `skip_total`,
+        without the count); both at once."""
+        skip = (page - 1) * per_page
+        if skip_total:
+            return await self._records.find(collection.id, query, order, skip, per_page), -1
+        items, total = await asyncio.gather(
+            self._records.find(collection.id, query, order, skip, per_page),
+            self._records.count(collection.id, query),
+        )
+        return items, total
