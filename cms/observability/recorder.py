@@ -12,7 +12,6 @@ figures of those seconds are lost, memory stays bounded, and one warning is logg
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -30,6 +29,8 @@ FLUSH_INTERVAL_S = 5.0
 """How often (seconds) a process writes what it recorded to Redis."""
 FLUSH_TIMEOUT_S = 2.0
 """How long one flush (or reading the log size, or sampling the gauges) may wait, in seconds."""
+STOP_RECANCEL_S = 0.5
+"""`stop` cancels the flush task again after this many seconds while it has not ended."""
 
 GaugeSampler = Callable[[], Awaitable[Mapping[str, int]]]
 """Samples the gauges: {timeline.QUEUE_DEPTH: jobs waiting, timeline.REALTIME_CONNECTIONS: this process's streams}."""
@@ -127,7 +128,7 @@ class Recorder:
             return True
 
     async def _run(self) -> None:
-        while True:
+        while self._task is not None:  # `stop` clears it
             await asyncio.sleep(self._flush_interval_s)
             try:
                 await self.flush()
@@ -142,8 +143,11 @@ class Recorder:
     async def stop(self) -> None:
         """Stop the flush task and flush what is left (bounded by FLUSH_TIMEOUT_S per step)."""
         task, self._task = self._task, None
-        if task is not None:
+        while task is not None and not task.done():
+            # again until it ends: `asyncio.wait_for` (3.11) may swallow a cancel that meets its inner
+            # task's completion, and the loop would then sleep on
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await asyncio.wait({task}, timeout=STOP_RECANCEL_S)
+        if task is not None and not task.cancelled() and task.exception() is not None:
+            log.error("observability: the flush task failed", exc_info=task.exception())
         await self.flush()
