@@ -760,8 +760,11 @@ class RealtimeHub:
         if floor is not None and entry_order(floor) <= entry_order(self._position):
             return
         position = await self._stream.last_id()
-        log.warning("realtime: events after %s are lost (Redis lost or trimmed them); streams resync",
-                    self._position)
+        if floor is not None and entry_order(floor) > entry_order(position):
+            position = floor  # an emptied stream: nothing before the floor can be read again
+        if self.connections:  # without streams here nobody missed anything: say nothing
+            log.warning("realtime: events after %s are lost (Redis lost or trimmed them); streams resync",
+                        self._position)
         for conn in list(self.connections.values()):
             conn.push(entry_order(position), sse_message("resync", event_id(conn.client_id, position),
                                                          {"reason": "events were lost"}))
