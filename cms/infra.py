@@ -1,6 +1,7 @@
 """Infra: the network clients of one process, opened and closed in one place (issue 11, item 4).
 
-One `AsyncMongoClient`, one Redis pool (shared by arq's queue, the rate limiter, the settings and
+One `AsyncMongoClient`, one Redis pool plus one pipelined connection for the short commands of
+the request path (cms.redis_pipe) (shared by arq's queue, the rate limiter, the settings and
 read caches), one `aiohttp.ClientSession` for outgoing HTTP, and the clock. Every client has
 explicit connect and operation time-outs (`DATABASE_TIMEOUT_S`), so a stalled MongoDB or Redis
 fails a request with 503 within seconds instead of holding it (decisions.md, Running it).
@@ -25,6 +26,7 @@ from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.observability import tracing
 from cms.observability.signals import Signals
+from cms.redis_pipe import PipedCommands, PipedRedis
 from cms.services.caching import keys
 from cms.services.delivery.webhook_sender import connector as guarded_connector
 from cms.store.client import Capabilities, Database, detect_capabilities, ensure_indexes, open_client
@@ -62,15 +64,21 @@ def _pool(config: Config, url: str) -> ConnectionPool:
                                    max_connections=REDIS_MAX_CONNECTIONS)
 
 
+class PipedArqRedis(PipedCommands, ArqRedis):  # type: ignore[misc]
+    """arq's client with the short commands on a pipelined connection (cms.redis_pipe)."""
+
+
 def open_redis(config: Config) -> ArqRedis:
     """The process's one Redis pool for `config.redis_url` (not yet connected): connect time-out
     REDIS_CONNECT_TIMEOUT_S, every command bounded by `config.database_timeout_s` seconds (arq sets
     no read time-out, and a stalled Redis must fail fast, 503), connections named
-    `redis_client_name` in CLIENT LIST, jobs enqueued on `config.queue_name`. Closing it with
+    `redis_client_name` in CLIENT LIST, jobs enqueued on `config.queue_name`; the short commands
+    of the request path go over one pipelined connection (cms.redis_pipe). Closing it with
     `aclose()` closes the pool."""
     assert config.redis_url, "redis_url must be set"
-    redis = ArqRedis(_pool(config, config.redis_url), default_queue_name=config.queue_name)
+    redis = PipedArqRedis(_pool(config, config.redis_url), default_queue_name=config.queue_name)
     redis.auto_close_connection_pool = True
+    redis.open_pipe()
     return redis
 
 
@@ -79,8 +87,9 @@ def open_cache_redis(config: Config) -> Redis:
     cache and epochs fail open, reads then go to MongoDB), named and bounded like `open_redis`'s.
     Closing it with `aclose()` closes the pool."""
     assert config.cache_redis_url, "cache_redis_url must be set"
-    cache = Redis(connection_pool=_pool(config, config.cache_redis_url))
+    cache = PipedRedis(connection_pool=_pool(config, config.cache_redis_url))
     cache.auto_close_connection_pool = True
+    cache.open_pipe()
     return cache
 
 

@@ -27,11 +27,11 @@ What it does:
 5. Runs `wrk -t THREADS -c CONNECTIONS -d DURATION --timeout 10s --latency` per scenario,
    PocketBase, then the CMS (warm: its read cache on), then for the read scenarios the CMS with its
    read cache off (`read_cache_enabled=false`: cold, every read queries the database, identical
-   concurrent reads still sharing one query) (`--rounds` > 1 repeats them and sums), while reading the CPU
-   time (user + system, psutil) of each server process (for the CMS: plus its children) before and
-   after. Scenarios: get one record by id; list page 1 (30, sort -created); list with a filter
-   (`popular=true`); list with a search word (CMS `search=django`, PocketBase
-   `filter=name~'django'`); walk the pages (a wrk Lua script asks `page=1..N` in turn, N = the
+   concurrent reads still sharing one query) (`--rounds` > 1 repeats the three in turn, round by
+   round), while reading the CPU time (user + system, psutil) of each server process (for the CMS:
+   plus its children) before and after. Scenarios: get one record by id; list page 1 (30, sort
+   -created); list with a filter (`popular=true`); list with a search word (CMS `search=django`,
+   PocketBase `filter=name~'django'`); walk the pages (a wrk Lua script asks `page=1..N` in turn, N = the
    records / 30, 30 per page, sort `-created`; each wrk thread starts at its own share of the walk
    and its connections take the pages in turn: many clients paging through the whole collection);
    distinct filters (`views>=N` for 500 values of N, 0 to 99,800, cycled the same way, 30 per page,
@@ -39,10 +39,13 @@ What it does:
    names); log in (auth collection user). `--scenarios` picks some (keys get, page1, filter, search,
    walk, distinct, create, login; always in that order: the walk before create, so its pages span
    the collection).
-6. Prints a Markdown table: per scenario req/s, p50 and p99 of each, the req/s ratio cms/PocketBase,
-   the failed requests of each (non-2xx answers plus socket errors, time-outs included) and the CPU
-   seconds of each, plus any non-2xx responses and socket errors wrk saw, and the
-   warnings and errors cms logged during the run.
+6. Prints a Markdown table: per scenario req/s, p50 and p99 of each, each the median of that figure
+   over the rounds (of two rounds: their mean); the req/s ratio cms/PocketBase, the median of the
+   rounds' ratios (each cms req/s / PocketBase req/s of the same round); the failed requests of each
+   (non-2xx answers plus socket errors, time-outs included) and the CPU seconds of each, both summed
+   over the rounds, plus any non-2xx responses and socket errors wrk saw. With `--rounds` > 1 a
+   second table, "Per round", gives the same figures (req/s, p50, p99, ratios, failed requests) of
+   every scenario and round. Then the warnings and errors cms logged during the run.
 
 Exit status: 0 on success; 1 when a server does not start or a set-up step fails; 2 for bad
 arguments.
@@ -55,18 +58,20 @@ import asyncio
 import csv
 import io
 import json
+import math
 import os
 import platform
 import re
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,6 +121,7 @@ SCENARIO_KEYS = ("get", "page1", "filter", "search", "walk", "distinct", "create
 
 
 def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -133,6 +139,7 @@ def pocketbase_binary() -> str:
 
 
 def pocketbase_version(binary: str) -> str:
+    """The version `binary --version` prints (? if none)."""
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False).stdout
     return out.strip().rsplit(" ", 1)[-1] or "?"
 
@@ -162,6 +169,7 @@ class Server:
         return total
 
     def stop(self) -> None:
+        """Terminate the process (kill it after 30 s) and wait for it."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -172,6 +180,7 @@ class Server:
 
 
 async def wait_healthy(session: aiohttp.ClientSession, server: Server, path: str) -> None:
+    """Wait until `server` answers GET `path` with 200 (Fatal when it exits or START_TIMEOUT_S passes)."""
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.proc.poll() is not None:
@@ -187,6 +196,7 @@ async def wait_healthy(session: aiohttp.ClientSession, server: Server, path: str
 
 
 def start_pocketbase(binary: str, work: Path) -> Server:
+    """`pocketbase serve` on a free port with a fresh data dir under `work` (its superuser made first)."""
     data_dir = work / "pb_data"
     log_path = work / "pocketbase.log"
     subprocess.run(
@@ -252,6 +262,7 @@ def rows_to_csv(rows: list[dict[str, Any]], columns: tuple[str, ...] = REQUIRED_
 
 async def pb_call(session: aiohttp.ClientSession, method: str, url: str, token: str = "",
                   **kwargs: Any) -> Any:
+    """One PocketBase API call; its JSON answer (Fatal on HTTP >= 300)."""
     headers = {"Authorization": token} if token else {}
     async with session.request(method, url, headers=headers, **kwargs) as resp:
         body = await json_or_text(resp)
@@ -408,6 +419,7 @@ def cycle_script(path: Path, prefix: str, *, count: int, first: int, step: int, 
 
 
 def lua_quote(text: str) -> str:
+    """`text` as a Lua string literal."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -420,18 +432,15 @@ def post_script(path: Path, template: str, token: str = "") -> Path:
 
 @dataclass
 class WrkResult:
-    requests: int = 0
-    seconds: float = 0.0
-    p50_ms: list[float] = field(default_factory=list)
-    p99_ms: list[float] = field(default_factory=list)
+    """The figures of one wrk run, or (`combine`) of a scenario's rounds."""
+
+    rps: float = 0.0
+    p50_ms: float | None = None  # None: wrk printed no such percentile
+    p99_ms: float | None = None
     non_2xx: int = 0
     socket_errors: int = 0
     cpu_s: float = 0.0
     drain_s: float = 0.0  # seconds after wrk stopped until the server answered promptly again
-
-    @property
-    def rps(self) -> float:
-        return self.requests / self.seconds if self.seconds else 0.0
 
     @property
     def failed(self) -> int:
@@ -443,39 +452,47 @@ UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def to_ms(text: str) -> float:
+    """A wrk duration (`812.00us`, `1.20ms`, `2.00s`, `1.00m`) in ms; NaN when not one."""
     match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
     if not match:
         return float("nan")
     return float(match.group(1)) * UNIT_MS[match.group(2)]
 
 
-def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Server,
-            result: WrkResult) -> None:
+def percentile_ms(text: str, pct: str) -> float | None:
+    """The `pct` % latency in ms of wrk's `--latency` output `text`; None when it has none."""
+    found = re.search(rf"^\s+{pct}(?:\.000)?%\s+(\S+)", text, re.MULTILINE)
+    value = to_ms(found.group(1)) if found else math.nan
+    return None if math.isnan(value) else value
+
+
+def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Server) -> WrkResult:
+    """One wrk run against `url` (with `script`, if any), `server`'s CPU seconds during it and its
+    drain time after it."""
     cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{args.duration}s",
            "--timeout", WRK_TIMEOUT, "--latency"]
     if script is not None:
         cmd += ["-s", str(script)]
+    result = WrkResult()
     cpu_before = server.cpu_s()
     out = subprocess.run([*cmd, url], capture_output=True, text=True, check=False)
-    result.cpu_s += server.cpu_s() - cpu_before
-    result.drain_s += drain(server)
+    result.cpu_s = server.cpu_s() - cpu_before
+    result.drain_s = drain(server)
     text = out.stdout
     if out.returncode != 0:
         raise Fatal(f"wrk failed ({out.returncode}): {out.stderr.strip()}")
     match = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", text)
     if match:
-        result.requests += int(match.group(1))
-        result.seconds += to_ms(match.group(2) + match.group(3)) / 1000
-    for pct, target in (("50", result.p50_ms), ("99", result.p99_ms)):
-        found = re.search(rf"^\s+{pct}(?:\.000)?%\s+(\S+)", text, re.MULTILINE)
-        if found:
-            target.append(to_ms(found.group(1)))
+        seconds = to_ms(match.group(2) + match.group(3)) / 1000
+        result.rps = int(match.group(1)) / seconds if seconds > 0 else 0.0
+    result.p50_ms, result.p99_ms = percentile_ms(text, "50"), percentile_ms(text, "99")
     found = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     if found:
-        result.non_2xx += int(found.group(1))
+        result.non_2xx = int(found.group(1))
     found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     if found:
-        result.socket_errors += sum(int(g) for g in found.groups())
+        result.socket_errors = sum(int(g) for g in found.groups())
+    return result
 
 
 def drain(server: Server) -> float:
@@ -496,6 +513,8 @@ def drain(server: Server) -> float:
 
 @dataclass
 class Scenario:
+    """A scenario: what wrk asks of each system."""
+
     key: str  # one of SCENARIO_KEYS (--scenarios)
     label: str
     pb: tuple[str, Path | None]  # (URL, wrk script)
@@ -559,22 +578,60 @@ def scenarios(pb: Server, pb_ids: dict[str, str], cms: Server, cms_ids: dict[str
 # --- report ----------------------------------------------------------------------------------------
 
 
-def fmt_ms(values: list[float]) -> str:
-    if not values:
+def median(values: list[float | None]) -> float | None:
+    """The median of the values present (of an even number: the mean of the middle two); None if none."""
+    present = [value for value in values if value is not None]
+    return statistics.median(present) if present else None
+
+
+def combine(rounds: list[WrkResult]) -> WrkResult:
+    """A scenario's figures over its rounds: req/s, p50 and p99 the medians of the rounds; failed
+    requests, CPU and drain seconds summed."""
+    return WrkResult(
+        rps=statistics.median(r.rps for r in rounds),
+        p50_ms=median([r.p50_ms for r in rounds]),
+        p99_ms=median([r.p99_ms for r in rounds]),
+        non_2xx=sum(r.non_2xx for r in rounds),
+        socket_errors=sum(r.socket_errors for r in rounds),
+        cpu_s=sum(r.cpu_s for r in rounds),
+        drain_s=sum(r.drain_s for r in rounds),
+    )
+
+
+def ratio(cms: WrkResult, pb: WrkResult) -> float | None:
+    """cms req/s / PocketBase req/s (None when PocketBase served nothing)."""
+    return cms.rps / pb.rps if pb.rps else None
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A ratio to three places, or – for none."""
+    return "–" if value is None else f"{value:.3f}"
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds: two places under 10 ms, none above; – for none."""
+    if value is None:
         return "–"
-    value = max(values)  # the worse round
     return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
 
 
-def cell(result: WrkResult) -> str:
+def cell(result: WrkResult | None) -> str:
+    """`req/s / p50 / p99`, plus the non-2xx answers and socket errors if any; – for no run."""
+    if result is None:
+        return "–"
     text = f"{result.rps:,.0f} / {fmt_ms(result.p50_ms)} / {fmt_ms(result.p99_ms)}"
     if result.non_2xx or result.socket_errors:
         text += f" ({result.non_2xx:,} non-2xx, {result.socket_errors:,} socket errors)"
     return text
 
 
-Row = tuple["Scenario", WrkResult, WrkResult, WrkResult | None]
-"""A scenario and its results: PocketBase, cms warm, cms cold (None: not a read)."""
+def failed(*results: WrkResult | None) -> str:
+    """The failed requests of each result, ` / `-separated (– for no run)."""
+    return " / ".join(f"{r.failed:,}" if r is not None else "–" for r in results)
+
+
+Row = tuple["Scenario", list[WrkResult], list[WrkResult], list[WrkResult] | None]
+"""A scenario and its results per round: PocketBase, cms warm, cms cold (None: not a read)."""
 
 
 def print_warnings(log_path: Path, most: int = 10) -> None:
@@ -592,20 +649,40 @@ def print_warnings(log_path: Path, most: int = 10) -> None:
 
 
 def print_report(header: list[str], rows: list[Row]) -> None:
+    """The header, the table of the medians of the rounds, the per-round table (more than one
+    round) and the drain times."""
+    many = any(len(pb_rounds) > 1 for _, pb_rounds, _, _ in rows)
     print("\n".join(header))
     print("\n| scenario | PocketBase req/s / p50 ms / p99 ms | cms warm req/s / p50 ms / p99 ms | "
           "ratio warm cms/PB | cms cold (read cache off) req/s / p50 / p99 | ratio cold | "
           "failed requests PB / warm / cold | CPU s PB | CPU s cms warm (+children) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for scenario, pb, cms, cold in rows:
-        ratio = f"{cms.rps / pb.rps:.3f}" if pb.rps else "–"
-        cold_cell, cold_ratio = (cell(cold), f"{cold.rps / pb.rps:.3f}" if pb.rps else "–") if cold else ("–", "–")
-        failed = " / ".join(f"{r.failed:,}" if r is not None else "–" for r in (pb, cms, cold))
-        print(f"| {scenario.label} | {cell(pb)} | {cell(cms)} | {ratio} | {cold_cell} | {cold_ratio} | "
-              f"{failed} | {pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
+    combined: list[tuple[Scenario, WrkResult, WrkResult, WrkResult | None]] = []
+    for scenario, pb_rounds, cms_rounds, cold_rounds in rows:
+        pb, cms = combine(pb_rounds), combine(cms_rounds)
+        cold = combine(cold_rounds) if cold_rounds is not None else None
+        combined.append((scenario, pb, cms, cold))
+        warm_ratio = median([ratio(c, p) for c, p in zip(cms_rounds, pb_rounds, strict=True)])
+        cold_ratio = (median([ratio(c, p) for c, p in zip(cold_rounds, pb_rounds, strict=True)])
+                      if cold_rounds is not None else None)
+        print(f"| {scenario.label} | {cell(pb)} | {cell(cms)} | {fmt_ratio(warm_ratio)} | {cell(cold)} | "
+              f"{fmt_ratio(cold_ratio)} | {failed(pb, cms, cold)} | {pb.cpu_s:,.1f} | {cms.cpu_s:,.1f} |")
+    if many:
+        print("\nPer round:\n")
+        print("| scenario | round | PocketBase req/s / p50 ms / p99 ms | cms warm req/s / p50 ms / p99 ms | "
+              "ratio warm cms/PB | cms cold (read cache off) req/s / p50 / p99 | ratio cold | "
+              "failed requests PB / warm / cold |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for scenario, pb_rounds, cms_rounds, cold_rounds in rows:
+            colds: list[WrkResult | None] = [*cold_rounds] if cold_rounds is not None else [None] * len(pb_rounds)
+            for number, (pb, cms, cold) in enumerate(zip(pb_rounds, cms_rounds, colds, strict=True), 1):
+                cold_text = fmt_ratio(ratio(cold, pb)) if cold is not None else "–"
+                print(f"| {scenario.label} | {number} | {cell(pb)} | {cell(cms)} | {fmt_ratio(ratio(cms, pb))} | "
+                      f"{cell(cold)} | {cold_text} | {failed(pb, cms, cold)} |")
+    summed = " (summed over the rounds)" if many else ""
     print("\nSeconds each server needed after wrk stopped to answer a GET by id within "
-          f"{DRAIN_PROMPT_S} s again (requests wrk abandoned at its end, not counted above):")
-    for scenario, pb, cms, cold in rows:
+          f"{DRAIN_PROMPT_S} s again (requests wrk abandoned at its end, not counted above){summed}:")
+    for scenario, pb, cms, cold in combined:
         cold_text = f", cms cold {cold.drain_s:,.1f} s" if cold else ""
         print(f"- {scenario.label}: PocketBase {pb.drain_s:,.1f} s, cms {cms.drain_s:,.1f} s{cold_text}")
 
@@ -631,6 +708,7 @@ async def set_read_cache(base: str, enabled: bool) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, checked (exit status 2 on bad arguments)."""
     parser = argparse.ArgumentParser(description="Benchmark the CMS against PocketBase with wrk.")
     parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV,
                         help=f"packages CSV (default: {DEFAULT_CSV})")
@@ -665,6 +743,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace) -> int:
+    """Start both servers, set them up, run the scenarios and print the report."""
     binary = pocketbase_binary()
     work = Path(tempfile.mkdtemp(prefix="bench_vs_pb_"))
     rows = take_rows(args.csv, args.records, views=True)
@@ -692,8 +771,10 @@ async def main_async(args: argparse.Namespace) -> int:
             (f"- records: {pb_ids['total']} (PocketBase) / {cms_ids['total']} (cms) of {args.csv.name}; "
             f"rate limiting off on cms; cms serve --workers {args.cms_workers}"),
             (f"- wrk -t{args.threads} -c{args.connections} -d{args.duration}s --timeout {WRK_TIMEOUT} "
-            f"--latency, {args.rounds} round(s), PocketBase then cms per scenario; p50/p99 the worse "
-            f"round; CPU = user+system seconds during the scenario"),
+            f"--latency, {args.rounds} round(s) per scenario, each PocketBase, then cms warm, then cms cold; "
+            f"req/s, p50 and p99 the median of the rounds (of two: their mean), each ratio the median of "
+            f"the rounds' ratios; failed requests and CPU seconds summed over the rounds; CPU = "
+            f"user+system seconds during the scenario"),
         ]
         lua_dir = work / "lua"
         lua_dir.mkdir()
@@ -701,23 +782,24 @@ async def main_async(args: argparse.Namespace) -> int:
         for scenario in scenarios(pb, pb_ids, cms, cms_ids, lua_dir, args.threads):
             if scenario.key not in args.scenarios:
                 continue
-            pb_result, cms_result = WrkResult(), WrkResult()
-            cold_result = WrkResult() if scenario.read else None
+            pb_rounds: list[WrkResult] = []
+            cms_rounds: list[WrkResult] = []
+            cold_rounds: list[WrkResult] | None = [] if scenario.read else None
             for _round in range(args.rounds):
                 print(f"wrk: {scenario.label}: PocketBase", file=sys.stderr)
-                run_wrk(*scenario.pb, args, pb, pb_result)
+                pb_rounds.append(run_wrk(*scenario.pb, args, pb))
                 print(f"wrk: {scenario.label}: cms", file=sys.stderr)
                 if scenario.read and scenario.cms[1] is None:
                     warm_up(scenario.cms[0])  # warm: the read cache holds the answer before wrk starts
-                run_wrk(*scenario.cms, args, cms, cms_result)
-                if cold_result is not None:  # after the warm run: its leftover scans cannot slow that one
+                cms_rounds.append(run_wrk(*scenario.cms, args, cms))
+                if cold_rounds is not None:  # after the warm run: its leftover scans cannot slow that one
                     print(f"wrk: {scenario.label}: cms cold (read cache off)", file=sys.stderr)
                     await set_read_cache(cms.base, False)
                     try:
-                        run_wrk(*scenario.cms, args, cms, cold_result)
+                        cold_rounds.append(run_wrk(*scenario.cms, args, cms))
                     finally:
                         await set_read_cache(cms.base, True)
-            results.append((scenario, pb_result, cms_result, cold_result))
+            results.append((scenario, pb_rounds, cms_rounds, cold_rounds))
         print_report(header, results)
         print_warnings(cms.log_path)
     finally:
@@ -731,6 +813,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command-line entry point; the exit status."""
     return run_cli(main_async(parse_args(argv)))
 
 
