@@ -73,12 +73,14 @@ def open_redis(config: Config) -> ArqRedis:
     REDIS_CONNECT_TIMEOUT_S, every command bounded by `config.database_timeout_s` seconds (arq sets
     no read time-out, and a stalled Redis must fail fast, 503), connections named
     `redis_client_name` in CLIENT LIST, jobs enqueued on `config.queue_name`; the short commands
-    of the request path go over one pipelined connection (cms.redis_pipe). Closing it with
+    of the request path go over one pipelined connection (cms.redis_pipe) unless tracing is on
+    (the instrumentation makes a span of each command of the pool). Closing it with
     `aclose()` closes the pool."""
     assert config.redis_url, "redis_url must be set"
     redis = PipedArqRedis(_pool(config, config.redis_url), default_queue_name=config.queue_name)
     redis.auto_close_connection_pool = True
-    redis.open_pipe()
+    if not tracing.active():  # traced, every command goes through the pool, whose commands are spans
+        redis.open_pipe()
     return redis
 
 
@@ -89,7 +91,8 @@ def open_cache_redis(config: Config) -> Redis:
     assert config.cache_redis_url, "cache_redis_url must be set"
     cache = PipedRedis(connection_pool=_pool(config, config.cache_redis_url))
     cache.auto_close_connection_pool = True
-    cache.open_pipe()
+    if not tracing.active():
+        cache.open_pipe()
     return cache
 
 

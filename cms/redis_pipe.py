@@ -27,7 +27,9 @@ leaves the connection usable: its reply is read and dropped. At most MAX_IN_FLIG
 per connection; beyond that a command fails at once with `ConnectionError` (a stalled Redis never
 grows a process's memory without bound).
 
-Used for `redis://` and `unix://` URLs; `rediss://` (TLS) keeps redis-py's pool for every command.
+Used for `redis://` and `unix://` URLs; `rediss://` (TLS) keeps redis-py's pool for every command,
+and so does a process with tracing on (cms.infra: OpenTelemetry's Redis instrumentation makes a span
+of each command of the pool, docs/operations/traces.md).
 """
 
 from __future__ import annotations

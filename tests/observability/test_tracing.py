@@ -122,6 +122,8 @@ async def test_a_job_continues_the_trace_of_the_request_that_queued_it(client, a
     trace_id = server.context.trace_id
     in_request = [s for s in collected if server in ancestors(s, by_id)]
     assert {s.attributes.get("db.system") for s in in_request if s.attributes} >= {"mongodb", "redis"}
+    # the session epoch's MGET too: traced, no command takes the pipelined connection (cms.redis_pipe)
+    assert "MGET" in {s.name for s in in_request}
     assert all(s.context.trace_id == trace_id for s in in_request)
 
     [job] = [s for s in collected if s.kind == SpanKind.CONSUMER]
