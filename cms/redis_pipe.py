@@ -192,8 +192,8 @@ class CommandPipe:
         loop = asyncio.get_running_loop()
         if self._connecting is not None and self._loop is loop and self._pid == os.getpid():
             return await asyncio.shield(self._connecting)
-        if self._protocol is not None and self._pid == os.getpid():
-            self._protocol.close()
+        if self._protocol is not None and self._pid == os.getpid() and self._loop is loop:
+            self._protocol.close()  # (one of another loop or process is left to it: its loop may be closed)
         self._protocol = None
         self._loop = loop
         self._pid = os.getpid()
@@ -260,7 +260,10 @@ class CommandPipe:
     def close(self) -> None:
         """Close the connection (commands in flight fail with ConnectionError)."""
         if self._protocol is not None and self._pid == os.getpid():
-            self._protocol.close()
+            try:
+                self._protocol.close()
+            except RuntimeError:  # its event loop is closed already: so is the socket
+                pass
         self._protocol = None
 
 
