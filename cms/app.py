@@ -125,7 +125,8 @@ def _add_cors(app: web.Application, config: Config) -> None:
         cors.add(route)
     hooks = app.on_response_prepare
     for index, hook in enumerate(hooks):
-        if getattr(hook, "__self__", None) is not None and type(hook.__self__).__module__.startswith("aiohttp_cors"):
+        owner = getattr(hook, "__self__", None)
+        if owner is not None and type(owner).__module__.startswith("aiohttp_cors"):
             hooks[index] = _only_with_origin(hook)
 
 

@@ -1,6 +1,6 @@
 """One set of network clients per process (issue 11, item 4): every Redis connection a process
-opens belongs to its one pool (or is that client's one pipelined connection, cms.redis_pipe), a worker builds its services on its own pool, and closing
-returns every connection."""
+opens belongs to its one pool (or is that client's one pipelined connection, cms.redis_pipe), a
+worker builds its services on its own pool, and closing returns every connection."""
 
 from __future__ import annotations
 
