@@ -19,17 +19,20 @@ response callbacks, so a caller sees exactly what redis-py returns.
 
 Failures keep redis-py's contract: a command that gets no reply within the pool's socket time-out
 (`DATABASE_TIMEOUT_S`) raises `redis.exceptions.TimeoutError`, and so does every command waiting
-behind it, and the connection is dropped (one timer per connection watches the oldest command,
-not one per command: timers were a tenth of a warm get's CPU); a lost
-connection fails every command in flight with `redis.exceptions.ConnectionError`; the next command
-connects again (connect time-out as the pool's). A cancelled caller (its own `asyncio.timeout`)
-leaves the connection usable: its reply is read and dropped. At most MAX_IN_FLIGHT commands wait
-per connection; beyond that a command fails at once with `ConnectionError` (a stalled Redis never
-grows a process's memory without bound).
+behind it, and the connection is aborted (what it had not written is dropped; one timer per
+connection watches the oldest command, not one per command: timers were a tenth of a warm get's
+CPU); a lost connection fails every command in flight with `redis.exceptions.ConnectionError`; the
+next command connects again (connect time-out as the pool's). The connection is opened by a task
+of its own that every caller waits for, so a caller that gives up (its own `asyncio.timeout`)
+fails nobody else, and leaves the connection usable: its reply is read and dropped. At most
+MAX_IN_FLIGHT commands and MAX_BUFFERED_BYTES bytes wait per connection; beyond that a command
+fails at once with `ConnectionError` (a stalled Redis never grows a process's memory without bound).
 
-Used for `redis://` and `unix://` URLs; `rediss://` (TLS) keeps redis-py's pool for every command,
-and so does a process with tracing on (cms.infra: OpenTelemetry's Redis instrumentation makes a span
-of each command of the pool, docs/operations/traces.md).
+Used for `redis://` and `unix://` URLs whose pool sets a socket time-out and neither decodes
+replies, speaks RESP3 nor takes a credential provider. `rediss://` (TLS) and the other cases keep
+redis-py's pool for every command, and so does a process with tracing on (cms.infra:
+OpenTelemetry's Redis instrumentation makes a span of each command of the pool,
+docs/operations/traces.md).
 """
 
 from __future__ import annotations
@@ -53,11 +56,14 @@ PIPED_COMMANDS = frozenset({"GET", "MGET", "SET", "GETRANGE", "INCR", "INCRBY", 
 each, without options that change how redis-py reads the reply."""
 MAX_IN_FLIGHT = 10_000
 """Commands that may wait for their reply on one pipelined connection at once."""
+MAX_BUFFERED_BYTES = 32 * 1024 * 1024
+"""Bytes of commands that may wait to be taken by the socket of one pipelined connection (a Redis
+that stops reading never grows a process's memory beyond this)."""
 EMPTY_RESPONSE = "EMPTY_RESPONSE"
 NEVER_DECODE = "NEVER_DECODE"
 # redis-py's option names (redis.asyncio.client) that change how a reply is read
 DEFAULT_TIMEOUT_S = 5.0
-"""Seconds a command waits for its reply when the pool sets no socket time-out."""
+"""Seconds to connect when the pool sets no connect time-out."""
 
 
 class _Protocol(asyncio.Protocol):
@@ -71,6 +77,7 @@ class _Protocol(asyncio.Protocol):
         self.reader = hiredis.Reader(protocolError=InvalidResponse, replyError=BaseParser.parse_error)
         self.closed = False
         self.pending: list[bytes] = []
+        self.pending_bytes = 0
         self.flush_scheduled = False
         self.timeout_s = timeout_s
         self.watchdog: asyncio.TimerHandle | None = None
@@ -95,23 +102,34 @@ class _Protocol(asyncio.Protocol):
                 future.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.fail(RedisConnectionError(f"Connection to Redis lost: {exc!r}" if exc else "Connection to Redis closed"))
+        self.close(RedisConnectionError(f"Connection to Redis lost: {exc!r}" if exc else "Connection to Redis closed"))
 
     def fail(self, error: Exception) -> None:
         """Fail every command still waiting with `error`."""
         self.sent_at.clear()
+        self.pending.clear()
+        self.pending_bytes = 0
         while self.waiting:
             future = self.waiting.popleft()
             if not future.done():
                 future.set_exception(error)
 
+    def buffered_bytes(self) -> int:
+        """Bytes written or queued but not yet taken by the socket."""
+        transport = self.transport
+        return self.pending_bytes + (transport.get_write_buffer_size() if transport is not None else 0)
+
     def send(self, packed: bytes, future: asyncio.Future[Any]) -> None:
-        """Queue one packed command; the commands queued in one turn of the loop go out in one write."""
+        """Queue one packed command; the commands queued in one turn of the loop go out in one write.
+        On a closed connection the future fails at once (ConnectionError)."""
+        if self.closed:
+            future.set_exception(RedisConnectionError("Connection to Redis closed"))
+            return
         loop = future.get_loop()
         self.waiting.append(future)
         self.sent_at.append(loop.time())
         self.pending.append(packed)
+        self.pending_bytes += len(packed)
         if not self.flush_scheduled:
             self.flush_scheduled = True
             loop.call_soon(self.flush)
@@ -121,7 +139,8 @@ class _Protocol(asyncio.Protocol):
     def check(self) -> None:
         """The time-out of every command, one timer per connection (not one per command): when
         the oldest command still waiting was sent `timeout_s` ago, the connection is stuck: every
-        waiting command fails with TimeoutError and the connection is closed."""
+        waiting command fails with TimeoutError and the connection is aborted (what it had not
+        written yet is dropped)."""
         self.watchdog = None
         if not self.sent_at or self.closed:
             return
@@ -130,22 +149,25 @@ class _Protocol(asyncio.Protocol):
         if loop.time() < due:
             self.watchdog = loop.call_at(due, self.check)
             return
-        self.fail(RedisTimeoutError(f"Redis did not answer within {self.timeout_s} s"))
-        self.close()
+        self.close(RedisTimeoutError(f"Redis did not answer within {self.timeout_s} s"))
 
     def flush(self) -> None:
         self.flush_scheduled = False
         pending, self.pending = self.pending, []
+        self.pending_bytes = 0
         if not self.closed and self.transport is not None:
             self.transport.writelines(pending)
 
-    def close(self) -> None:
+    def close(self, error: Exception | None = None) -> None:
+        """Abort the connection (its unwritten bytes are dropped, nothing waits for them) and fail
+        every command still waiting with `error` (ConnectionError by default)."""
         if self.watchdog is not None:
             self.watchdog.cancel()
             self.watchdog = None
         if self.transport is not None and not self.closed:
-            self.transport.close()
+            self.transport.abort()
         self.closed = True
+        self.fail(error or RedisConnectionError("Connection to Redis closed"))
 
 
 class CommandPipe:
@@ -169,50 +191,52 @@ class CommandPipe:
         self._protocol: _Protocol | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid = os.getpid()
-        self._connecting: asyncio.Future[_Protocol] | None = None
+        self._connecting: asyncio.Task[_Protocol] | None = None
+        self._generation = 0  # bumped by close(): a connection opened for an older one is closed at once
 
     async def call(self, *args: Any) -> Any:
         """Send one command (`args`: its name and arguments, str, bytes, int or float) and return
         its reply. Raises redis-py's ResponseError (and subclasses) for an error reply,
-        TimeoutError, ConnectionError; TypeError for an argument hiredis cannot pack."""
+        TimeoutError, ConnectionError (also at once when MAX_IN_FLIGHT commands or
+        MAX_BUFFERED_BYTES bytes wait); TypeError for an argument hiredis cannot pack."""
         packed = hiredis.pack_command(args)
+        loop = asyncio.get_running_loop()
         protocol = self._protocol
-        if protocol is None or protocol.closed or self._loop is not asyncio.get_running_loop() \
-                or self._pid != os.getpid():
+        if protocol is None or protocol.closed or self._loop is not loop or self._pid != os.getpid():
             protocol = await self._connect()
-        if len(protocol.waiting) >= MAX_IN_FLIGHT:
-            raise RedisConnectionError(f"More than {MAX_IN_FLIGHT} Redis commands in flight on one connection")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        protocol.send(packed, future)
+        if len(protocol.waiting) >= MAX_IN_FLIGHT or protocol.buffered_bytes() + len(packed) > MAX_BUFFERED_BYTES:
+            raise RedisConnectionError("Too many Redis commands waiting on the pipelined connection")
+        future: asyncio.Future[Any] = loop.create_future()
+        protocol.send(packed, future)  # on a connection closed meanwhile: ConnectionError at once
         return await future  # bounded by the connection's watchdog (`_Protocol.check`)
 
     async def _connect(self) -> _Protocol:
-        """Open the connection (or wait for the one being opened), authenticate, select the
-        database and name it. Raises ConnectionError or TimeoutError (connect time-out)."""
+        """The connection, opened by one task that every caller waits for (a caller that gives up
+        does not fail the others): connect, authenticate, select the database, name it, within
+        the connect time-out. Raises ConnectionError or TimeoutError."""
         loop = asyncio.get_running_loop()
-        if self._connecting is not None and self._loop is loop and self._pid == os.getpid():
-            return await asyncio.shield(self._connecting)
-        if self._protocol is not None and self._pid == os.getpid() and self._loop is loop:
-            self._protocol.close()  # (one of another loop or process is left to it: its loop may be closed)
-        self._protocol = None
-        self._loop = loop
-        self._pid = os.getpid()
-        connecting: asyncio.Future[_Protocol] = loop.create_future()
-        self._connecting = connecting
+        task = self._connecting
+        if task is None or task.get_loop() is not loop or self._pid != os.getpid():
+            if self._protocol is not None and self._pid == os.getpid() and self._loop is loop:
+                self._protocol.close()  # (one of another loop or process is left to it: its loop may be closed)
+            self._protocol = None
+            self._loop = loop
+            self._pid = os.getpid()
+            task = loop.create_task(self._open_and_keep(self._generation))
+            task.add_done_callback(_retrieved)
+            self._connecting = task
+        return await asyncio.shield(task)
+
+    async def _open_and_keep(self, generation: int) -> _Protocol:
         try:
-            protocol = await self._open(loop)
-        except BaseException as exc:
-            self._connecting = None
-            error = exc if isinstance(exc, (RedisConnectionError, RedisTimeoutError)) else \
-                RedisConnectionError(f"Error connecting to Redis: {exc!r}")
-            connecting.set_exception(error)
-            connecting.exception()  # retrieved: no "never retrieved" warning when nobody else waited
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            raise error from exc
-        self._connecting = None
+            protocol = await self._open(asyncio.get_running_loop())
+        finally:
+            if self._connecting is asyncio.current_task():
+                self._connecting = None
+        if generation != self._generation:  # closed while it connected
+            protocol.close()
+            raise RedisConnectionError("The Redis client was closed")
         self._protocol = protocol
-        connecting.set_result(protocol)
         return protocol
 
     async def _open(self, loop: asyncio.AbstractEventLoop) -> _Protocol:
@@ -242,7 +266,7 @@ class CommandPipe:
                 for reply in await asyncio.gather(*futures, return_exceptions=True):
                     if isinstance(reply, BaseException):
                         raise RedisConnectionError(f"Redis refused the connection's set-up: {reply}") from reply
-        except BaseException as exc:
+        except BaseException as exc:  # (re-raised: cancellation and exits too)
             if protocol is not None:
                 protocol.close()
             if isinstance(exc, TimeoutError):
@@ -258,13 +282,21 @@ class CommandPipe:
         return self._protocol is not None and not self._protocol.closed and self._pid == os.getpid()
 
     def close(self) -> None:
-        """Close the connection (commands in flight fail with ConnectionError)."""
+        """Close the connection (commands in flight fail with ConnectionError); one being opened
+        is closed as soon as it is. A later command connects again."""
+        self._generation += 1
         if self._protocol is not None and self._pid == os.getpid():
             try:
                 self._protocol.close()
             except RuntimeError:  # its event loop is closed already: so is the socket
                 pass
         self._protocol = None
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a connect task's failure as seen (every caller may have given up before it ended)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class PipedCommands:
@@ -275,11 +307,15 @@ class PipedCommands:
     _pipe: CommandPipe | None = None
 
     def open_pipe(self) -> None:
-        """Make this client send PIPED_COMMANDS on a pipelined connection (not for TLS URLs,
-        whose connections keep the pool)."""
+        """Make this client send PIPED_COMMANDS on a pipelined connection; not when the pool's
+        connections use TLS, decode replies, speak RESP3, take a credential provider or have no
+        socket time-out (then every command keeps the pool)."""
         pool: ConnectionPool = self.connection_pool  # type: ignore[attr-defined]
-        if pool.connection_kwargs.get("ssl") or "ssl" in pool.connection_class.__name__.lower():
-            return
+        kwargs = pool.connection_kwargs
+        if (kwargs.get("ssl") or "ssl" in pool.connection_class.__name__.lower() or kwargs.get("decode_responses")
+                or str(kwargs.get("protocol", 2)) != "2" or kwargs.get("credential_provider") is not None
+                or not kwargs.get("socket_timeout")):
+            return  # what the pipe does not do as the pool would: TLS, decoding, RESP3, credentials, no time-out
         self._pipe = CommandPipe(pool)
 
     @property

@@ -18,13 +18,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cms.redis_pipe import PipedRedis
+from cms.redis_pipe import MAX_BUFFERED_BYTES, PipedRedis
 from cms.runtime.children import ChildServer
 from cms.runtime.embedded import start_redis
 from tests.test_stalled_database import paused
 
 
 def piped(url: str, **pool_kwargs: object) -> PipedRedis:
+    pool_kwargs.setdefault("socket_timeout", 5)
     client = PipedRedis(connection_pool=ConnectionPool.from_url(url, client_name="cms:pipe-test", **pool_kwargs))
     client.auto_close_connection_pool = True
     client.open_pipe()
@@ -208,3 +209,73 @@ async def test_password_and_database_of_the_url_are_used(own_redis: ChildServer)
             await wrong.aclose()
     finally:
         await admin.aclose()
+
+
+async def test_a_caller_that_gives_up_while_connecting_does_not_fail_the_others(own_redis: ChildServer) -> None:
+    client = piped(own_redis.url, socket_timeout=10)
+    try:
+        key = fresh("patient")
+        with paused(own_redis):  # the kernel accepts the connection; its set-up waits for the server
+            impatient = asyncio.ensure_future(asyncio.wait_for(client.get(key), 0.1))
+            await asyncio.sleep(0.01)
+            patient = asyncio.ensure_future(client.get(key))  # no bound of its own but the socket's
+            with pytest.raises(TimeoutError):
+                await impatient
+            await asyncio.sleep(0.2)
+        assert await patient is None  # the connection the impatient caller started serves it
+    finally:
+        await client.aclose()
+
+
+async def test_closing_while_connecting_leaves_no_connection(redis_url: str, redis: Redis) -> None:
+    client = piped(redis_url, socket_timeout=5)
+    waiting = asyncio.ensure_future(client.get(fresh("closing")))
+    await asyncio.sleep(0)  # the connect has started
+    await client.aclose()
+    with pytest.raises(RedisConnectionError):
+        await waiting
+    deadline = time.monotonic() + 5
+    while any(entry["name"] == "cms:pipe-test" for entry in await redis.client_list()):
+        assert time.monotonic() < deadline, "the pipelined connection outlived aclose()"
+        await asyncio.sleep(0.05)
+    assert client.pipe_connections == 0
+
+
+async def test_a_redis_that_stops_reading_bounds_the_bytes_waiting(own_redis: ChildServer) -> None:
+    client = piped(own_redis.url, socket_timeout=2)
+    try:
+        await client.set(fresh("warm"), b"1")
+        body = os.urandom(1024 * 1024)
+
+        async def store(n: int) -> BaseException | None:
+            try:
+                await client.set(fresh(f"big{n}"), body)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                return exc
+            return None
+
+        with paused(own_redis):
+            started = time.monotonic()
+            outcomes = await asyncio.gather(*(store(n) for n in range(48)))  # 48 MiB for a 32 MiB bound
+            assert time.monotonic() - started < 10
+        refused = [o for o in outcomes if isinstance(o, RedisConnectionError) and "waiting" in str(o)]
+        assert len(refused) >= 48 - MAX_BUFFERED_BYTES // len(body)  # refused at once, not buffered
+        assert all(o is not None for o in outcomes)  # the rest timed out: the server never read them
+        assert await client.get(fresh("after")) is None  # and the client works again
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("pool_kwargs", [{"decode_responses": True}, {"socket_timeout": None}],
+                         ids=["decoding", "no-time-out"])
+async def test_what_the_pipe_does_not_do_keeps_the_pool(redis_url: str, redis: Redis,
+                                                       pool_kwargs: dict[str, object]) -> None:
+    key = fresh("pool")
+    await redis.set(key, b"v")
+    client = piped(redis_url, **pool_kwargs)
+    try:
+        replies = await asyncio.gather(*(client.get(key) for _ in range(20)))
+        assert set(replies) == ({"v"} if pool_kwargs.get("decode_responses") else {b"v"})
+        assert client.pipe_connections == 0
+    finally:
+        await client.aclose()
