@@ -110,8 +110,13 @@ async def test_the_worker_serves_its_own_metrics_on_metrics_port(mongodb_url: st
                     return False
 
             await eventually(serving, 30.0, "the worker's metrics")
+
+            async def cron_job_queued() -> bool:
+                # arq queues a cron job up to a second before its run (the outbox relay's: every 5 s)
+                return value((await get(http, url))[1], "cms_job_queue_depth") >= 1
+
+            await eventually(cron_job_queued, 15.0, "a cron job waiting in the queue, in the worker's metrics")
             status, text, _ = await get(http, url)
-            assert value(text, "cms_job_queue_depth") >= 1  # the cron jobs wait for their next run
             assert value(text, "cms_webhook_outbox_backlog") == 0
             assert value(text, "cms_mongodb_command_duration_seconds_count", command="find") > 0  # the relay
             assert value(text, "process_cpu_seconds_total") > 0 and value(text, "cms_processes") == 1
