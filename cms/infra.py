@@ -79,8 +79,7 @@ def open_redis(config: Config) -> ArqRedis:
     assert config.redis_url, "redis_url must be set"
     redis = PipedArqRedis(_pool(config, config.redis_url), default_queue_name=config.queue_name)
     redis.auto_close_connection_pool = True
-    if not tracing.active():  # traced, every command goes through the pool, whose commands are spans
-        redis.open_pipe()
+    _pipe_unless_traced(redis)
     return redis
 
 
@@ -91,9 +90,15 @@ def open_cache_redis(config: Config) -> Redis:
     assert config.cache_redis_url, "cache_redis_url must be set"
     cache = PipedRedis(connection_pool=_pool(config, config.cache_redis_url))
     cache.auto_close_connection_pool = True
-    if not tracing.active():
-        cache.open_pipe()
+    _pipe_unless_traced(cache)
     return cache
+
+
+def _pipe_unless_traced(client: PipedCommands) -> None:
+    """Give `client` its pipelined connection, unless tracing is on: then every command goes
+    through the pool, whose commands OpenTelemetry's instrumentation makes spans of."""
+    if not tracing.active():
+        client.open_pipe()
 
 
 async def _reach(redis: ArqRedis) -> None:
