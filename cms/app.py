@@ -131,6 +131,8 @@ def _add_cors(app: web.Application, config: Config) -> None:
 
 
 def _only_with_origin(hook: Any) -> Any:
+    """`hook` (an `on_response_prepare` handler) called only for requests with an `Origin` header."""
+
     async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
         if "Origin" in request.headers:
             await hook(request, response)

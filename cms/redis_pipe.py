@@ -50,8 +50,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import InvalidResponse, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-PIPED_COMMANDS = frozenset({"GET", "MGET", "SET", "GETRANGE", "INCR", "INCRBY", "EXISTS", "EVALSHA", "DEL",
-                            "EXPIRE", "PEXPIRE"})
+PIPED_COMMANDS = frozenset({"GET", "MGET", "SET", "GETRANGE", "STRLEN", "INCR", "INCRBY", "EXISTS", "EVALSHA",
+                            "DEL", "EXPIRE", "PEXPIRE"})
 """The commands `PipedRedis` sends on its pipelined connection: short, never blocking, one reply
 each, without options that change how redis-py reads the reply."""
 MAX_IN_FLIGHT = 10_000

@@ -150,11 +150,11 @@ class ResultSetCache:
         name = keys.read_cache_entry(self._prefix, key)
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_S):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.getrange(name, 0, HEADER_BYTES - 1)
-                    pipe.getrange(name, HEADER_BYTES + start * UUID_BYTES, HEADER_BYTES + stop * UUID_BYTES - 1)
-                    pipe.strlen(name)
-                    header, data, length = await pipe.execute()
+                # three short commands sent together (on the pipelined connection, cms.redis_pipe)
+                header, data, length = await asyncio.gather(
+                    self._redis.getrange(name, 0, HEADER_BYTES - 1),
+                    self._redis.getrange(name, HEADER_BYTES + start * UUID_BYTES, HEADER_BYTES + stop * UUID_BYTES - 1),
+                    self._redis.strlen(name))
                 parts = bytes(header).decode().split("|")
                 if len(parts) != 4 or parts[0] != stamp:
                     return None
