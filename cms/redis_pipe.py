@@ -59,11 +59,11 @@ MAX_IN_FLIGHT = 10_000
 MAX_BUFFERED_BYTES = 32 * 1024 * 1024
 """Bytes of commands that may wait to be taken by the socket of one pipelined connection (a Redis
 that stops reading never grows a process's memory beyond this)."""
+# redis-py's option names (redis.asyncio.client) that change how a reply is read
 EMPTY_RESPONSE = "EMPTY_RESPONSE"
 NEVER_DECODE = "NEVER_DECODE"
-# redis-py's option names (redis.asyncio.client) that change how a reply is read
 DEFAULT_TIMEOUT_S = 5.0
-"""Seconds to connect when the pool sets no connect time-out."""
+"""Seconds to connect, or to wait for a reply, when the pool sets no time-out of its own."""
 
 
 class _Protocol(asyncio.Protocol):

@@ -44,11 +44,8 @@ def own_redis(tmp_path: Path) -> Iterator[ChildServer]:
 
 @pytest.fixture
 async def pipe(redis_url: str) -> AsyncIterator[PipedRedis]:
-    client = piped(redis_url, socket_timeout=5)
-    try:
+    async with piped(redis_url, socket_timeout=5) as client:
         yield client
-    finally:
-        await client.aclose()
 
 
 async def connections_received(redis: Redis) -> int:
@@ -75,16 +72,13 @@ async def test_concurrent_callers_share_one_connection_and_each_gets_its_own_rep
     keys = [fresh(f"k{i}") for i in range(300)]
     await redis.mset({key: f"value-{i}" for i, key in enumerate(keys)})
     before = await connections_received(redis)
-    client = piped(redis_url)
-    try:
+    async with piped(redis_url) as client:
         replies = await asyncio.gather(*(client.get(key) for key in keys))
         assert replies == [f"value-{i}".encode() for i in range(len(keys))]
         # the pool would have opened a connection per concurrent caller
         assert await connections_received(redis) - before == 1
         names = [entry["name"] for entry in await redis.client_list()]
         assert "cms:pipe-test" in names  # the connection is named like the pool's
-    finally:
-        await client.aclose()
 
 
 async def test_an_error_reply_fails_its_command_only(pipe: PipedRedis) -> None:
@@ -114,8 +108,7 @@ async def test_other_commands_keep_the_pool(pipe: PipedRedis) -> None:
 
 
 async def test_a_caller_that_gives_up_leaves_the_connection_in_step(own_redis: ChildServer) -> None:
-    client = piped(own_redis.url, socket_timeout=10)
-    try:
+    async with piped(own_redis.url, socket_timeout=10) as client:
         first, second = fresh("first"), fresh("second")
         await client.mset({first: b"1", second: b"2"})
         with paused(own_redis):
@@ -125,13 +118,10 @@ async def test_a_caller_that_gives_up_leaves_the_connection_in_step(own_redis: C
         # the reply to the abandoned GET arrives first and is dropped, not handed to this one
         assert await client.get(second) == b"2"
         assert await client.mget([first, second]) == [b"1", b"2"]
-    finally:
-        await client.aclose()
 
 
 async def test_a_stalled_redis_times_out_and_the_next_command_connects_again(own_redis: ChildServer) -> None:
-    client = piped(own_redis.url, socket_timeout=0.5)
-    try:
+    async with piped(own_redis.url, socket_timeout=0.5) as client:
         key = fresh("stall")
         await client.set(key, b"kept")
         with paused(own_redis):
@@ -140,31 +130,28 @@ async def test_a_stalled_redis_times_out_and_the_next_command_connects_again(own
                 await client.get(key)
             assert time.monotonic() - started < 3
         assert await client.get(key) == b"kept"
-    finally:
-        await client.aclose()
 
 
 async def test_a_lost_connection_fails_the_commands_in_flight_and_is_opened_again(tmp_path: Path) -> None:
     server = start_redis(tmp_path / "redis")
-    client = piped(server.url, socket_timeout=30)
     try:
-        key = fresh("kept")
-        await client.set(key, b"1")  # connected; the append-only file keeps it
-        os.kill(server.process.pid, signal.SIGSTOP)
-        in_flight = asyncio.ensure_future(client.get(key))
-        await asyncio.sleep(0.2)
-        os.kill(server.process.pid, signal.SIGKILL)  # the server dies with the command unanswered
-        started = time.monotonic()
-        with pytest.raises(RedisConnectionError):
-            await in_flight
-        assert time.monotonic() - started < 5  # at once, not after the 30 s socket time-out
-        server.stop()
-        with pytest.raises(RedisConnectionError):
-            await client.get(key)  # nobody listens
-        server = start_redis(tmp_path / "redis")  # a new server on the same socket
-        assert await client.incr(fresh("after")) == 1  # the same client connects again
+        async with piped(server.url, socket_timeout=30) as client:
+            key = fresh("kept")
+            await client.set(key, b"1")  # connected; the append-only file keeps it
+            os.kill(server.process.pid, signal.SIGSTOP)
+            in_flight = asyncio.ensure_future(client.get(key))
+            await asyncio.sleep(0.2)
+            os.kill(server.process.pid, signal.SIGKILL)  # the server dies with the command unanswered
+            started = time.monotonic()
+            with pytest.raises(RedisConnectionError):
+                await in_flight
+            assert time.monotonic() - started < 5  # at once, not after the 30 s socket time-out
+            server.stop()
+            with pytest.raises(RedisConnectionError):
+                await client.get(key)  # nobody listens
+            server = start_redis(tmp_path / "redis")  # a new server on the same socket
+            assert await client.incr(fresh("after")) == 1  # the same client connects again
     finally:
-        await client.aclose()
         server.stop()
 
 
@@ -193,27 +180,20 @@ async def test_password_and_database_of_the_url_are_used(own_redis: ChildServer)
         port = int((await admin.config_get("port"))["port"])
         await admin.config_set("requirepass", "s3cret")
         await admin.execute_command("AUTH", "s3cret")
-        client = piped(f"redis://:s3cret@127.0.0.1:{port}/5")
-        try:
+        async with piped(f"redis://:s3cret@127.0.0.1:{port}/5") as client:
             key = fresh("db5")
             await client.set(key, b"in five")
             await admin.select(5)
             assert await admin.get(key) == b"in five"
-        finally:
-            await client.aclose()
-        wrong = piped(f"redis://:wrong@127.0.0.1:{port}/0")
-        try:
+        async with piped(f"redis://:wrong@127.0.0.1:{port}/0") as wrong:
             with pytest.raises(RedisConnectionError):
                 await wrong.get("anything")
-        finally:
-            await wrong.aclose()
     finally:
         await admin.aclose()
 
 
 async def test_a_caller_that_gives_up_while_connecting_does_not_fail_the_others(own_redis: ChildServer) -> None:
-    client = piped(own_redis.url, socket_timeout=10)
-    try:
+    async with piped(own_redis.url, socket_timeout=10) as client:
         key = fresh("patient")
         with paused(own_redis):  # the kernel accepts the connection; its set-up waits for the server
             impatient = asyncio.ensure_future(asyncio.wait_for(client.get(key), 0.1))
@@ -223,8 +203,6 @@ async def test_a_caller_that_gives_up_while_connecting_does_not_fail_the_others(
                 await impatient
             await asyncio.sleep(0.2)
         assert await patient is None  # the connection the impatient caller started serves it
-    finally:
-        await client.aclose()
 
 
 async def test_closing_while_connecting_leaves_no_connection(redis_url: str, redis: Redis) -> None:
@@ -242,8 +220,7 @@ async def test_closing_while_connecting_leaves_no_connection(redis_url: str, red
 
 
 async def test_a_redis_that_stops_reading_bounds_the_bytes_waiting(own_redis: ChildServer) -> None:
-    client = piped(own_redis.url, socket_timeout=2)
-    try:
+    async with piped(own_redis.url, socket_timeout=2) as client:
         await client.set(fresh("warm"), b"1")
         body = os.urandom(1024 * 1024)
 
@@ -262,8 +239,6 @@ async def test_a_redis_that_stops_reading_bounds_the_bytes_waiting(own_redis: Ch
         assert len(refused) >= 48 - MAX_BUFFERED_BYTES // len(body)  # refused at once, not buffered
         assert all(o is not None for o in outcomes)  # the rest timed out: the server never read them
         assert await client.get(fresh("after")) is None  # and the client works again
-    finally:
-        await client.aclose()
 
 
 @pytest.mark.parametrize("pool_kwargs", [{"decode_responses": True}, {"socket_timeout": None}],
@@ -272,10 +247,7 @@ async def test_what_the_pipe_does_not_do_keeps_the_pool(redis_url: str, redis: R
                                                        pool_kwargs: dict[str, object]) -> None:
     key = fresh("pool")
     await redis.set(key, b"v")
-    client = piped(redis_url, **pool_kwargs)
-    try:
+    async with piped(redis_url, **pool_kwargs) as client:
         replies = await asyncio.gather(*(client.get(key) for _ in range(20)))
         assert set(replies) == ({"v"} if pool_kwargs.get("decode_responses") else {b"v"})
         assert client.pipe_connections == 0
-    finally:
-        await client.aclose()
