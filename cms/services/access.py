@@ -25,6 +25,8 @@ from enum import Enum
 from typing import Any
 
 from cms.errors import CmsError, Forbidden, InvalidFilter, NotFound, Unauthorized
+from cms.filters.grammar import parse_filter
+from cms.filters.mongo import to_mongo_query
 from cms.filters.rules import ACTIONS, Decision, RequestContext, bind_rule, check_rule, matches
 from cms.models import ROLE_ADMIN, AccessRules, Collection, Principal, Record
 from cms.services.content.fields import CollectionFields
@@ -203,7 +205,13 @@ class Access:
     def allows(self, record: Record) -> bool:
         """Whether the rule permits the action on `record` (for create: the record as it would be
         stored)."""
-        return matches(self.decision, record_document(record))
+        return self.allows_document(record_document(record))
+
+    def allows_document(self, document: Mapping[str, Any]) -> bool:
+        """Whether the rule permits the action on the stored `document` (`_id`, `created`, `updated`
+        and the field values, as `record_document` gives them): realtime events are decided on it.
+        Raises nothing."""
+        return matches(self.decision, document)
 
     def refusal(self) -> CmsError:
         """The error of a refused action: 401 without credentials, else 403."""
@@ -246,6 +254,29 @@ def check(principal: Principal | None, collection: Collection, action: str,
                       action, collection.name, exc.detail)
             decision = False
     return Access(principal, collection, action, decision)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A client's `filter` compiled for one collection (and caller): `query` is its MongoDB query,
+    `matches(document)` the same decision in memory (realtime topics). From `compile_filter`."""
+
+    query: dict[str, Any]
+
+    def matches(self, document: Mapping[str, Any]) -> bool:
+        """Whether the stored `document` satisfies the filter. Raises nothing."""
+        return matches(self.query, document)
+
+
+def compile_filter(collection: Collection, filter_expr: str, principal: Principal | None = None) -> Condition:
+    """The filter text `filter_expr` over `collection`, for `principal` (field rules decide which fields
+    it may name and on which records). Raises InvalidFilter (syntax, unknown field, bad value)."""
+    return Condition(to_mongo_query(parse_filter(filter_expr), CollectionFields(collection)))
+
+
+def refused(principal: Principal | None, collection: Collection, action: str) -> Access:
+    """An `Access` that refuses `action` outright (a subscription that no longer fits its collection)."""
+    return Access(principal, collection, action, False)
 
 
 def check_rules(rules: AccessRules, collection: Collection) -> None:

@@ -5,11 +5,11 @@ Every process that serves HTTP runs one `RealtimeHub`. Its reader reads each ent
 (`stream.EventStream`) once, in order, and hands record entries to the local connections that have a
 topic on the record's collection. What a subscriber receives is decided in memory, without a
 database query: the topic's rule (list rule for `<collection>/*`, view rule for one record) bound to
-the subscriber's principal, and its filter, are matched (`filters.rules.matches`) against the record
-before and after the write, so an update that makes a record leave a subscriber's view reaches it
-as `delete` and one that makes it enter as `create`. Principals are checked again whenever the
-session epoch moves (a logout, revocation or API key deletion anywhere), and an access token's
-expiry is checked for every event. Rendering (`expand`, `fields`) is shared by every subscriber
+the subscriber's principal, and its filter, are decided by `access.Access` and the topic's
+`Condition` against the record before and after the write, so an update that makes a record leave
+a subscriber's view reaches it as `delete` and one that makes it enter as `create`. Principals are
+checked again whenever the session epoch moves (a logout, revocation or API key deletion anywhere),
+and an access token's expiry is checked for every event. Rendering (`expand`, `fields`) is shared by every subscriber
 that sees the event the same way; a plain topic costs no query at all.
 
 A connection's messages wait in a queue of at most MAX_QUEUE; a client that lets it fill is closed
@@ -33,10 +33,9 @@ import orjson
 
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import CmsError, NotFound, ServiceUnavailable, Unauthorized
-from cms.filters.rules import Decision, matches
 from cms.models import Collection, Principal, Record
 from cms.observability.signals import Signals
-from cms.services.access import check, record_document
+from cms.services.access import Access, Condition, check, record_document, refused
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import request_scope
 from cms.services.content.expansion import NOTHING, Expansion, resolve
@@ -83,12 +82,12 @@ WRITE_BATCH_BYTES = 256 * 1024
 @dataclass
 class _Bound:
     """A subscription bound to one collection definition and one principal: the rule's decision,
-    the filter as a query, the expansion, and the key naming how records are rendered for it."""
+    the filter's condition, the expansion, and the key naming how records are rendered for it."""
 
     collection: Collection
     principal: Principal | None
-    decision: Decision
-    filter: dict[str, Any] | None
+    access: Access
+    condition: Condition | None
     expansion: Expansion
     view: RecordView
     render_key: str
@@ -97,7 +96,8 @@ class _Bound:
         """Whether the subscriber may see the stored `document` and it matches the filter (a query
         shape the in-memory matcher lacks shows nothing, and is logged)."""
         try:
-            return matches(self.decision, document) and (self.filter is None or matches(self.filter, document))
+            return self.access.allows_document(document) and (
+                self.condition is None or self.condition.matches(document))
         except ValueError as exc:
             log.error("realtime: a rule or filter of %s cannot be matched in memory (%s)", self.collection.name, exc)
             return False
@@ -261,7 +261,7 @@ class _Fanout:
         after = self.document(AFTER)
         if change.action == DELETE:
             if after is None:  # unknown record: only a subscriber who sees everything learns of it
-                return (DELETE, AFTER) if bound.decision is True and bound.filter is None else None
+                return (DELETE, AFTER) if bound.access.everything and bound.condition is None else None
             return (DELETE, AFTER) if bound.shows(after) else None
         shown_after = after is not None and bound.shows(after)
         if change.action == CREATE:
@@ -740,15 +740,15 @@ class RealtimeHub:
     async def _bind(self, topic: Topic, collection: Collection, principal: Principal | None) -> _Bound:
         """`topic` bound to `collection`'s definition and `principal`: its rule's decision, filter query,
         expansion and rendering key (a topic that no longer fits the collection shows nothing)."""
-        decision = check(principal, collection, topic.action).decision
+        access = check(principal, collection, topic.action)
         try:
-            query = topic.filter_query(collection)
+            condition = topic.condition(collection, principal)
             expansion = await resolve(self._catalog, collection, topic.view, principal)
         except CmsError:  # the collection changed since: the topic no longer fits it, it shows nothing
-            decision, query, expansion = False, None, NOTHING
+            access, condition, expansion = refused(principal, collection, topic.action), None, NOTHING
         render_key = "" if topic.view.full else orjson.dumps(
             [topic.view.parts(), expansion.key_parts()], default=repr, option=orjson.OPT_SORT_KEYS).decode()
-        return _Bound(collection, principal, decision, query, expansion, topic.view, render_key)
+        return _Bound(collection, principal, access, condition, expansion, topic.view, render_key)
 
     async def _check_history(self) -> None:
         """After Redis came back, or when this reader fell behind the trimming: when events this

@@ -15,11 +15,10 @@ from typing import Any
 from urllib.parse import unquote
 
 from cms.errors import CmsError, NotFound, ValidationFailed
-from cms.filters import parse_filter, to_mongo_query
 from cms.models import Collection, Principal
+from cms.services.access import Condition, compile_filter
 from cms.services.caching.catalog import Catalog
 from cms.services.content.expansion import resolve
-from cms.services.content.fields import CollectionFields
 from cms.services.representation.record_view import RecordView, view_of
 
 MAX_TOPICS = 1_000
@@ -47,11 +46,12 @@ class Topic:
         """The rule that decides what the subscriber sees: `list` for `*`, `view` for one record."""
         return "list" if self.record_id is None else "view"
 
-    def filter_query(self, collection: Collection) -> dict[str, Any] | None:
-        """The filter as a MongoDB query over `collection` (matched in memory). Raises InvalidFilter."""
+    def condition(self, collection: Collection, principal: Principal | None) -> Condition | None:
+        """The filter compiled over `collection` for `principal` (matched in memory; None: no filter).
+        Raises InvalidFilter."""
         if self.filter is None:
             return None
-        return to_mongo_query(parse_filter(self.filter), CollectionFields(collection))
+        return compile_filter(collection, self.filter, principal)
 
 
 def parse_topic(text: str) -> Topic:
@@ -99,7 +99,7 @@ async def check_topics(catalog: Catalog, texts: Sequence[Any], principal: Princi
                 raise ValueError("a topic is a string")
             topic = parse_topic(text)
             collection = await catalog.by_name(topic.collection)
-            topic.filter_query(collection)
+            topic.condition(collection, principal)
             await resolve(catalog, collection, topic.view, principal)
         except NotFound:
             failures[f"subscriptions.{index}"] = [f"'{str(text)[:80]}': unknown collection"]
