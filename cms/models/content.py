@@ -32,7 +32,9 @@ class FieldSpec:
     `type` is one of `cms.services.content.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
     `collection_id`/`max_select`/`cascade_delete` to relation, `max_select` to file.
     `cascade_delete`: deleting a target record deletes the records that point to it (otherwise
-    the reference is removed from them).
+    the reference is removed from them). `view_rule` and `write_rule` are the field's rules
+    (decisions.md, Field rules): "" (absent) no restriction beyond the collection's rules, None
+    admins only, else an expression of the rule grammar.
     """
 
     name: str
@@ -42,6 +44,8 @@ class FieldSpec:
     max_select: int | None = None
     collection_id: str | None = None
     cascade_delete: bool = False
+    view_rule: str | None = ""
+    write_rule: str | None = ""
 
 
 SIGNED_IN_RULE = '@request.auth.id != ""'
@@ -61,9 +65,12 @@ class AccessRules:
     create_rule: str | None = SIGNED_IN_RULE
     update_rule: str | None = SIGNED_IN_RULE
     delete_rule: str | None = SIGNED_IN_RULE
+    email_view_rule: str | None = OWN_RECORD_RULE
+    """Auth collections: who sees a user's `email` (decisions.md, Field rules); applied as a field
+    `view_rule`. Base collections ignore it."""
 
     def rule(self, action: str) -> str | None:
-        """The rule of `action` (list, view, create, update or delete). Raises AttributeError
+        """The rule of `action` (list, view, create, update, delete or email_view). Raises AttributeError
         for another action."""
         value: str | None = getattr(self, f"{action}_rule")
         return value

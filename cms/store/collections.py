@@ -17,6 +17,11 @@ def _field_document(spec: FieldSpec) -> dict[str, Any]:
     doc = dataclasses.asdict(spec)
     if not spec.cascade_delete:
         del doc["cascade_delete"]
+    for rule in ("view_rule", "write_rule"):
+        if doc[rule] == "":
+            del doc[rule]
+        elif doc[rule] is None:
+            doc[rule] = _ADMINS_ONLY
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in doc.items() if v is not None}
 
 
@@ -30,7 +35,17 @@ def _field_from_document(doc: dict[str, Any]) -> FieldSpec:
         max_select=doc.get("max_select"),
         collection_id=doc.get("collection_id"),
         cascade_delete=bool(doc.get("cascade_delete", False)),
+        view_rule=_rule_from_document(doc.get("view_rule", "")),
+        write_rule=_rule_from_document(doc.get("write_rule", "")),
     )
+
+
+_ADMINS_ONLY = {"admins_only": True}
+"""How a field rule of None (admins only) is stored: `_field_document` drops None values."""
+
+
+def _rule_from_document(value: Any) -> str | None:
+    return None if value == _ADMINS_ONLY else str(value)
 
 
 def _to_document(collection: Collection) -> dict[str, Any]:

@@ -64,8 +64,9 @@ class TwoFactorVerifySchema(Schema):
 
 # --- collections -----------------------------------------------------------------------------
 
-RULE_NAMES = tuple(f"{action}_rule" for action in ACTIONS)
-"""The five rule attributes of a collection, in order."""
+RULE_NAMES = (*(f"{action}_rule" for action in ACTIONS), "email_view_rule")
+"""The rule attributes of a collection, in order: the five of records, then auth collections'
+`email_view_rule`."""
 
 
 def rule_field(action: str) -> fields.String:
@@ -98,6 +99,7 @@ class CollectionCreateSchema(Schema):
     create_rule = rule_field("create")
     update_rule = rule_field("update")
     delete_rule = rule_field("delete")
+    email_view_rule = rule_field("email_view")
 
 
 class CollectionUpdateSchema(Schema):
@@ -113,6 +115,7 @@ class CollectionUpdateSchema(Schema):
     create_rule = rule_field("create")
     update_rule = rule_field("update")
     delete_rule = rule_field("delete")
+    email_view_rule = rule_field("email_view")
 
 
 # --- audit -----------------------------------------------------------------------------------

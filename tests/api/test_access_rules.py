@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient
 
-from cms.filters.rules import RequestContext, bind_rule, matches
+from cms.filters.mongo import render
+from cms.filters.predicate import evaluate
+from cms.filters.rules import RequestContext, bind_rule
 from cms.models import Collection, Record
 from cms.services.access import record_document
 from cms.services.content.fields import CollectionFields, parse_schema
@@ -393,11 +395,12 @@ async def test_matches_agrees_with_the_database(client, admin_token, config):
         resolver = CollectionFields(_collection_of(collection))
         for rule in RULES:
             for context in (RequestContext(auth_id="ann"), RequestContext()):
-                query = bind_rule(rule, resolver, context)
+                cond = bind_rule(rule, resolver, context)
+                query = render(cond)
                 if isinstance(query, bool):
                     continue
                 from_db = {d["_id"] async for d in stored.find(query, {"_id": 1})}
-                in_memory = {d["_id"] for d in docs if matches(query, d)}
+                in_memory = {d["_id"] for d in docs if evaluate(cond, d)}
                 assert in_memory == from_db, (rule, query)
     finally:
         await mongo.close()

@@ -77,16 +77,17 @@ class Expansion:
 
     def key_parts(self) -> list[Any]:
         """Plain values naming what the expansion shows to this caller (for the read cache's key):
-        each segment's name, target collection id and bound view decision, nested."""
+        each segment's name, target collection id and bound view decision (field rules included), nested."""
         return [_parts(s) for s in self.segments]
 
     @property
     def shared(self) -> bool:
-        """True when every caller sees the same related records (every target's view rule is "")."""
+        """True when every caller sees the same related records (every target's view rule is "" and
+        none of its fields is hidden from anyone)."""
         stack = list(self.segments)
         while stack:
             segment = stack.pop()
-            if segment.target.rules.view_rule != "":
+            if not segment.access.shared:
                 return False
             stack.extend(segment.children)
         return True
@@ -115,7 +116,7 @@ NOTHING = Expansion()
 
 
 def _parts(segment: Segment) -> list[Any]:
-    return [segment.name, segment.target.id, segment.access.decision, [_parts(c) for c in segment.children]]
+    return [segment.name, segment.target.id, segment.access.key_parts(), [_parts(c) for c in segment.children]]
 
 
 async def resolve(catalog: Catalog, collection: Collection, view: RecordView,
@@ -180,6 +181,9 @@ async def _load(records: RecordRepository, segment: Segment, parents: Sequence[R
         related = await _back(records, segment, parents, budget)
     else:
         related = await _forward(records, segment, parents, budget)
+    if segment.access.fields.guards:  # what the caller may not see of the related records is left out
+        shown = {r.id: segment.access.redact(r) for found in related.values() for r in found}
+        related = {pid: [shown[r.id] for r in found] for pid, found in related.items()}
     children: tuple[Expanded, ...] = ()
     if segment.children:
         unique = list({r.id: r for found in related.values() for r in found}.values())
@@ -196,8 +200,11 @@ async def _load_all(records: RecordRepository, segments: Sequence[Segment],
     return tuple(await asyncio.gather(*[_load(records, s, parents, budget) for s in segments]))
 
 
-def _visible(query: dict[str, Any], access: Access) -> dict[str, Any]:
-    return query if access.query is None else {"$and": [query, access.query]}
+def _visible(query: dict[str, Any], access: Access, via: str | None = None) -> dict[str, Any]:
+    """`query` within what the view rule `access` shows; with `via` (the relation field a back-relation
+    is read through), only where the caller may see that field's value too."""
+    visible = access.query if via is None else access.visible_query(via)
+    return query if visible is None else {"$and": [query, visible]}
 
 
 async def _forward(records: RecordRepository, segment: Segment, parents: Sequence[Record],
@@ -224,7 +231,7 @@ async def _back(records: RecordRepository, segment: Segment, parents: Sequence[R
     related: dict[str, list[Record]] = {}
     while pending:
         limit = min(MAX_BACK_RELATIONS * len(pending), budget.left + 1)  # one more shows the bound passed
-        query = _visible({segment.field: {"$in": pending}}, segment.access)
+        query = _visible({segment.field: {"$in": pending}}, segment.access, segment.field)
         found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit)
         budget.take(len(found))
         got: dict[str, list[Record]] = {pid: [] for pid in pending}

@@ -18,7 +18,8 @@ from typing import Any
 from marshmallow import RAISE, Schema, ValidationError, fields, validate
 
 from cms.errors import ValidationFailed, flatten_errors
-from cms.filters.mongo import ResolvedField
+from cms.filters.conditions import ResolvedField
+from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.models import Collection, FieldSpec, Validation
 from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
 
@@ -72,6 +73,10 @@ class _FieldDefinition(Schema):
     max_select = fields.Integer(strict=True, validate=validate.Range(min=1, max=1000), load_default=None)
     collection_id = fields.String(load_default=None, validate=[validate.Length(min=1, max=64), check_unicode])
     cascade_delete = fields.Boolean(load_default=False)
+    view_rule = fields.String(allow_none=True, load_default="",
+                              validate=[validate.Length(max=MAX_FILTER_LENGTH), check_unicode])
+    write_rule = fields.String(allow_none=True, load_default="",
+                               validate=[validate.Length(max=MAX_FILTER_LENGTH), check_unicode])
 
 
 def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
@@ -139,6 +144,8 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         max_select=d["max_select"] if kind in MULTI_TYPES else None,
         collection_id=d["collection_id"] if kind == "relation" else None,
         cascade_delete=d["cascade_delete"] if kind == "relation" else False,
+        view_rule=d["view_rule"],
+        write_rule=d["write_rule"],
     )
 
 

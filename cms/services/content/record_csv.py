@@ -41,6 +41,11 @@ IMPORT_BATCH_SIZE = 1_000
 __all__ = ["EXPORT_BATCH_SIZE", "IMPORT_BATCH_SIZE", "UNKNOWN_RELATION", "CsvExport", "RecordCsv"]
 
 
+
+def _as_is(record: Record) -> Record:
+    return record
+
+
 @dataclass(frozen=True)
 class CsvExport:
     """A CSV download: `filename` (`<collection>-<YYYYmmdd-HHMMSS>.csv`, UTC) and `chunks`, the CSV
@@ -61,8 +66,11 @@ class RecordCsv:
         self._writer = writer
         self._clock = clock
 
-    async def export(self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]]) -> CsvExport:
-        """The records of `collection` matching `query` in `order` (a prepared MongoDB query and sort).
+    async def export(self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]],
+                     redact: Callable[[Record], Record] = _as_is) -> CsvExport:
+        """The records of `collection` matching `query` in `order` (a prepared MongoDB query and sort),
+        each as `redact` leaves it (the caller's field rules: a hidden value is an empty cell); the
+        columns are `collection`'s fields (the caller's: without the fields unknown to it).
 
         The first record is fetched here, so a query the server refuses raises (InvalidFilter)
         before the caller has sent a byte of the download."""
@@ -73,20 +81,21 @@ class RecordCsv:
         except BaseException:
             await records.aclose()
             raise
-        return CsvExport(filename=filename, chunks=self._chunks(collection, first, records))
+        return CsvExport(filename=filename, chunks=self._chunks(collection, first, records, redact))
 
     async def _chunks(
-        self, collection: Collection, first: Record | None, records: AsyncGenerator[Record, None]
+        self, collection: Collection, first: Record | None, records: AsyncGenerator[Record, None],
+        redact: Callable[[Record], Record],
     ) -> AsyncGenerator[str, None]:
         writer = CsvChunkWriter()
         writer.write(csv_header(collection))
         try:
             if first is not None:
-                chunk = writer.write(render_row(collection, first))
+                chunk = writer.write(render_row(collection, redact(first)))
                 if chunk:
                     yield chunk
                 async for record in records:
-                    chunk = writer.write(render_row(collection, record))
+                    chunk = writer.write(render_row(collection, redact(record)))
                     if chunk:
                         yield chunk
         finally:

@@ -16,9 +16,10 @@ when the read cache is on, else paged by the database.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from cms.errors import InvalidFilter
 from cms.models import Collection, Record
 from cms.services.caching.read_cache import entry_key
 from cms.services.caching.result_sets import (
@@ -31,6 +32,8 @@ from cms.services.caching.result_sets import (
 from cms.services.caching.single_flight import SingleFlight
 from cms.store.records import RecordRepository
 
+MAX_ARRANGED_RECORDS = 10_000
+"""Most records a sort on a field with a view rule puts in order (in memory, hidden values as null)."""
 MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 """The query of a list the caller may see nothing of (answered without a database round trip)."""
 
@@ -74,6 +77,19 @@ class RecordPages:
         if cached is OVER_BOUND:
             return await self.paged_by_database(collection, query, order, page, per_page, skip_total)
         return await self.records_in_order(collection, cached.ids), (-1 if skip_total else cached.total)
+
+    async def arranged(self, collection: Collection, query: dict[str, Any], order: SortOrder,
+                       arrange: Callable[[Sequence[Record], SortOrder], list[Record]], page: int,
+                       per_page: int) -> tuple[list[Record], int]:
+        """Page `page` of the records of `query` put in `order` by `arrange` (in memory: a sort on
+        values some callers may not see), and the total. Raises InvalidFilter when more than
+        MAX_ARRANGED_RECORDS records match."""
+        found = await self._records.find_related(collection.id, query, order, MAX_ARRANGED_RECORDS + 1)
+        if len(found) > MAX_ARRANGED_RECORDS:
+            raise InvalidFilter(f"sort: a field with a view rule sorts at most {MAX_ARRANGED_RECORDS:,} matching "
+                                "records; narrow the filter")
+        start = (page - 1) * per_page
+        return arrange(found, order)[start:start + per_page], len(found)
 
     async def records_in_order(self, collection: Collection, record_ids: Sequence[Any]) -> list[Record]:
         """The records of `record_ids` in that order (one `_id $in` look-up; ids of records deleted

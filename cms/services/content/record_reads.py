@@ -9,24 +9,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cms.errors import CmsError
-from cms.filters.grammar import parse_filter
-from cms.filters.mongo import (
-    search_query,
-    text_search_query,
-    to_mongo_query,
-    to_mongo_sort,
-)
-from cms.filters.sort import parse_sort
 from cms.models import Collection, Page, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check
+from cms.services.access import Access, check, field_view
 from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.caching.single_flight import SingleFlight
 from cms.services.content.expansion import NOTHING, Expansion, resolve
-from cms.services.content.fields import CollectionFields, text_field_names
-from cms.services.content.record_pages import MATCH_NOTHING, RecordPages
+from cms.services.content.record_pages import RecordPages
 from cms.services.representation import records as represent
 from cms.services.representation.record_view import FULL, RecordView
 from cms.store.records import RecordRepository
@@ -37,6 +28,7 @@ DEFAULT_SORT: list[tuple[str, int]] = [("created", 1)]
 
 # Aliases for annotations inside RecordReads, whose `list` method shadows the builtin there.
 SortOrder = list[tuple[str, int]]
+Records = list[Record]
 Compute = Callable[[str | None], Awaitable[bytes]]
 """How a read's body is computed, given the read cache's stamp it is computed under (None: none)."""
 Prepared = tuple[str, Compute, bool]
@@ -83,21 +75,21 @@ class RecordReads:
         per_page = min(per_page, MAX_PER_PAGE)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
-            query = self.query(collection, filter_expr=filter_expr, search=search,
-                               access=check(principal, collection, actions.LIST))
-            order = self._order(collection, sort)
-            parts: list[Any] = [collection.id, query, order, page, per_page, skip_total]
+            access = check(principal, collection, actions.LIST)
+            query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
+            order = self._order(access, sort)
+            parts: list[Any] = [collection.id, query, order, page, per_page, skip_total, access.fields.key_parts()]
             if not view.full:
                 parts += [view.parts(), expansion.key_parts()]
             key = entry_key(collection.name, "list", *parts)
 
             async def compute(stamp: str | None) -> bytes:
-                items, total = await self._pages.page(collection, query, order, page, per_page, skip_total, stamp)
+                items, total = await self._page(access, query, order, page, per_page, skip_total, stamp)
                 expanded = await expansion.load(self._records, items) if expansion.segments else ()
                 return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page),
                                                    view, expanded)
 
-            return key, compute, collection.rules.list_rule == "" and expansion.shared
+            return key, compute, access.shared and expansion.shared
 
         if view.expand:
             return await self._read_expanded(collection_name, view, principal, prepare)
@@ -112,17 +104,17 @@ class RecordReads:
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
             access = check(principal, collection, actions.VIEW)
             access.require()
-            parts: list[Any] = [collection.id, record_id, access.decision]
+            parts: list[Any] = [collection.id, record_id, *access.key_parts()]
             if not view.full:
                 parts += [view.parts(), expansion.key_parts()]
             key = entry_key(collection.name, "get", *parts)
 
             async def compute(stamp: str | None) -> bytes:
-                record = await self._visible(access, record_id)
+                record = access.redact(await self._visible(access, record_id))
                 expanded = await expansion.load(self._records, [record]) if expansion.segments else ()
                 return represent.record_bytes(record, view, expanded)
 
-            return key, compute, collection.rules.view_rule == "" and expansion.shared
+            return key, compute, access.shared and expansion.shared
 
         if view.expand:
             return await self._read_expanded(collection_name, view, principal, prepare)
@@ -130,18 +122,24 @@ class RecordReads:
 
     async def presenter(self, collection_name: str, view: RecordView, principal: Principal | None) -> Present:
         """How a record of `collection_name` written for `principal` is answered under `view`: ask
-        before the write, so a bad expand path refuses it before anything changes. With `FULL`, no
-        look-up at all. Raises NotFound (collection) or InvalidFilter (an expand path that is not a
-        relation)."""
+        before the write, so a bad expand path refuses it before anything changes. The answer leaves
+        out what the caller's field rules hide. Raises NotFound (collection) or InvalidFilter (an
+        expand path that is not a relation)."""
+        collection = await self._catalog.by_name(collection_name)
+        fields = field_view(principal, collection)
         if view.full:
             async def full(record: Record) -> dict[str, Any]:
-                return represent.written_record_json(record)  # rendered once, for its event and this answer
+                shown = fields.redact(record)
+                if shown is record:  # rendered once, for its event and this answer
+                    return represent.written_record_json(record)
+                return represent.record_json(shown)
             return full
-        expansion = await resolve(self._catalog, await self._catalog.by_name(collection_name), view, principal)
+        expansion = await resolve(self._catalog, collection, view, principal)
 
         async def present(record: Record) -> dict[str, Any]:
-            expanded = await expansion.load(self._records, [record]) if expansion.segments else ()
-            return represent.record_json(record, view, expanded)
+            shown = fields.redact(record)
+            expanded = await expansion.load(self._records, [shown]) if expansion.segments else ()
+            return represent.record_json(shown, view, expanded)
 
         return present
 
@@ -258,50 +256,42 @@ class RecordReads:
         follows decisions.md's grammar; `search` requires every word in some text, editor, email or
         url field. Raises NotFound (collection), InvalidFilter (syntax, unknown field, bad value),
         Unauthorized / Forbidden (the list rule refuses outright)."""
-        collection, query, order = await self._list_query(collection_name, sort, filter_expr, search, principal)
+        collection = await self._catalog.by_name(collection_name)
+        access = check(principal, collection, actions.LIST)
+        query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
+        order = self._order(access, sort)
         per_page = min(per_page, MAX_PER_PAGE)
-        items, total = await self._pages.page(collection, query, order, page, per_page, False, None)
+        items, total = await self._page(access, query, order, page, per_page, False, None)
         return Page(items=items, total=total, page=page, per_page=per_page)
 
-    async def _list_query(self, collection_name: str, sort: str | None, filter_expr: str | None,
-                          search: str | None, principal: Principal | None
-                          ) -> tuple[Collection, dict[str, Any], SortOrder]:
-        """The collection, the query (filter, search and list rule) and the order of a list."""
-        collection = await self._catalog.by_name(collection_name)
-        query = self.query(collection, filter_expr=filter_expr, search=search,
-                           access=check(principal, collection, actions.LIST))
-        return collection, query, self._order(collection, sort)
+    async def _page(self, access: Access, query: dict[str, Any], order: SortOrder, page: int, per_page: int,
+                    skip_total: bool, stamp: str | None) -> tuple[Records, int]:
+        """One page of a list and its total, each record as the caller may see it. A sort on a field
+        the caller sees on some records only is done in memory over at most MAX_ARRANGED_RECORDS
+        matching records (hidden values sort as null). Raises what `RecordPages.page` raises, and
+        InvalidFilter past that bound."""
+        if access.sort_guards(order):
+            items, total = await self._pages.arranged(access.collection, query, order, access.arrange,
+                                                      page, per_page)
+        else:
+            items, total = await self._pages.page(access.collection, query, order, page, per_page, skip_total, stamp)
+        return [access.redact(item) for item in items], (-1 if skip_total else total)
 
     def query(self, collection: Collection, *, filter_expr: str | None, search: str | None,
               access: Access) -> dict[str, Any]:
         """The MongoDB query for a filter and a search over `collection` (both optional), limited to
-        the records the list rule (`access`) permits. Raises InvalidFilter, or `access.refusal()`
-        when the list rule refuses outright."""
-        access.require()
-        parts: list[dict[str, Any]] = []
-        if access.query is not None:
-            parts.append(access.query)
-        if filter_expr and filter_expr.strip():
-            parts.append(to_mongo_query(parse_filter(filter_expr), CollectionFields(collection)))
-        if search and search.strip():
-            fields = text_field_names(collection)
-            if self._records.capabilities.text_index and fields:
-                parts.append(text_search_query(search))
-            else:
-                parts.append(search_query(search, fields))
-        if MATCH_NOTHING in parts:  # the filter and search above are still checked for errors
-            return MATCH_NOTHING
-        parts = [p for p in parts if p]
-        if not parts:
-            return {}
-        return parts[0] if len(parts) == 1 else {"$and": parts}
+        the records the list rule (`access`) permits, each term on a field with a view rule joined to
+        it (`Access.list_query`). Raises InvalidFilter, or `access.refusal()` when the list rule
+        refuses outright."""
+        return access.list_query(filter_expr=filter_expr, search_text=search,
+                                 text_index=self._records.capabilities.text_index)
 
-    def _order(self, collection: Collection, sort: str | None) -> SortOrder:
+    def _order(self, access: Access, sort: str | None) -> SortOrder:
         """The sort of a list or export: `sort` (default `created`), then `id` in the direction of
         the first key, so the order is total and `created` / `-created` are the `created_id` index
         walked forward or backward (no in-memory sort, on MongoDB as on the embedded server).
         Raises InvalidFilter (unknown field)."""
-        order = to_mongo_sort(parse_sort(sort), CollectionFields(collection)) if sort else list(DEFAULT_SORT)
+        order = access.sort(sort) if sort else list(DEFAULT_SORT)
         if not any(path == "_id" for path, _ in order):
             order.append(("_id", order[0][1]))
         return order
@@ -311,7 +301,8 @@ class RecordReads:
         NotFound (collection; record, or a record the rule hides), Unauthorized (no credentials,
         and the rule refuses or depends on the record) or Forbidden (refused outright)."""
         collection = await self._catalog.by_name(collection_name)
-        return await self._visible(check(principal, collection, actions.VIEW), record_id)
+        view = check(principal, collection, actions.VIEW)
+        return view.redact(await self._visible(view, record_id))
 
     async def _visible(self, view: Access, record_id: str) -> Record:
         """The record, if the view rule `view` lets its principal see it (one `_id` look-up).
@@ -336,7 +327,7 @@ async def checked_record(records: RecordRepository, view: Access, change: Access
                          record_id: str) -> Record | None:
     """`permitted_record`, skipped when neither rule depends on the record (both permit every
     record): returns None then, without a look-up. Raises what `permitted_record` raises."""
-    if view.everything and (change is None or change.everything):
+    if view.everything and (change is None or change.everything and not change.writes_ruled_fields):
         return None
     return await permitted_record(records, view, change, record_id)
 
@@ -353,7 +344,7 @@ async def permitted_record(records: RecordRepository, view: Access, change: Acce
     record = await records.get(view.collection.id, record_id)
     if record is None or not view.allows(record):
         raise view.hidden()
-    if change is not None and not change.allows(record):
-        raise change.refusal()
+    if change is not None:
+        change.permit(record)
     return record
 

@@ -190,8 +190,8 @@ class RecordWriter:
         Forbidden), AlreadyExists (a unique field) or NotFound (the collection was deleted
         meanwhile; nothing of the write stays)."""
         record = self.new_record(collection, data, fixed=fixed, record_id=record_id)
-        if create is not None and not create.allows(record):
-            raise create.refusal()
+        if create is not None:
+            create.permit(record)
         await self.check_relations(collection, record.data)
         try:
             await self._insert(collection, record, epoch, store, undo)
@@ -283,8 +283,7 @@ class RecordWriter:
             try:
                 create = rule(data)
                 record = self.new_record(collection, data)
-                if not create.allows(record):
-                    raise create.refusal()
+                create.permit(record)
             except CmsError as exc:
                 return records, CreateFailed(index, exc)
             records.append(record)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check
+from cms.services.access import Access, check, record_document
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
@@ -235,12 +236,16 @@ class RecordService(RecordReads):
         view.require()
         change.require()
         found = {r.id: r for r in await self._records.find_by_ids(view.collection.id, record_ids)}
-        if view.everything and change.everything:
+        if view.everything and change.everything and not change.writes_ruled_fields:
             return found
         refused = [i for i in record_ids
                    if i not in found or not view.allows(found[i]) or not change.allows(found[i])]
         if refused:
             raise _refused_ids(refused, verb)
+        for record in found.values():
+            name = change.refused_field(record_document(record))
+            if name is not None:
+                raise change.field_refusal(name)
         return found
 
     async def _unique_conflicts(
@@ -303,9 +308,10 @@ class RecordService(RecordReads):
         shows `principal` are exported.
         Raises NotFound (collection), InvalidFilter, or Forbidden (the list rule refuses outright)."""
         collection = await self._catalog.by_name(collection_name)
-        query = self.query(collection, filter_expr=filter_expr, search=search,
-                           access=check(principal, collection, actions.LIST))
-        return await self._csv.export(collection, query, self._order(collection, sort))
+        access = check(principal, collection, actions.LIST)
+        query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
+        shown = replace(collection, fields=tuple(f for f in collection.fields if f.name not in access.fields.unknown))
+        return await self._csv.export(shown, query, self._order(access, sort), access.redact)
 
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
@@ -321,7 +327,8 @@ class RecordService(RecordReads):
             check(principal, collection, actions.CREATE).require()
 
         def permitted(record: Record) -> bool:
-            return check(principal, collection, actions.CREATE, represent.record_json(record)).allows(record)
+            create = check(principal, collection, actions.CREATE, represent.record_json(record))
+            return create.allows(record) and create.refused_field(record_document(record)) is None
 
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
                                           max_rows=limits.import_max_rows, permitted=permitted)

@@ -97,13 +97,16 @@ def changed_names(changes: Sequence[FieldChange]) -> list[str]:
 
 
 def _relaxed(spec: FieldSpec) -> FieldSpec:
-    """`spec` without `required`, `unique` and `cascade_delete`: those never block a change here."""
-    return replace(spec, validation=replace(spec.validation, required=False, unique=False), cascade_delete=False)
+    """`spec` without `required`, `unique`, `cascade_delete` and its rules: those never block a change here
+    (nor convert stored values)."""
+    return replace(spec, validation=replace(spec.validation, required=False, unique=False), cascade_delete=False,
+                   view_rule="", write_rule="")
 
 
 def field_changes(current: Collection, changed: Collection) -> list[FieldChange]:
     """The fields of `changed` that `current` has too, under the same name, with a definition
-    that differs in anything but `required`, `unique` and `cascade_delete`, in the new schema's order."""
+    that differs in anything but `required`, `unique`, `cascade_delete` and its rules, in the new schema's
+    order."""
     changes: list[FieldChange] = []
     for new in changed.fields:
         old = current.field(new.name)

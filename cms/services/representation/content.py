@@ -16,8 +16,18 @@ FIELD_TYPES = ["text", "editor", "bool", "email", "url", "number", "date", "sele
 
 def rule_description(action: str) -> str:
     """What the `<action>_rule` of a collection means, for the document (requests and responses)."""
+    if action == "email_view":
+        return EMAIL_VIEW_RULE
     return (f"Who may {action} records: null = admins only, \"\" = everyone, or a rule expression "
             "(filter grammar with @request.auth.* and, for create/update, @request.data.*)")
+
+
+FIELD_VIEW_RULE = ("Who sees this field's value on a record: \"\" = whoever sees the record, null = admins only "
+                   "(an unknown field to everyone else), or a rule expression evaluated per record and caller")
+FIELD_WRITE_RULE = ("Who may set this field in a create or update: \"\" = whoever may write the record, null = "
+                    "admins only, or a rule expression (with @request.data.*); refused writes are 403")
+EMAIL_VIEW_RULE = ("Auth collections: who sees a user's email (a field view rule; default: the user themself). "
+                   "Base collections ignore it")
 
 
 class FieldValidationSchema(Representation):
@@ -41,6 +51,8 @@ class FieldSpecSchema(Representation):
     collection_id = fields.String(allow_none=True)
     cascade_delete = fields.Boolean(metadata={"description": "relation: deleting a target record deletes the "
                                               "records pointing to it (else the reference is removed)"})
+    view_rule = fields.String(allow_none=True, metadata={"description": FIELD_VIEW_RULE})
+    write_rule = fields.String(allow_none=True, metadata={"description": FIELD_WRITE_RULE})
 
 
 class CollectionSchemaSchema(Representation):
@@ -69,6 +81,8 @@ class CollectionSchema(Representation):
     create_rule = _rule("create")
     update_rule = _rule("update")
     delete_rule = _rule("delete")
+    email_view_rule = fields.String(attribute="rules.email_view_rule", allow_none=True,
+                                    metadata={"description": EMAIL_VIEW_RULE})
     created = Timestamp()
     updated = Timestamp()
 
