@@ -18,6 +18,7 @@ from typing import Any
 
 from arq.connections import ArqRedis
 
+from cms import redis_keys as keys
 from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.infra import Infra, open_infra
@@ -27,7 +28,6 @@ from cms.observability.metrics import PrometheusMetrics, SampledGauge
 from cms.observability.recorder import Recorder
 from cms.observability.signals import Signals
 from cms.security.tokens import TokenCodec
-from cms.services.caching import keys
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.services.caching.read_cache import DEFAULT_TTL_S as READ_CACHE_TTL_S
