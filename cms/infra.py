@@ -22,12 +22,12 @@ from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from cms import redis_keys as keys
 from cms.clock import Clock, utcnow
 from cms.config import Config
 from cms.observability import tracing
 from cms.observability.signals import Signals
 from cms.redis_pipe import PipedCommands, PipedRedis
-from cms.services.caching import keys
 from cms.services.delivery.webhook_sender import connector as guarded_connector
 from cms.store.client import Capabilities, Database, detect_capabilities, ensure_indexes, open_client
 

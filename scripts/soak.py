@@ -89,8 +89,8 @@ from pymongo import MongoClient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
+from cms.redis_keys import realtime_stream  # noqa: E402
 from cms.runtime.embedded import ChildServer, free_port, start_mongodb, start_redis  # noqa: E402
-from cms.services.caching.keys import realtime_stream  # noqa: E402
 
 DEFAULT_CSV = REPO_ROOT.parent / "shared" / "data" / "pypi-packages.csv"
 DEFAULT_PLOT = REPO_ROOT / "docs" / "soak.png"

@@ -26,11 +26,11 @@ from aiohttp import web
 from pymongo import monitoring
 from redis.asyncio import Redis
 
+from cms import redis_keys as keys
 from cms.config import Config
 from cms.runtime.children import ChildServer
 from cms.runtime.embedded import free_port, start_redis
 from cms.security import passwords
-from cms.services.caching import keys
 from cms.services.caching.counters import counter_text
 from cms.store.client import Database, open_client
 from cms.store.documents import records_mongo_name

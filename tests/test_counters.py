@@ -1,5 +1,5 @@
 """The epoch and version counters (cms.services.caching.counters) against a real Redis, and the
-Redis key names (cms.services.caching.keys), which deployments hold data under."""
+Redis key names (cms.redis_keys), which deployments hold data under."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from cms import redis_keys as keys
 from cms.runtime.embedded import free_port, start_redis
-from cms.services.caching import keys
 from cms.services.caching.counters import (
     COUNTER_START_BITS,
     FailOpen,

@@ -25,9 +25,9 @@ from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from cms import redis_keys as keys
 from cms.errors import Unauthorized
 from cms.models import Principal, TokenPair
-from cms.services.caching import keys
 from cms.web.context import CALLER, is_https, services
 from cms.wiring import Services
 

@@ -23,9 +23,9 @@ from typing import Any, cast
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from cms import redis_keys as keys
 from cms.errors import ValidationFailed
 from cms.observability.signals import RequestSample, Sink
-from cms.services.caching import keys
 
 DEFAULT_SIZE = 1_000
 """The default of the `request_log_size` setting."""

@@ -27,8 +27,8 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.asyncio.client import Pipeline
 
+from cms import redis_keys as keys
 from cms.observability.signals import RequestSample, Sink
-from cms.services.caching import keys
 
 LATENCY_BOUNDS_MS: tuple[float, ...] = (5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000)
 """Upper bounds (milliseconds, inclusive) of the latency buckets of requests and deliveries; one more

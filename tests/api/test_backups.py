@@ -18,10 +18,10 @@ import pytest
 from bson import json_util
 from pymongo import MongoClient
 
+from cms import redis_keys as keys
 from cms.cli import main as cli_main
 from cms.config import Config
 from cms.runtime.children import ChildServer
-from cms.services.caching import keys
 from cms.services.caching.counters import counter_text
 from cms.store.client import Database
 from cms.wiring import Services

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from cms import redis_keys as keys
 from cms.clock import new_id
 from cms.config import Config
 from cms.runtime.children import ChildServer
-from cms.services.caching import keys
 from cms.services.caching.counters import counter_text
 from cms.services.delivery.events import CREATE, RecordEvent
 from cms.store.client import Database

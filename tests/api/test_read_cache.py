@@ -12,8 +12,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
+from cms import redis_keys as keys
 from cms.app import create_app
-from cms.services.caching import keys
 from cms.services.caching.read_cache import ReadCache, canonical, entry_key
 from cms.services.caching.single_flight import SingleFlight
 from cms.store.client import open_client

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
+from cms import redis_keys as keys
 from cms.app import create_app
 from cms.config import Config
-from cms.services.caching import keys
 from cms.services.caching.result_sets import HEADER_BYTES, ResultSetCache, pack
 from cms.services.content import record_pages
 from cms.wiring import Services, open_services

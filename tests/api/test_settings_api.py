@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from cms import redis_keys as keys
 from cms.app import create_app
-from cms.services.caching import keys
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from cms.services.content.records import MAX_BULK_IDS
 from cms.services.operations.settings import SETTINGS_DEFAULTS

@@ -23,10 +23,10 @@ import bson
 import pytest
 from redis.asyncio import Redis
 
+from cms import redis_keys as keys
 from cms.config import Config
 from cms.errors import BadRequest, ServiceUnavailable
 from cms.runtime.embedded import free_port
-from cms.services.caching import keys
 from cms.services.operations.shared_lock import SharedLock
 from cms.store.client import Database, open_client
 from cms.store.documents import records_mongo_name

@@ -12,13 +12,13 @@ from typing import Any, cast
 import pytest
 from redis.asyncio import Redis
 
+from cms import redis_keys as keys
 from cms.app import RECORDER
 from cms.errors import ValidationFailed
 from cms.observability import request_log
 from cms.observability.recorder import Recorder
 from cms.observability.request_log import parse_route, parse_status_class, read_page, routes_seen
 from cms.observability.signals import RequestSample
-from cms.services.caching import keys
 from cms.wiring import Services
 from tests.conftest import COLLECTIONS, bearer
 

@@ -13,6 +13,7 @@ from typing import cast
 import pytest
 from redis.asyncio import Redis
 
+from cms import redis_keys as keys
 from cms.observability import timeline
 from cms.observability.recorder import Recorder
 from cms.observability.signals import RequestSample, Signals
@@ -26,7 +27,6 @@ from cms.observability.timeline import (
     read_timeline,
 )
 from cms.runtime.embedded import free_port
-from cms.services.caching import keys
 
 T0 = time.time() // 60 * 60  # the start of this minute (epoch seconds): the keys written expire within a day
 MINUTE = int(T0 // 60)

@@ -62,7 +62,10 @@ def offenders(paths: list[Path], forbidden: tuple[str, ...]) -> dict[str, list[s
     ("admin_ui", ("cms.api",)),
     ("web", ("cms.api", "cms.admin_ui", "cms.app")),
     ("store", ("cms.api", "cms.admin_ui", "cms.web", "cms.services", "aiohttp.web")),
-], ids=["services-not-http", "admin-ui-not-api", "web-below-both", "store-at-the-bottom"])
+    ("observability", ("cms.services", "cms.store", "cms.api", "cms.admin_ui", "cms.web", "cms.app", "cms.wiring",
+                       "cms.infra")),
+], ids=["services-not-http", "admin-ui-not-api", "web-below-both", "store-at-the-bottom",
+        "observability-below-services"])
 def test_a_layer_never_imports_the_layers_above(folder: str, forbidden: tuple[str, ...]) -> None:
     assert offenders(modules_under(folder), forbidden) == {}
 
@@ -76,6 +79,18 @@ def test_only_the_app_puts_the_api_and_the_admin_ui_together() -> None:
 def test_only_the_store_imports_the_driver() -> None:
     outside = [p for p in modules_under("") if not name_of(p).startswith("cms/store/")]
     assert set(offenders(outside, ("pymongo", "bson", "gridfs"))) <= KNOWN_DRIVER_IMPORTS_OUTSIDE_STORE
+
+
+OLD_KEYS_MODULE_USERS = frozenset({
+    "cms/services/delivery/realtime/stream.py",  # being split on another branch; one import to change there
+})
+"""Modules still importing cms/services/caching/keys.py, the realtime key names' old address (every key
+name is in cms/redis_keys.py). The set may only shrink; when it is empty the module goes."""
+
+
+def test_the_key_names_are_imported_from_below_services() -> None:
+    users = offenders(modules_under(""), ("cms.services.caching.keys",))
+    assert set(users) <= OLD_KEYS_MODULE_USERS
 
 
 def test_the_scan_sees_each_form_of_import() -> None:

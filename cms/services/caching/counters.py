@@ -11,7 +11,7 @@ version of "Connections"). One scheme for all of them:
 
 `FailOpen` wraps reads and bumps for the caches, which never fail a request on Redis: a failure or
 a time-out gives None (read) or False (bump) and a warning, at most one every
-FAILURE_LOG_INTERVAL_S seconds. The key names themselves are in `keys.py`.
+FAILURE_LOG_INTERVAL_S seconds. The key names themselves are in `cms/redis_keys.py`.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from cms.services.caching import keys
+from cms import redis_keys as keys
 from cms.services.caching.counters import REDIS_TIMEOUT_S, FailOpen, counter_text
 from cms.services.delivery.events import CollectionEvent, RecordEvent
 

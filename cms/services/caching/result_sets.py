@@ -32,7 +32,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from cms.services.caching import keys
+from cms import redis_keys as keys
 from cms.services.caching.counters import REDIS_TIMEOUT_S, FailOpen
 
 log = logging.getLogger("cms.read_cache")

@@ -9,7 +9,7 @@ missing file, 404 "File not found", so a file id tells nothing to whoever may no
 The bytes are streamed into GridFS as they arrive and hashed (SHA-256) on the way; the upload
 stops at the `max_upload_mb` setting, and whatever was written is deleted. Files go away with their
 record (single, bulk, a user's record) and with their collection: `on_record_events` and
-`on_collection_events` are subscribed to the EventBus in `cms.wiring`.
+`on_collection_events` are subscribed to the EventBus in `cms.builders`.
 
 What comes from the client is never trusted as is: the filename loses path parts and control
 characters and is cut to 255 characters; the content type must be `type/subtype` (else

@@ -84,7 +84,7 @@ class _CollectionGone(Exception):
 class RecordWriter:
     """Creates and changes records of one database, in the order of the module docstring.
 
-    One writer serves a process (cms/wiring.py builds it): `RecordService`, `RecordCsv`, the admin
+    One writer serves a process (cms/builders.py builds it): `RecordService`, `RecordCsv`, the admin
     UI's drafts and every auth collection's `CollectionUsers` take it. `group_commit`: REST creates
     into one collection share inserts (`InsertGroups`). `transactions`: writes to a collection whose
     record events the bus's outbox wants (an active webhook, `EventBus.outbox_wants`) run in a

@@ -5,7 +5,7 @@ decisions.md: Identity and tokens).
 Each flow (`Credentials`, `Registration`, `Login`, `TwoFactor`, `OAuthLogin`, `OtpService`,
 `Verification`, `PasswordReset`, `EmailChange`, `UserSessions`) takes one `IdentityDeps` first and
 then only the collaborators of its own (another flow, its repository), so the flows are wired in one
-place (`cms.wiring.build_identity`) and a new flow does not re-list the platform.
+place (`cms.builders.build_identity`) and a new flow does not re-list the platform.
 """
 
 from __future__ import annotations

@@ -1,0 +1,195 @@
+"""The reads of the records' repository (`RecordRepository` in records.py extends `RecordQueries`):
+point reads by id, the list queries that take a slot of the process's scan line (`find`, `find_ids`,
+`find_related`, `count`), cursors that stream a collection, and the look-ups of relation holders and
+unique values that writes check before they change anything.
+
+One Mongo collection per CMS collection, `records_<collection id>` (documents.py names them and
+converts their documents); ids are looked up a chunk at a time (bulk.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import OperationFailure
+
+from cms.models import Record
+from cms.store.bulk import chunks
+from cms.store.client import Capabilities, Database
+from cms.store.documents import record_from_document, records_mongo_name
+from cms.store.errors import translate_query_errors
+from cms.store.scan_line import ScanLine
+from cms.store.transactions import current_session
+
+
+class RecordQueries:
+    """The reads of the records of every collection; callers pass the collection id and a prepared
+    query. List queries (`find`, `find_ids`, `find_related`, `count`) take a slot of `scans`, the
+    process's line of scans (503 when it is full); point reads do not."""
+
+    def __init__(self, db: Database, capabilities: Capabilities, *, scans: ScanLine | None = None) -> None:
+        self._db = db
+        self.capabilities = capabilities
+        self.scans = scans or ScanLine()
+
+    def _scan_slot(self) -> AbstractAsyncContextManager[None]:
+        """One slot of the process's scan line (`ScanLine.slot`). Raises ServiceUnavailable (503,
+        `Retry-After`) when the line is full or the wait would be too long."""
+        return self.scans.slot()
+
+    def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
+        return self._db[records_mongo_name(collection_id)]
+
+    async def get(self, collection_id: str, record_id: str) -> Record | None:
+        """The record, or None."""
+        doc = await self._mongo_coll(collection_id).find_one({"_id": record_id}, session=current_session())
+        return record_from_document(doc) if doc else None
+
+    async def find_by_ids(self, collection_id: str, record_ids: Sequence[str]) -> list[Record]:
+        """The records among `record_ids` that exist (one find per ID_CHUNK ids, any order)."""
+        mongo_coll = self._mongo_coll(collection_id)
+        found: list[Record] = []
+        for chunk in chunks(record_ids):
+            cursor = mongo_coll.find({"_id": {"$in": chunk}}, session=current_session())
+            found.extend([record_from_document(d) async for d in cursor])
+        return found
+
+    async def existing_ids(self, collection_id: str, record_ids: Sequence[str]) -> set[str]:
+        """Which of `record_ids` exist (one find per ID_CHUNK ids)."""
+        mongo_coll = self._mongo_coll(collection_id)
+        found: set[str] = set()
+        for chunk in chunks(record_ids):
+            found.update([d["_id"] async for d in mongo_coll.find({"_id": {"$in": chunk}}, projection={"_id": 1},
+                                                                   session=current_session())])
+        return found
+
+    async def find_holders(self, collection_id: str, field_name: str, record_ids: Sequence[str]) -> list[Record]:
+        """The records whose relation field `field_name` names any of `record_ids` (a one-value
+        field equal to one, or a list holding one), with `_id` and that field only in `data`."""
+        mongo_coll = self._mongo_coll(collection_id)
+        found: list[Record] = []
+        for chunk in chunks(record_ids):
+            cursor = mongo_coll.find({field_name: {"$in": chunk}}, session=current_session(),
+                                     projection={field_name: 1, "created": 1, "updated": 1})
+            found.extend([record_from_document(d) async for d in cursor])
+        return list({r.id: r for r in found}.values())
+
+    async def count_holders(self, collection_id: str, field_name: str, value: Any, exclude_ids: Sequence[str]) -> int:
+        """How many records other than `exclude_ids` hold `value` in `field_name` (for a list value:
+        any of its items, as a unique index on a list field compares items)."""
+        return await self._mongo_coll(collection_id).count_documents(
+            {field_name: _holding(value), "_id": {"$nin": list(exclude_ids)}}
+        )
+
+    async def value_holders(self, collection_id: str, field_name: str, value: Any, *, limit: int) -> list[Record]:
+        """At most `limit` records holding `value` in `field_name` (a list value: any of its items),
+        outside any transaction (a duplicate key aborts the one it happened in): the committed records
+        a unique clash on that value clashed with."""
+        cursor = self._mongo_coll(collection_id).find({field_name: _holding(value)}, limit=limit)
+        return [record_from_document(d) async for d in cursor]
+
+    async def stream(
+        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], *, batch_size: int
+    ) -> AsyncGenerator[Record, None]:
+        """Every record matching `query` in `sort` order, fetched from the server `batch_size` documents
+        at a time, so memory stays flat however many match."""
+        cursor = self._mongo_coll(collection_id).find(query, sort=sort or None).batch_size(batch_size)
+        try:
+            async with translate_query_errors():
+                async for doc in cursor:
+                    yield record_from_document(doc)
+        finally:
+            await cursor.close()
+
+    async def find(
+        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int
+    ) -> list[Record]:
+        """Records matching `query` in `sort` order, `skip` then at most `limit` of them.
+        Raises InvalidFilter when the server refuses the query (see `translate_query_errors`)."""
+        async with self._scan_slot(), translate_query_errors():
+            cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
+            return [record_from_document(d) async for d in cursor]
+
+    async def find_ids(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
+                       limit: int) -> list[Any]:
+        """The `_id`s of the records matching `query` in `sort` order, at most `limit` (> 0): one scan
+        that sends back only the ids, in one batch (a cursor's later batches cost the embedded server a
+        second pass). The server sorts before it projects, so no sort key travels. Raises
+        InvalidFilter when the server refuses the query."""
+        async with self._scan_slot(), translate_query_errors():
+            cursor = self._mongo_coll(collection_id).find(query, projection={"_id": 1}, sort=sort or None,
+                                                          limit=limit, batch_size=limit)
+            return [d["_id"] async for d in cursor]
+
+    async def find_related(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
+                           limit: int) -> list[Record]:
+        """Records matching `query` (the related records of a page, by `_id` or relation field `$in`)
+        in `sort` order, at most `limit` (0: all), in the current transaction if any (a batch sees
+        what it wrote). Raises InvalidFilter when the server refuses the query."""
+        async with self._scan_slot(), translate_query_errors():
+            cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, limit=limit,
+                                                          session=current_session())
+            return [record_from_document(d) async for d in cursor]
+
+    async def count(self, collection_id: str, query: dict[str, Any]) -> int:
+        """How many records match `query`; for the whole collection (`{}`) the server's count from
+        its collection metadata (`estimated_document_count`: no scan on MongoDB; issue "Fast
+        reads", item 4). Raises InvalidFilter when the server refuses the query."""
+        async with self._scan_slot(), translate_query_errors():
+            if not query:
+                return await self._mongo_coll(collection_id).estimated_document_count()
+            return await self._mongo_coll(collection_id).count_documents(query)
+
+    async def estimated_count(self, collection_id: str, *, timeout_ms: int) -> int | None:
+        """The server's cheap count of the collection's records (`estimated_document_count`: from
+        the collection's metadata on MongoDB, no query is run), bounded by `timeout_ms` and taking no
+        scan slot; None when the server does not answer it (no such command, or past the time-out)."""
+        try:
+            return await self._mongo_coll(collection_id).estimated_document_count(maxTimeMS=timeout_ms)
+        except OperationFailure:
+            return None
+
+    async def database_names(self) -> set[str]:
+        """The name of every MongoDB collection of the database (records collections are those
+        starting with RECORDS_PREFIX)."""
+        return set(await self._db.list_collection_names())
+
+    async def stream_field_values(
+        self, collection_id: str, names: Sequence[str], *, batch_size: int
+    ) -> AsyncGenerator[list[tuple[str, dict[str, Any]]], None]:
+        """The records holding any of the fields `names`, in `created` order, as lists of at most
+        `batch_size` (record id, {name: value} of the fields present); one cursor, so memory stays
+        flat. Updating these fields between batches is safe: the cursor walks the `created_id`
+        index, whose keys do not change."""
+        query = {"$or": [{name: {"$exists": True}} for name in names]}
+        cursor = self._mongo_coll(collection_id).find(
+            query, projection={name: 1 for name in names}, sort=[("created", 1), ("_id", 1)]
+        ).batch_size(batch_size)
+        batch: list[tuple[str, dict[str, Any]]] = []
+        try:
+            async for doc in cursor:
+                record_id = doc.pop("_id")
+                batch.append((record_id, doc))
+                if len(batch) >= batch_size:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+        finally:
+            await cursor.close()
+
+    def hold_scans(self) -> AbstractAsyncContextManager[None]:
+        """Take every free list-query slot for the block (`ScanLine.hold`), so the `find` and `count`
+        calls that start meanwhile wait in line (bounded, then ServiceUnavailable) until it ends: for
+        maintenance that needs the database to itself for a moment, and for tests that hold queries
+        (issue "Fast reads", items 3 and 6)."""
+        return self.scans.hold()
+
+
+def _holding(value: Any) -> Any:
+    """The match of a field holding `value`: for a list, any of its items (as a unique index on a
+    list field compares items)."""
+    return {"$in": value} if isinstance(value, list) else value
