@@ -1,13 +1,17 @@
 """What keeps jobs moving through faults (decisions.md, Workers and Redis).
 
-- Short job locks. arq marks a running job with the key `arq:in-progress:<job id>`, which keeps
-  other workers off it, and sets it to live for the longest job time-out + 10 s (130 s here). A
-  killed worker's job would wait that long. These hooks shorten the key to LOCK_TTL_S as the job
-  starts and refresh it every LOCK_REFRESH_EVERY_S while it runs (`hold_job_locks`, on_startup),
-  so a killed worker's locks lapse within LOCK_TTL_S and another worker runs its jobs again (as a
+- Short job locks. arq claims a job with the key `arq:in-progress:<job id>`, which keeps other
+  workers off it, and sets it to live for the longest job time-out + 10 s (130 s here). A killed
+  worker's job would wait that long. `ReconnectingWorker` claims with LOCK_TTL_S instead, and the
+  hooks refresh the lock every LOCK_REFRESH_EVERY_S while the job runs (`on_job_start` adds it to
+  the worker's running jobs and sets it to LOCK_TTL_S; `hold_job_locks`, on_startup, refreshes), so
+  a killed worker's locks lapse within LOCK_TTL_S and another worker runs its jobs again (as a
   retry: `job_try` > 1, which the webhook batch job turns into a re-run that reads the log first).
-  The hooks are arq's own (`on_job_start`, `on_job_end`), so `arq workers.WorkerSettings` holds
-  locks the same way.
+  That covers a job claimed but not yet started too: arq starts up to `max_jobs` jobs per poll, and
+  a claim precedes on_job_start by a few Redis round trips, a window in which a SIGKILL used to
+  leave arq's 130 s claim behind (issue 37, item 5). The hooks are arq's own, so
+  `arq workers.WorkerSettings` (arq's own Worker class) refreshes locks the same way, but its claims
+  keep arq's 130 s until on_job_start: a job claimed in that window of a killed worker waits 130 s.
 - Reconnecting. arq's poll loop ends, and `cms worker` with it, at the first Redis error.
   `ReconnectingWorker.main` runs the loop again after a capped exponential back-off
   (`reconnect_delay_s`); running jobs go on meanwhile, and the outbox in MongoDB keeps what could
@@ -111,12 +115,19 @@ async def on_job_end(ctx: dict[str, Any]) -> None:
 
 
 class ReconnectingWorker(Worker):
-    """arq's Worker whose poll loop outlives Redis outages: a Redis connection error or time-out
-    (at start-up, in the loop, or in finishing a job) is logged and the loop starts again after
+    """arq's Worker whose claims on jobs live LOCK_TTL_S (arq's: the longest job time-out + 10 s),
+    and whose poll loop outlives Redis outages: a Redis connection error or time-out (at start-up,
+    in the loop, or in finishing a job) is logged and the loop starts again after
     `reconnect_delay_s` (on_startup runs again: it hands on what the outbox kept). A burst worker
-    (tests) still stops at the first error."""
+    (tests) still stops at the first error. Takes arq Worker's arguments."""
 
     _redis_failures = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # arq sets `arq:in-progress:<job id>` to live this long when it claims a job, before the job
+        # starts (on_job_start); a claim of a worker killed in between lapses after LOCK_TTL_S too.
+        self.in_progress_timeout_s = LOCK_TTL_S
 
     async def main(self) -> None:
         """Run arq's loop; after a Redis failure, back off and run it again, until cancelled

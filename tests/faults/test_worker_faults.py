@@ -1,10 +1,12 @@
 """`cms worker` under faults (decisions.md, Workers and Redis; issue 28): killed with SIGKILL while
 webhook deliveries are in flight, or after it logged a batch's attempts and before it finished the
-batch; and its Redis stopped and started again (AOF) under it.
+batch; and its Redis stopped and started again (AOF) under it. And (issue 37, item 5) killed with
+SIGKILL mid-delivery behind a real `cms serve`, with a receiver that answers 0.3 s late.
 
 Each test runs `cms worker` as a real process (production mode) on the test's database and queue;
-the records and webhooks are written through the in-process app (`client`), which shares them.
-Receivers are served on loopback (`served`), which the worker process reaches."""
+the records and webhooks are written through the in-process app (`client`), which shares them, or
+for the last test through a `cms serve` process. Receivers are served on loopback (`served`),
+which the worker process reaches."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
@@ -20,15 +23,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis.asyncio as redis
 from aiohttp import web
 
 from cms.config import Config
 from cms.runtime.children import ChildServer, free_port
 from cms.runtime.embedded import start_redis
-from cms.store.client import Database
+from cms.store.client import Database, open_client
+from cms.store.webhooks import DONE
 from cms.wiring import Services
 from tests.conftest import Client, bearer, create_collection, create_record, records_path
 from tests.fixtures import served, wait_until
+from tests.test_replicas import V1, Processes, Replicas, _env, _wait_healthy, admin_client, new_collection
+from workers.liveness import LOCK_TTL_S
 
 WEBHOOKS = "/api/v1/webhooks"
 RERUN_WITHIN_S = 30.0
@@ -306,3 +313,139 @@ async def test_a_worker_rides_out_a_redis_restart(
     assert worker.poll() is None, workers.log("worker").read_text()
     log = workers.log("worker").read_text()
     assert "Redis unreachable" in log and "Redis reachable again" in log, log
+
+
+
+# --- a worker killed mid-delivery, real `cms serve` and `cms worker` (issue 37, item 5) -------------
+
+ANSWER_AFTER_S = 0.3
+"""How long the slow receiver takes to answer each request."""
+CREATES = 40
+KILL_AFTER_ARRIVALS = 13
+
+
+@dataclass
+class SlowReceiver:
+    """A receiver that answers 200 ANSWER_AFTER_S seconds after each request arrives. Keeps, per
+    delivery id (`X-Webhook-Delivery`), the monotonic times of its arrivals and of its answers."""
+
+    url: str = ""
+    arrivals: dict[str, list[float]] = field(default_factory=dict)
+    answers: dict[str, list[float]] = field(default_factory=dict)
+
+    def arrived(self) -> int:
+        return sum(len(times) for times in self.arrivals.values())
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        delivery_id = request.headers["X-Webhook-Delivery"]
+        self.arrivals.setdefault(delivery_id, []).append(time.monotonic())
+        await asyncio.sleep(ANSWER_AFTER_S)  # the receiver's slowness, not the test waiting
+        self.answers.setdefault(delivery_id, []).append(time.monotonic())
+        return web.Response(text="ok")
+
+
+@pytest.fixture
+async def slow_receiver() -> AsyncIterator[SlowReceiver]:
+    state = SlowReceiver()
+    app = web.Application()
+    app.router.add_post("/hook", state.handle)
+    async with served(app, "/hook", shutdown_timeout_s=0.5) as url:
+        state.url = url
+        yield state
+
+
+@pytest.fixture
+async def serve_and_workers(mongodb_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, Processes]]:
+    """A production-mode `cms serve` (healthy) on its own database and queue, and the helper that
+    starts `cms worker` processes with the same environment; every process is stopped after."""
+    env = {**_env(mongodb_url, redis_url), "QUEUE_NAME": f"cms:test:{uuid.uuid4().hex[:12]}",
+           "SHUTDOWN_TIMEOUT_S": "2", "LOG_LEVEL": "INFO"}
+    processes = Processes(tmp_path, env)
+    try:
+        url, serve = processes.serve("serve")
+        await asyncio.to_thread(_wait_healthy, url, serve, processes.log("serve"))
+        yield url, processes
+    finally:
+        processes.stop_all()
+
+
+async def claims_after_the_kill(redis_url: str) -> dict[str, int]:
+    """Milliseconds each arq job claim (`arq:in-progress:<job id>`) still has to live."""
+    client = redis.from_url(redis_url)
+    try:
+        return {key.decode(): await client.pttl(key) async for key in client.scan_iter("arq:in-progress:webhooks:*")}
+    finally:
+        await client.aclose()
+
+
+async def test_a_worker_killed_mid_delivery_has_every_unanswered_delivery_sent_again_within_30_s(
+        serve_and_workers: tuple[str, Processes], slow_receiver: SlowReceiver, mongodb_url: str,
+        redis_url: str) -> None:
+    """Real `cms serve` and `cms worker` processes: 40 creates into a collection with a webhook whose
+    receiver answers each request 0.3 s late; SIGKILL of the worker once 13 deliveries arrived, and a
+    new worker started at once. Every delivery the killed worker had not had answered (in flight,
+    claimed but not started, or still queued) goes out again within RERUN_WITHIN_S of the kill, each
+    event is logged delivered once, and the outbox drains. Before the fix, a job arq had claimed
+    but not yet started kept arq's 130 s claim (`arq:in-progress:<job id>`), and its delivery went
+    out 130 s after the kill (workers/liveness.py)."""
+    url, processes = serve_and_workers
+    first = processes.start("worker", "worker")
+    async with admin_client(Replicas(a=url, b=url)) as http:
+        name = (await new_collection(http, [{"name": "title", "type": "text"}]))["name"]
+        status, webhook = await http.call("a", "POST", V1 + "/webhooks", json={
+            "url": slow_receiver.url, "collection_name": name, "events": ["create"]})
+        assert status == 201, webhook
+
+        async def create_all() -> None:  # one outbox batch, one job each
+            for n in range(CREATES):
+                status, record = await http.call("a", "POST", f"{V1}/collections/{name}/records",
+                                                 json={"data": {"title": f"post {n}"}})
+                assert status == 201, record
+
+        creating = asyncio.create_task(create_all())
+        await wait_until(lambda: slow_receiver.arrived() >= KILL_AFTER_ARRIVALS, "the first deliveries",
+                         timeout_s=30)
+        await kill(first)
+        killed_at = time.monotonic()
+        claims = await claims_after_the_kill(redis_url)  # a few ms: the new worker still starts "at once"
+        processes.start("worker2", "worker")
+        await creating
+
+    def answered_before_the_kill(delivery_id: str) -> bool:
+        return min(slow_receiver.answers.get(delivery_id, [killed_at])) < killed_at
+
+    def each_sent_after_the_kill_or_answered_before() -> bool:
+        return len(slow_receiver.arrivals) == CREATES and all(
+            answered_before_the_kill(d) or max(times) >= killed_at for d, times in slow_receiver.arrivals.items())
+
+    await wait_until(each_sent_after_the_kill_or_answered_before, "every unanswered delivery sent again",
+                     timeout_s=RERUN_WITHIN_S + SLACK_S)
+    unanswered = [d for d in slow_receiver.arrivals if not answered_before_the_kill(d)]
+    in_flight = {d for d in unanswered if min(slow_receiver.arrivals[d]) < killed_at}
+    sent_after_s = {d: min(t for t in slow_receiver.arrivals[d] if t >= killed_at) - killed_at for d in unanswered}
+    print(f"answered before the kill: {CREATES - len(unanswered)}; seconds from the kill to each re-sent "
+          f"delivery, in flight: {sorted(round(sent_after_s[d], 1) for d in in_flight)}; not sent before: "
+          f"{sorted(round(s, 1) for d, s in sent_after_s.items() if d not in in_flight)}")
+    assert in_flight, "the kill came after every answer"
+    assert max(sent_after_s.values()) <= RERUN_WITHIN_S, sent_after_s
+    assert max(claims.values(), default=0) <= LOCK_TTL_S * 1000, claims  # no claim keeps arq's 130 s
+
+    client = open_client(mongodb_url)
+    try:
+        db = client[processes.env["MONGODB_DB"]]
+
+        async def delivered_and_drained() -> bool:
+            delivered = await db["webhook_deliveries"].distinct("delivery_id", {"success": True})
+            return len(delivered) == CREATES and await db["webhook_outbox"].count_documents(
+                {"status": {"$ne": DONE}}) == 0
+
+        await wait_until(delivered_and_drained, "every event logged delivered, the outbox drained", timeout_s=SLACK_S)
+        log = [entry async for entry in db["webhook_deliveries"].find({}, {"delivery_id": 1, "attempt": 1})]
+    finally:
+        await client.close()
+    assert set(slow_receiver.arrivals) == {entry["delivery_id"] for entry in log}
+    assert max(Counter((e["delivery_id"], e["attempt"]) for e in log).values()) == 1, log
+    # At least once: a delivery answered just before the kill may go out again (decisions.md; receivers
+    # drop it by X-Webhook-Delivery), never more than once again.
+    assert max(len(times) for times in slow_receiver.arrivals.values()) <= 2, slow_receiver.arrivals

@@ -39,6 +39,8 @@ from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
 from cms.services.representation import record_view
 from cms.store import scan_line
+from workers import liveness
+from workers import settings as worker_settings
 
 MIB = 1024 * 1024
 
@@ -102,6 +104,9 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "webhook-50-at-a-time-per-batch": (webhook_sender.SEND_CONCURRENCY, 50),
     "webhook-100-per-worker": (webhook_sender.CONNECTION_LIMIT, 100),
     "webhook-batch-starts-within-60-s": (webhook_outbox.BATCH_START_WITHIN_S, 60),
+    # docs/operations/faults.md, A worker dies
+    "job-lock-15-s-refreshed-every-3-s": ((liveness.LOCK_TTL_S, liveness.LOCK_REFRESH_EVERY_S), (15, 3)),
+    "arq-own-lock-130-s": (worker_settings.JOB_TIMEOUT_S + 10, 130),
     "redis-200-connections": (REDIS_MAX_CONNECTIONS, 200),
     "mongodb-found-within-10-s": (MONGODB_CONNECT_TIMEOUT_S, 10),
     "settings-version-every-0.5-s": (VERSION_CHECK_INTERVAL_S, 0.5),
