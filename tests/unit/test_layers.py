@@ -110,3 +110,19 @@ def test_the_admin_ui_never_reads_the_api_bytes_of_records() -> None:
                                                  if isinstance(node, ast.Attribute)})
              for path in modules_under("admin_ui")}
     assert {name: reads for name, reads in found.items() if reads} == {}
+
+
+ENGINE_BACK_ENDS = ("cms.filters.conditions", "cms.filters.mongo", "cms.filters.predicate", "cms.filters.values")
+"""The engine's tree and back ends (STYLE rule 4: one engine decides access, through `Access`)."""
+ENGINE_DOOR = "cms/services/access.py"
+
+
+def test_only_access_reaches_the_engine() -> None:
+    """No module but cms/services/access.py (and the engine itself) builds a condition, a query
+    from client text or an in-memory decision: every rule and filter goes through `Access`.
+    `fields.py` names the resolved-field type its resolver returns."""
+    paths = [p for p in modules_under("") if not name_of(p).startswith("cms/filters/")]
+    found = offenders(paths, ENGINE_BACK_ENDS)
+    found.pop(ENGINE_DOOR, None)
+    assert found == {"cms/services/content/fields.py": ["cms.filters.conditions",
+                                                        "cms.filters.conditions.ResolvedField"]}
