@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
+from tests.api import test_webhooks
 from tests.api.test_access_rules import customer, listed
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
+config = test_webhooks.config  # fixtures: loopback receivers are allowed, as in the webhook tests
+receiver = test_webhooks.receiver
 OWNER_ONLY = "owner = @request.auth.id"
 NOTES: list[dict[str, Any]] = [
     {"name": "title", "type": "text"},
@@ -221,3 +224,17 @@ async def test_email_is_shown_to_its_user_and_under_email_view_rule(client, admi
     assert changed.status == 200, await changed.text()
     users = {u["id"]: u for u in (await listed(client, "customers", bob_auth))["items"]}
     assert users[ann]["email"] == "ann@example.com"
+
+
+async def test_webhook_deliveries_leave_out_what_their_creator_may_not_see(client, admin_token, user_token,
+                                                                           receiver, run_jobs):
+    await create_collection(client, admin_token, "ledger", [
+        {"name": "title", "type": "text"}, {"name": "amount", "type": "number", "view_rule": None}])
+    await test_webhooks.make_webhook(client, user_token, receiver.url, events=["create"],
+                                     collection_name="ledger")  # role `user`
+    await test_webhooks.make_webhook(client, admin_token, receiver.url, events=["create"],
+                                     collection_name="ledger")  # role `admin`
+    await create_record(client, admin_token, "ledger", {"title": "t", "amount": 5})
+    await run_jobs()
+    bodies = sorted(("amount" in b["data"]) for b in receiver.bodies())
+    assert bodies == [False, True]

@@ -32,7 +32,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from cms.clock import Clock, new_id, utcnow
@@ -40,10 +40,10 @@ from cms.errors import NotFound
 from cms.jobs import JobQueue
 from cms.models import Collection, DeliveryAttempt, Principal, Webhook, WebhookDelivery
 from cms.observability.signals import Signals
-from cms.services.access import VIEW, check
+from cms.services.access import VIEW, check, field_view
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
-from cms.services.delivery.events import RecordEvent
+from cms.services.delivery.events import DELETE, RecordEvent
 from cms.services.delivery.webhook_sender import SendResult, WebhookSender
 from cms.services.representation import records as represent
 from cms.store.webhooks import DONE, ENQUEUED, PENDING, DeliveryLog, DeliveryOutbox, OutboxBatch, WebhookRepository
@@ -168,10 +168,12 @@ class WebhookOutbox:
                     continue
                 if webhook.created_by not in creators:
                     creators[webhook.created_by] = await self._creator_of(webhook)
-                if _creator_may_view(creators[webhook.created_by], collection, event):
+                creator = creators[webhook.created_by]
+                if _creator_may_view(creator, collection, event):
                     deliveries.append(WebhookDelivery(
                         id=new_id(), webhook_id=webhook.id, event=event.event, collection=event.collection,
-                        record_id=event.record_id, body=represent.event_body(event), created=now,
+                        record_id=event.record_id, body=represent.event_body(_as_seen(creator, collection, event)),
+                        created=now,
                     ))
         batches = batches_of(deliveries, now)
         await self._outbox.insert(batches)
@@ -343,6 +345,17 @@ def batches_of(deliveries: Sequence[WebhookDelivery], now: datetime) -> list[Out
     if current:
         batches.append(OutboxBatch(id=new_id(), deliveries=tuple(current), created=now))
     return batches
+
+
+def _as_seen(creator: Principal | None, collection: Collection, event: RecordEvent) -> RecordEvent:
+    """`event` with its record as the webhook's creator may see it: without the values the
+    collection's field rules hide from them (decisions.md, Field rules)."""
+    fields = field_view(creator, collection)
+    if not fields.guards or event.event == DELETE:
+        return event
+    record = event.record if event.record is not None else represent.record_from_json(event.data, collection)
+    shown = fields.redact(record)
+    return event if shown is record else replace(event, data=represent.record_json(shown))
 
 
 def _creator_may_view(creator: Principal | None, collection: Collection, event: RecordEvent) -> bool:
