@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cms.services.access import check, compile_filter, record_document
 from tests.api import test_webhooks
 from tests.api.test_access_rules import customer, listed
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
@@ -238,3 +239,49 @@ async def test_webhook_deliveries_leave_out_what_their_creator_may_not_see(clien
     await run_jobs()
     bodies = sorted(("amount" in b["data"]) for b in receiver.bodies())
     assert bodies == [False, True]
+
+
+# --- list, view and realtime agree for the same caller ------------------------------------------------
+
+AGREEMENT_RULES = [
+    ("", "owner = @request.auth.id", "title ~ a"),
+    ("owner = @request.auth.id || score > 4", "score < 5", "secret != 'x'"),
+    ("title != ''", "@request.auth.verified = true", "score >= 3"),
+    ("score = null || owner != @request.auth.id", "title ~ b", "title ~ s || secret ~ alpha"),
+    ('@request.auth.id != ""', "owner != @request.auth.id", "score > 0 && score < 10"),
+]
+
+
+@pytest.mark.parametrize("rule, field_rule, filter_text", AGREEMENT_RULES)
+async def test_list_view_and_the_realtime_decision_agree(client, admin_token, services, people, rule: str,
+                                                         field_rule: str, filter_text: str) -> None:
+    (ann, ann_auth), (bob, bob_auth) = people
+    fields = [{"name": "title", "type": "text"}, {"name": "owner", "type": "text"},
+              {"name": "secret", "type": "text", "view_rule": field_rule},
+              {"name": "score", "type": "number", "view_rule": field_rule}]
+    await create_collection(client, admin_token, "agree", fields, list_rule=rule, view_rule=rule)
+    for n, (owner, score) in enumerate([(ann, 3), (bob, 9), ("", None), (ann, 5), (bob, 1), ("zed", 4)]):
+        await create_record(client, admin_token, "agree", {"title": f"t{n}ab"[: 2 + n % 3], "owner": owner,
+                                                           "secret": f"alpha{n}", "score": score})
+    collection = await services.catalog.by_name("agree")
+    stored = {r.id: r for r in await services.records.repository.find(collection.id, {}, [("_id", 1)], 0, 100)}
+    for headers in ({}, ann_auth, bob_auth):
+        principal = await services.authenticator.authenticate(headers["Authorization"].split()[1]) if headers else None
+        listing = await client.get(records_path("agree"), headers=headers, params={"filter": filter_text})
+        listed_ids = {r["id"]: r for r in (await listing.json())["items"]} if listing.status == 200 else {}
+        listed_ok = listing.status == 200
+        view = check(principal, collection, "list")
+        condition = compile_filter(collection, filter_text, principal)
+        decided = {record_id for record_id, record in stored.items()
+                   if view.allows_document(record_document(record))
+                   and condition.matches(record_document(record))}
+        assert set(listed_ids) == (decided if listed_ok else set()), (headers, rule, filter_text)
+        for record_id, record in stored.items():
+            one = await client.get(records_path("agree", record_id), headers=headers)
+            assert (one.status == 200) == (listed_ok and view.allows_document(record_document(record)))
+            if one.status == 200:
+                shown = set(await one.json())
+                hidden = view.fields.hidden(record_document(record))
+                assert not shown & hidden and "secret" in shown | hidden
+                if record_id in listed_ids:
+                    assert set(listed_ids[record_id]) == shown
