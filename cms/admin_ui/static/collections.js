@@ -1,7 +1,8 @@
 // The collections schema editor (templates/collections/form.html): add and remove field rows (a
 // clone of <template id="field-row-template">), show the options of each row's type, keep the
-// rule suggestions (<datalist>) in step with the field names, and swap the default rules when the
-// type of a new collection changes. No inline script anywhere (CSP default-src 'self').
+// rule suggestions (<datalist>) in step with the field names, lock a field's view or write rule to
+// "admins only", and swap the default rules when the type of a new collection changes. No inline
+// script anywhere (CSP default-src 'self').
 (function () {
   "use strict";
   var form = document.getElementById("collection-form");
@@ -51,8 +52,16 @@
     var index = String(next);
     next += 1;
     var clone = template.content.cloneNode(true);
-    clone.querySelectorAll("[name]").forEach(function (element) {
-      element.name = element.name.replace("__i__", index);
+    clone.querySelectorAll("[name], [id], label[for]").forEach(function (element) {
+      if (element.name) {
+        element.name = element.name.replace("__i__", index);
+      }
+      if (element.id) {
+        element.id = element.id.replace("__i__", index);
+      }
+      if (element.htmlFor) {
+        element.htmlFor = element.htmlFor.replace("__i__", index);
+      }
     });
     var row = clone.querySelector(".field-row");
     row.dataset.row = index;
@@ -73,6 +82,12 @@
   rows.addEventListener("change", function (event) {
     if (event.target.classList.contains("field-type")) {
       event.target.closest(".field-row").dataset.type = event.target.value;
+    }
+    if (event.target.classList.contains("field-rule-lock")) {
+      // A field's locked rule (admins only) has no expression either; empty means no restriction.
+      var input = event.target.closest(".field-rule").querySelector(".field-rule-input");
+      input.readOnly = event.target.checked;
+      input.placeholder = event.target.checked ? "admins only" : "no restriction";
     }
   });
 

@@ -4,10 +4,12 @@ changes and deletes them.
 - `GET /_/collections`: every collection with its type, fields and rules (as `GET /api/v1/collections`).
 - `GET|POST /_/collections/new`: the create form; `GET|POST /_/collections/{name}/edit`: the edit form.
   The form carries the name, the type (create only), the auth switches (auth collections), one row per
-  field (every field type and validation key of `cms.services.content.fields`) and the five rules. The
+  field (every field type and validation key of `cms.services.content.fields`, and the field's `view_rule`
+  and `write_rule`), the five rules and, for auth collections, `email_view_rule`. The
   submitted form becomes the same body `POST`/`PATCH /api/v1/collections` load (same request schema)
   and goes to the same service call with the admin's Principal; a ValidationFailed or InvalidFilter is
-  shown next to the field row, rule or input it names, and nothing is stored.
+  shown next to the field row, rule (a field's rule: beside it in its row) or input it names, and nothing
+  is stored.
 - `GET|POST /_/collections/{name}/delete`: a confirmation page (type the name), then the delete.
 
 Rows are added and removed by static/collections.js (a `<template>` clone); the rules get a
@@ -33,18 +35,26 @@ from cms.web.schemas import CollectionCreateSchema, CollectionUpdateSchema
 from cms.web.uploads import read_form
 
 RULES = ("list_rule", "view_rule", "create_rule", "update_rule", "delete_rule")
+EMAIL_VIEW_RULE = "email_view_rule"
+FORM_RULES = (*RULES, EMAIL_VIEW_RULE)
+"""The rules of the form: the five of records, then auth collections' `email_view_rule`."""
+FIELD_RULES = ("view_rule", "write_rule")
+"""A field's own rules (decisions.md, Field rules), each a text input with an "admins only" lock in its row."""
 SWITCHES = ("otp_enabled", "mfa_enabled", "oauth_enabled")
 SWITCH_LABELS = {"otp_enabled": "One-time code (OTP) login", "mfa_enabled": "Two-factor login (MFA)",
                  "oauth_enabled": "OAuth2 login"}
 ROW_KEY = re.compile(r"^field-(\d{1,4})-name$")
 ROW_ERROR_KEY = re.compile(r"^schema\.(\d+)\.(.+)$")
 ROW_MESSAGE = re.compile(r"^field (\d+) \('[^']*'\): ")
-RULE_MESSAGE = re.compile(r"^(list|view|create|update|delete)_rule: ")
-ROW_TEXT_KEYS = ("name", "type", "min", "max", "pattern", "values", "max_select", "collection_id")
-ROW_FLAGS = ("required", "unique", "cascade_delete")
+RULE_MESSAGE = re.compile(r"^(list|view|create|update|delete|email_view)_rule: ")
+FIELD_RULE_MESSAGE = re.compile(r"^field '([^']*)' (view_rule|write_rule): ")
+ROW_TEXT_KEYS = ("name", "type", "min", "max", "pattern", "values", "max_select", "collection_id", *FIELD_RULES)
+ROW_FLAGS = ("required", "unique", "cascade_delete", "view_rule_locked", "write_rule_locked")
 
 Row = dict[str, Any]
 """One field row of the form as strings and flags (what the page shows and the browser submits)."""
+EMPTY_ROW: Row = {**dict.fromkeys(ROW_TEXT_KEYS, ""), **dict.fromkeys(ROW_FLAGS, False), "type": "text"}
+"""A new row: a text field, nothing typed in."""
 
 
 # --- form <-> service ------------------------------------------------------------------------------
@@ -63,6 +73,8 @@ def _row_of(spec: FieldSpec) -> Row:
         "min": _number(v.min), "max": _number(v.max), "pattern": v.pattern or "",
         "values": "\n".join(spec.values or ()), "max_select": "" if spec.max_select is None else str(spec.max_select),
         "collection_id": spec.collection_id or "", "cascade_delete": spec.cascade_delete,
+        "view_rule": spec.view_rule or "", "view_rule_locked": spec.view_rule is None,
+        "write_rule": spec.write_rule or "", "write_rule_locked": spec.write_rule is None,
     }
 
 
@@ -111,41 +123,52 @@ def _definition(row: Row) -> dict[str, Any]:
     if kind == "relation":
         definition["collection_id"] = row["collection_id"] or None
         definition["cascade_delete"] = row["cascade_delete"]
+    for rule in FIELD_RULES:  # locked: None (admins only); else the text ("" = no restriction)
+        definition[rule] = None if row[f"{rule}_locked"] else row[rule]
     return definition
 
 
 def _rules_of_form(form: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {rule: {"text": str(form.get(f"rule-{rule}", "")).strip(), "locked": form.get(f"lock-{rule}") == "on"}
-            for rule in RULES}
+            for rule in FORM_RULES}
 
 
 def _rules_of(collection_rules: Any) -> dict[str, dict[str, Any]]:
     shown: dict[str, dict[str, Any]] = {}
-    for rule in RULES:
+    for rule in FORM_RULES:
         value = collection_rules.rule(rule[:-5])
         shown[rule] = {"text": value or "", "locked": value is None}
     return shown
 
 
-def _rule_values(rules: Mapping[str, Mapping[str, Any]]) -> dict[str, str | None]:
-    """Locked: None (admins only); else the text ("" = everyone)."""
-    return {rule: None if shown["locked"] else shown["text"] for rule, shown in rules.items()}
+def _rule_values(rules: Mapping[str, Mapping[str, Any]], *, auth: bool = True) -> dict[str, str | None]:
+    """Locked: None (admins only); else the text ("" = everyone). Without `auth`, `email_view_rule`
+    is left out (base collections have no email)."""
+    return {rule: None if shown["locked"] else shown["text"] for rule, shown in rules.items()
+            if auth or rule != EMAIL_VIEW_RULE}
 
 
-def _placed_errors(error: CmsError) -> dict[str, list[str]]:
+def _placed_errors(error: CmsError, rows: list[Row]) -> dict[str, list[str]]:
     """Where each message of `error` is shown: `name`, `type`, a switch, `rule:<rule>`, `row:<i>`
-    (the i-th submitted field row) or `schema` (the field list as a whole); `form` for the rest."""
+    (the i-th submitted field row of `rows`), `row:<i>:<view_rule|write_rule>` (beside that rule of
+    the row) or `schema` (the field list as a whole); `form` for the rest."""
     placed: dict[str, list[str]] = defaultdict(list)
     if isinstance(error, InvalidFilter):
         match = RULE_MESSAGE.match(error.detail)
+        field_rule = FIELD_RULE_MESSAGE.match(error.detail)
+        index = next((i for i, row in enumerate(rows) if field_rule and row["name"] == field_rule.group(1)), None)
         if match:
             placed[f"rule:{match.group(1)}_rule"].append(error.detail[match.end():])
+        elif field_rule and index is not None:
+            placed[f"row:{index}:{field_rule.group(2)}"].append(error.detail[field_rule.end():])
         else:
             placed["form"].append(error.detail)
     for key, messages in error_message(error).fields.items():
         row = ROW_ERROR_KEY.match(key)
         for message in messages:
-            if row:
+            if row and row.group(2) in FIELD_RULES:
+                placed[f"row:{row.group(1)}:{row.group(2)}"].append(message)
+            elif row:
                 placed[f"row:{row.group(1)}"].append(f"{row.group(2)}: {message}")
             elif key == "schema":
                 numbered = ROW_MESSAGE.match(message)
@@ -153,7 +176,7 @@ def _placed_errors(error: CmsError) -> dict[str, list[str]]:
                     placed[f"row:{numbered.group(1)}"].append(message[numbered.end():])
                 else:
                     placed["schema"].append(message)
-            elif key in RULES:
+            elif key in FORM_RULES:
                 placed[f"rule:{key}"].append(message)
             elif key in ("name", "type", *SWITCHES):
                 placed[key].append(message)
@@ -175,13 +198,14 @@ async def _form_page(request: web.Request, *, mode: str, collection: Collection 
     return await render(
         request, "collections/form.html", status=error.status if error else 200, nav_collections=every,
         targets=[(c.id, c.name) for c in every], mode=mode, collection=collection,
-        name=name, type=type_, switches=switches, rows=rows, rules=rules, rule_names=RULES,
+        name=name, type=type_, switches=switches, rows=rows, rules=rules, rule_names=FORM_RULES,
         data_rules=[f"{a}_rule" for a in DATA_ACTIONS], field_types=FIELD_TYPES, text_types=sorted(TEXT_TYPES),
         multi_types=sorted(MULTI_TYPES), switch_names=SWITCHES, switch_labels=SWITCH_LABELS,
         suggestions=_suggestions([r["name"] for r in rows if r["name"]]),
+        empty_row=EMPTY_ROW, field_rules=FIELD_RULES,
         base_rules=_rule_values(_rules_of(default_rules("base"))),
         auth_rules=_rule_values(_rules_of(default_rules("auth"))),
-        error=error_message(error) if error else None, placed=_placed_errors(error) if error else {},
+        error=error_message(error) if error else None, placed=_placed_errors(error, rows) if error else {},
     )
 
 
@@ -203,9 +227,7 @@ async def new(request: web.Request, principal: Principal) -> web.StreamResponse:
     type_ = "auth" if request.query.get("type") == "auth" else "base"
     return await _form_page(request, mode="create", collection=None, name="", type_=type_,
                             switches=dict.fromkeys(SWITCHES, ""),
-                            rows=[{"name": "", "type": "text", "required": False, "unique": False, "min": "",
-                                   "max": "", "pattern": "", "values": "", "max_select": "", "collection_id": "",
-                                   "cascade_delete": False}],
+                            rows=[EMPTY_ROW],
                             rules=_rules_of(default_rules(type_)))
 
 
@@ -221,7 +243,7 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
     switches = {s: str(form.get(s, "")) for s in SWITCHES}
     rows, rules = _rows_of_form(form), _rules_of_form(form)
     body: dict[str, Any] = {"name": name, "type": type_, "schema": [_definition(r) for r in rows],
-                            **_rule_values(rules)}
+                            **_rule_values(rules, auth=type_ == "auth")}
     for switch in SWITCHES:
         if _tristate(switches[switch]) is not None:
             body[switch] = _tristate(switches[switch])
@@ -230,7 +252,7 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
         collection = await services(request).collections.create(
             principal, loaded["name"], loaded["type"], loaded["schema"], otp_enabled=loaded["otp_enabled"],
             mfa_enabled=loaded["mfa_enabled"], oauth_enabled=loaded["oauth_enabled"],
-            rules={rule: loaded[rule] for rule in RULES if rule in loaded})
+            rules={rule: loaded[rule] for rule in FORM_RULES if rule in loaded})
     except CmsError as exc:
         if exc.status >= 500:
             raise
@@ -264,7 +286,8 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
     name = str(form.get("name", "")).strip()
     rows, rules = _rows_of_form(form), _rules_of_form(form)
     switches: dict[str, Any] = {s: form.get(s) == "on" for s in SWITCHES}
-    body: dict[str, Any] = {"name": name, "schema": [_definition(r) for r in rows], **_rule_values(rules)}
+    body: dict[str, Any] = {"name": name, "schema": [_definition(r) for r in rows],
+                            **_rule_values(rules, auth=collection.type == "auth")}
     if collection.type == "auth":
         body.update(switches)
     try:
@@ -272,7 +295,8 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
         changed = await collections.update(
             principal, collection.id, name=loaded.get("name"), schema=loaded.get("schema"),
             otp_enabled=loaded.get("otp_enabled"), mfa_enabled=loaded.get("mfa_enabled"),
-            oauth_enabled=loaded.get("oauth_enabled"), rules={rule: loaded[rule] for rule in RULES if rule in loaded})
+            oauth_enabled=loaded.get("oauth_enabled"),
+            rules={rule: loaded[rule] for rule in FORM_RULES if rule in loaded})
     except CmsError as exc:
         if exc.status >= 500 or exc.status == 404:
             raise

@@ -8,16 +8,17 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cms.errors import CmsError
+from cms.errors import CmsError, NotFound
 from cms.models import Collection, Page, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, field_view
+from cms.services.access import Access, check, field_view, require_admin
 from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.caching.single_flight import SingleFlight
 from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.content.record_pages import RecordPages
+from cms.services.content.record_sight import RecordSight, sight
 from cms.services.representation import records as represent
 from cms.services.representation.record_view import FULL, RecordView
 from cms.store.records import RecordRepository
@@ -303,6 +304,17 @@ class RecordReads:
         collection = await self._catalog.by_name(collection_name)
         view = check(principal, collection, actions.VIEW)
         return view.redact(await self._visible(view, record_id))
+
+    async def sight(self, principal: Principal, collection_name: str, record_id: str,
+                    viewer: Principal | None) -> RecordSight:
+        """What `viewer` (None: anonymous) would see of one record (`record_sight.sight`), shown to an
+        admin `principal`. Raises Forbidden (not an admin) or NotFound (collection or record)."""
+        require_admin(principal)
+        collection = await self._catalog.by_name(collection_name)
+        record = await self._records.get(collection.id, record_id)
+        if record is None:
+            raise NotFound("Record not found")
+        return sight(viewer, collection, record)
 
     async def _visible(self, view: Access, record_id: str) -> Record:
         """The record, if the view rule `view` lets its principal see it (one `_id` look-up).

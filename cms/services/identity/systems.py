@@ -25,7 +25,8 @@ from typing import Any, Protocol, TypeVar
 from cms.clock import Clock, utcnow
 from cms.errors import NotFound, Unauthorized
 from cms.models import ADMIN_AUDIENCE, Collection, Principal, audience_collection_id, collection_audience
-from cms.services.access import AUTH_TYPE
+from cms.security.passwords import is_unicode_text
+from cms.services.access import AUTH_TYPE, require_admin
 from cms.services.caching.catalog import Catalog
 from cms.services.content.record_writer import RecordWriter
 from cms.services.delivery.events import CREATE, DELETE, CollectionEvent, RecordEvent
@@ -37,6 +38,9 @@ from cms.store.admin_users import AdminUserRepository
 from cms.store.collection_users import CollectionUserRepository
 
 log = logging.getLogger("cms.identity")
+
+MAX_WHO_CHARS = 320
+"""The longest user id or address `UserSystems.stand_in` looks up (an address is at most 320 characters)."""
 
 
 class User(Protocol):
@@ -184,6 +188,21 @@ class UserSystems:
         if user is None or collection is None:
             raise Unauthorized("User no longer exists")
         return self.of(collection).principal(user, session_id)
+
+    async def stand_in(self, principal: Principal, collection_name: str, who: str) -> Principal:
+        """The principal that user `who` (an id, else an address) of the auth collection `collection_name`
+        has in its own requests (`CollectionUsers.principal`, as a session gives it), without a session:
+        what an admin's "view as" decides with. It carries that user's rights and no more (a
+        `collection_user` never bypasses a rule). For admins only (`principal`). Raises Forbidden (not an
+        admin) or NotFound (no such auth collection or user)."""
+        require_admin(principal)
+        system = await self.collection(collection_name)
+        user = None
+        if 0 < len(who) <= MAX_WHO_CHARS and is_unicode_text(who):
+            user = await system.get(who) or await system.find_by_email(who)
+        if user is None:
+            raise NotFound(f"No user '{who}' in '{collection_name}'")
+        return system.principal(user, None)
 
     async def current(self, system: UserSystem[U], principal: Principal) -> U:
         """The signed-in user `principal` of `system`. Raises Unauthorized (a principal of another
