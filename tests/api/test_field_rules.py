@@ -285,3 +285,12 @@ async def test_list_view_and_the_realtime_decision_agree(client, admin_token, se
                 assert not shown & hidden and "secret" in shown | hidden
                 if record_id in listed_ids:
                     assert set(listed_ids[record_id]) == shown
+
+
+async def test_a_filter_on_email_follows_email_view_rule(client, admin_token, people):
+    (ann, ann_auth), (bob, bob_auth) = people
+    mine = await listed(client, "customers", ann_auth, filter="email = 'ann@example.com'")
+    theirs = await listed(client, "customers", ann_auth, filter="email = 'bob@example.com'")
+    nobody = await listed(client, "customers", ann_auth, filter="email = 'nobody@example.com'")
+    assert [u["id"] for u in mine["items"]] == [ann] and theirs["total"] == nobody["total"] == 0
+    assert (await listed(client, "customers", bob_auth, filter="verified = false"))["total"] == 2

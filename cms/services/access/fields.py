@@ -16,7 +16,7 @@ from cms.filters.predicate import evaluate
 from cms.filters.rules import RequestContext, bind_rule
 from cms.models import Collection, Principal, Record
 from cms.services.access.policies import AUTH_TYPE, acts_as_admin
-from cms.services.content.fields import SYSTEM_RESOLUTIONS, CollectionFields
+from cms.services.content.fields import AUTH_RESOLUTIONS, SYSTEM_RESOLUTIONS, CollectionFields
 
 log = logging.getLogger("cms.access")
 
@@ -94,6 +94,7 @@ class CallerFields:
 
     def __init__(self, collection: Collection, view: FieldView) -> None:
         self._fields = {spec.name: spec for spec in collection.fields}
+        self._auth = CollectionFields(collection)
         self._view = view
 
     def resolve(self, name: str) -> ResolvedField | None:
@@ -102,7 +103,10 @@ class CallerFields:
         if system is not None:
             return system
         spec = self._fields.get(name)
-        if spec is None or name in self._view.unknown:
+        if spec is None:
+            auth = self._auth.resolve(name) if name in AUTH_RESOLUTIONS else None
+            return None if auth is None else ResolvedField(auth.path, auth.type, self._view.guard(name))
+        if name in self._view.unknown:
             return None
         return ResolvedField(path=name, type=spec.type, guard=self._view.guard(name))
 

@@ -160,11 +160,21 @@ SYSTEM_RESOLUTIONS = {
 }
 
 
+AUTH_RESOLUTIONS = {
+    "email": ResolvedField(path="email", type="email"),
+    "verified": ResolvedField(path="verified", type="bool"),
+}
+"""The fields every auth collection's records have besides their schema's."""
+
+
 class CollectionFields:
-    """FieldResolver over a collection: system fields plus schema fields, nothing else."""
+    """FieldResolver over a collection: system fields plus schema fields (and, in an auth collection,
+    `email` and `verified`), nothing else."""
 
     def __init__(self, collection: Collection) -> None:
         self._fields = {f.name: ResolvedField(path=f.name, type=f.type) for f in collection.fields}
+        if collection.type == "auth":  # a user's address and flag are fields of its record
+            self._fields.update(AUTH_RESOLUTIONS)
 
     def resolve(self, name: str) -> ResolvedField | None:
         """The stored path and type of field `name`, or None when the collection has no such field."""
