@@ -178,7 +178,8 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     """The collection service on the records' store and the one record writer (its writes run in a
     transaction when the bus's outbox wants the collection's events, where the server has them);
     fills in default access rules of collections stored before rules existed."""
-    record_repository = RecordRepository(infra.db, infra.capabilities, scans=ScanLine(infra.config.list_scan_slots))
+    record_repository = RecordRepository(infra.db, infra.capabilities, scans=ScanLine(
+        infra.config.list_scan_slots, max_per_client=infra.config.list_scan_per_client))
     definitions = platform.definitions
     collection_repository = CollectionRepository(infra.db)
     catalog = Catalog(collection_repository, definitions)

@@ -108,6 +108,10 @@ class Config:
     list_scan_slots: int = 4
     """List queries (scans) one process runs at once (`LIST_SCAN_SLOTS`, 1..64); a few more may wait
     up to 2 s, the rest get 503 `service_unavailable` with `Retry-After` (`cms.store.scan_line`)."""
+    list_scan_per_client: int = 8
+    """Places in that line (running and waiting list queries) one client, the signed-in user or else
+    the client's address, may hold at once (`LIST_SCAN_PER_CLIENT`, 1..80); its next list query that
+    needs a scan gets 503 at once, so one client cannot fill the line for the others."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -188,6 +192,7 @@ class Config:
                                             1, 1_000_000_000),
             **_metrics_settings(env),
             list_scan_slots=_int(env, "LIST_SCAN_SLOTS", 4, 1, 64),
+            list_scan_per_client=_int(env, "LIST_SCAN_PER_CLIENT", 8, 1, 80),
         )
 
 

@@ -19,7 +19,7 @@ from cms.api.responses import json_response
 from cms.api.routes import ROUTES, Route
 from cms.api.schemas import ErrorSchema
 from cms.services.access import API_KEY_PATHS, Policy
-from cms.services.content.fields import IsoDateTime
+from cms.services.content.value_fields import IsoDateTime
 from cms.services.operations.backups import BACKUP_NAME
 from cms.services.representation.base import Rendered, Timestamp
 

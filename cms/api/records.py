@@ -18,7 +18,7 @@ from cms.api.schemas import (
 from cms.services import representation as represent
 from cms.services.caching.read_cache import CachedBody
 from cms.services.representation.record_view import RecordView, view_of
-from cms.web.context import REQUEST_ID, parse_body, parse_query, services
+from cms.web.context import REQUEST_ID, client_ip, parse_body, parse_query, services
 from cms.web.files import etag_matches
 from cms.web.uploads import read_upload
 
@@ -48,6 +48,7 @@ async def list_records(request: web.Request) -> web.StreamResponse:
         skip_total=query["skip_total"],
         principal=principal,
         view=record_view(request),
+        client_ip=client_ip(request),
     )
     return cached_response(request, cached)
 
@@ -57,7 +58,7 @@ async def get_record(request: web.Request) -> web.StreamResponse:
     principal = principal_of(request)
     cached = await services(request).records.get_body(
         request.match_info["collection_name"], request.match_info["record_id"], principal=principal,
-        view=record_view(request),
+        view=record_view(request), client_ip=client_ip(request),
     )
     return cached_response(request, cached)
 

@@ -35,10 +35,11 @@ class RecordQueries:
         self.capabilities = capabilities
         self.scans = scans or ScanLine()
 
-    def _scan_slot(self) -> AbstractAsyncContextManager[None]:
-        """One slot of the process's scan line (`ScanLine.slot`). Raises ServiceUnavailable (503,
-        `Retry-After`) when the line is full or the wait would be too long."""
-        return self.scans.slot()
+    def _scan_slot(self, client: str | None) -> AbstractAsyncContextManager[None]:
+        """One slot of the process's scan line in `client`'s share (`ScanLine.slot`). Raises
+        ServiceUnavailable (503, `Retry-After`) when the line or the share is full or the wait would be
+        too long."""
+        return self.scans.slot(client)
 
     def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
         return self._db[records_mongo_name(collection_id)]
@@ -105,40 +106,45 @@ class RecordQueries:
             await cursor.close()
 
     async def find(
-        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int
+        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int, *,
+        client: str | None = None,
     ) -> list[Record]:
-        """Records matching `query` in `sort` order, `skip` then at most `limit` of them.
-        Raises InvalidFilter when the server refuses the query (see `translate_query_errors`)."""
-        async with self._scan_slot(), translate_query_errors():
+        """Records matching `query` in `sort` order, `skip` then at most `limit` of them, in `client`'s
+        share of the scan line. Raises InvalidFilter when the server refuses the query (see
+        `translate_query_errors`) and ServiceUnavailable (the line is full)."""
+        async with self._scan_slot(client), translate_query_errors():
             cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
             return [record_from_document(d) async for d in cursor]
 
     async def find_ids(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
-                       limit: int) -> list[Any]:
+                       limit: int, *, client: str | None = None) -> list[Any]:
         """The `_id`s of the records matching `query` in `sort` order, at most `limit` (> 0): one scan
         that sends back only the ids, in one batch (a cursor's later batches cost the embedded server a
-        second pass). The server sorts before it projects, so no sort key travels. Raises
-        InvalidFilter when the server refuses the query."""
-        async with self._scan_slot(), translate_query_errors():
+        second pass). The server sorts before it projects, so no sort key travels. In `client`'s share
+        of the scan line. Raises InvalidFilter when the server refuses the query and ServiceUnavailable
+        (the line is full)."""
+        async with self._scan_slot(client), translate_query_errors():
             cursor = self._mongo_coll(collection_id).find(query, projection={"_id": 1}, sort=sort or None,
                                                           limit=limit, batch_size=limit)
             return [d["_id"] async for d in cursor]
 
     async def find_related(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
-                           limit: int) -> list[Record]:
+                           limit: int, *, client: str | None = None) -> list[Record]:
         """Records matching `query` (the related records of a page, by `_id` or relation field `$in`)
         in `sort` order, at most `limit` (0: all), in the current transaction if any (a batch sees
-        what it wrote). Raises InvalidFilter when the server refuses the query."""
-        async with self._scan_slot(), translate_query_errors():
+        what it wrote), in `client`'s share of the scan line. Raises InvalidFilter when the server
+        refuses the query and ServiceUnavailable (the line is full)."""
+        async with self._scan_slot(client), translate_query_errors():
             cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, limit=limit,
                                                           session=current_session())
             return [record_from_document(d) async for d in cursor]
 
-    async def count(self, collection_id: str, query: dict[str, Any]) -> int:
+    async def count(self, collection_id: str, query: dict[str, Any], *, client: str | None = None) -> int:
         """How many records match `query`; for the whole collection (`{}`) the server's count from
         its collection metadata (`estimated_document_count`: no scan on MongoDB; issue "Fast
-        reads", item 4). Raises InvalidFilter when the server refuses the query."""
-        async with self._scan_slot(), translate_query_errors():
+        reads", item 4). In `client`'s share of the scan line. Raises InvalidFilter when the server
+        refuses the query and ServiceUnavailable (the line is full)."""
+        async with self._scan_slot(client), translate_query_errors():
             if not query:
                 return await self._mongo_coll(collection_id).estimated_document_count()
             return await self._mongo_coll(collection_id).count_documents(query)

@@ -11,7 +11,7 @@ from marshmallow import Schema, fields, validate
 
 from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.filters.rules import ACTIONS
-from cms.services.content.fields import IsoDateTime, StrictBoolean
+from cms.services.content.value_fields import IsoDateTime, StrictBoolean
 from cms.services.identity.credentials import normalize_email
 from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
 from cms.services.representation.content import rule_description

@@ -5,6 +5,8 @@ for seconds; real concurrent requests against a collection large enough that sca
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import itertools
 import time
 import uuid
 from dataclasses import replace
@@ -17,15 +19,21 @@ from cms.config import Config
 from cms.models import Record
 from cms.wiring import Services
 from tests.api.test_read_cache import POSTS
-from tests.conftest import create_collection, records_path
+from tests.conftest import bearer, create_collection, records_path
 
 SCAN_RECORDS = 3_000
+FLOOD_RECORDS = 1_000
+"""Records of the flooded collection: every filtered list is a scan, short enough to keep the test quick."""
+FLOODERS = 24
+"""Concurrent cold lists of the flooding client: more than the whole line (1 slot + 16 waiting)."""
+FLOODER, OTHER = "10.0.0.1", "10.0.0.2"
 
 
 @pytest.fixture
 def config(config: Config) -> Config:
-    """One scan at a time per process (LIST_SCAN_SLOTS=1), so a small burst fills the line."""
-    return replace(config, list_scan_slots=1)
+    """One scan at a time per process (LIST_SCAN_SLOTS=1), so a small burst fills the line; the test
+    client is a trusted proxy, so `X-Forwarded-For` names the client's address."""
+    return replace(config, list_scan_slots=1, trusted_proxies=(ipaddress.ip_network("127.0.0.1/32"),))
 
 
 async def test_different_cold_queries_are_refused_past_the_line_not_queued(
@@ -65,3 +73,57 @@ async def test_different_cold_queries_are_refused_past_the_line_not_queued(
         started = time.monotonic()
         status, body, retry_after, _ = await cold(1_000)
         assert status == 503 and retry_after == "1" and time.monotonic() - started < scans.max_wait_s + 0.5
+
+
+@pytest.mark.parametrize("signed_in", [False, True], ids=["another-address", "signed-in-at-the-same-address"])
+async def test_a_flooding_client_fills_only_its_own_share_of_the_line(
+        client: Any, services: Services, admin_token: str, signed_in: bool) -> None:
+    """Issue 37, item 4: one client sending cold lists as fast as the line takes them (within its rate
+    limit) gets 503s past its share, while another client's cold lists are all served: another
+    address, or a signed-in caller behind the flooder's own address (a principal has its own share)."""
+    collection = await create_collection(client, admin_token, "posts", POSTS, list_rule="")
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    await services.records.repository.insert_many(collection["id"], [
+        Record(id=str(uuid.uuid4()), created=start + timedelta(seconds=n), updated=start,
+               data={"title": f"t{n}", "views": n}) for n in range(FLOOD_RECORDS)])
+    scans = services.records.repository.scans
+    fresh = itertools.count(FLOOD_RECORDS)  # a filter no earlier request asked: always a scan
+
+    async def cold(headers: dict[str, str], n: int) -> tuple[int, dict[str, Any]]:
+        response = await client.get(records_path("posts"), headers=headers,
+                                     params={"filter": f"views >= {n % FLOOD_RECORDS} && title != 'x{n}'",
+                                             "per_page": 1})
+        return response.status, await response.json()
+
+    flooder = {"X-Forwarded-For": FLOODER}
+    other = {"X-Forwarded-For": FLOODER, **bearer(admin_token)} if signed_in else {"X-Forwarded-For": OTHER}
+    flood_statuses: list[int] = []
+    flooding, full = asyncio.Event(), asyncio.Event()
+    flooding.set()
+
+    async def flood() -> None:
+        while flooding.is_set():
+            status, _ = await cold(flooder, next(fresh))
+            flood_statuses.append(status)
+            if status == 503:
+                full.set()
+                await asyncio.sleep(0.25)  # a polite client: comes back soon, within its rate limit
+
+    flood_tasks = [asyncio.create_task(flood()) for _ in range(FLOODERS)]
+    try:
+        async with asyncio.timeout(30):
+            await full.wait()  # the flooder's share (or, before issue 37, the whole line) is full
+        answers = []
+        for _ in range(6):  # the other client's cold lists, one after the other, while the flood goes on
+            n = next(fresh)
+            answers.append((n, *await cold(other, n)))
+        assert [(status, body.get("code")) for _, status, body in answers] == [(200, None)] * 6
+        tracked = scans.clients
+    finally:
+        flooding.clear()
+        await asyncio.gather(*flood_tasks)
+    for n, _, body in answers:
+        assert body["total"] == FLOOD_RECORDS - n % FLOOD_RECORDS
+    assert set(flood_statuses) == {200, 503}  # served within its share, refused past it; never a 429
+    assert tracked == 1  # the flooder, in line; the other client left it with its last answer
+    assert scans.clients == 0 and scans.waiting == 0  # idle clients are forgotten

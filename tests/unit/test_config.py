@@ -22,8 +22,9 @@ PRODUCTION = {"MONGODB_URL": "mongodb://db:27017", "REDIS_URL": "redis://cache:6
     ({**PRODUCTION, "PUBLIC_URL": "ftp://x"}, "PUBLIC_URL"),
     ({**PRODUCTION, "MONGODB_DB": "bad name!"}, "MONGODB_DB"),
     ({**PRODUCTION, "CACHE_REDIS_URL": "memcached://x"}, "CACHE_REDIS_URL"),
+    ({**PRODUCTION, "LIST_SCAN_PER_CLIENT": "0"}, "LIST_SCAN_PER_CLIENT"),
 ], ids=["mongodb-scheme", "redis-scheme", "secret-missing", "secret-short", "smtp-port-text", "smtp-port-range",
-        "starttls", "log-level", "admin-half", "public-url", "db-name", "cache-redis-scheme"])
+        "starttls", "log-level", "admin-half", "public-url", "db-name", "cache-redis-scheme", "scan-share-range"])
 def test_bad_values_name_the_variable(env, variable, tmp_path: Path):
     with pytest.raises(ConfigError, match=variable):
         Config.from_env(env, data_dir=tmp_path)
@@ -38,6 +39,9 @@ def test_production_values(tmp_path: Path):
     assert config.base_url == "http://127.0.0.1:8090"
     assert "k" * 40 not in repr(config)
     assert config.cache_redis_url is None  # the cache shares the queue's Redis unless told otherwise
+    assert (config.list_scan_slots, config.list_scan_per_client) == (4, 8)
+    scans = Config.from_env({**PRODUCTION, "LIST_SCAN_SLOTS": "16", "LIST_SCAN_PER_CLIENT": "20"}, data_dir=tmp_path)
+    assert (scans.list_scan_slots, scans.list_scan_per_client) == (16, 20)
     split = Config.from_env({**PRODUCTION, "CACHE_REDIS_URL": "redis://lru:6379/0"}, data_dir=tmp_path)
     assert split.cache_redis_url == "redis://lru:6379/0" and split.redis_url == "redis://cache:6379/0"
 

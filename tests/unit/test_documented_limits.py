@@ -97,6 +97,9 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "4-list-queries": ((scan_line.SCAN_SLOTS, Config.__dataclass_fields__["list_scan_slots"].default), (4, 4)),
     "list-query-waits-2-s": (scan_line.SCAN_MAX_WAIT_S, 2),
     "16-list-queries-wait": (scan_line.SCAN_MAX_WAITING, 16),
+    # docs/operations/scaling.md, configuration.md and api/conventions.md (issue 37)
+    "8-list-query-places-per-client": (
+        (scan_line.SCAN_PER_CLIENT, Config.__dataclass_fields__["list_scan_per_client"].default), (8, 8)),
     "result-set-100000-ids": (result_sets.RESULT_SET_MAX_IDS, 100_000),
     "result-sets-8-mib-per-collection": (result_sets.RESULT_SET_MAX_BYTES, 8 * MIB),
     "orphan-sweep-waits-5-minutes": (collections.ORPHAN_CONFIRM_S, 5 * 60),

@@ -92,17 +92,21 @@ class Expansion:
             stack.extend(segment.children)
         return True
 
-    async def load(self, records: RecordRepository, parents: Sequence[Record]) -> tuple[Expanded, ...]:
+    async def load(self, records: RecordRepository, parents: Sequence[Record], *,
+                   client: str | None = None) -> tuple[Expanded, ...]:
         """The related records of `parents` (one page or one record), one query per segment (none for
-        a segment whose view rule refuses the caller, or with nothing to look up)."""
-        return await _load_all(records, self.segments, parents, _Budget())
+        a segment whose view rule refuses the caller, or with nothing to look up), each in `client`'s
+        share of the scan line (`record_pages.scan_client`; None: no client)."""
+        return await _load_all(records, self.segments, parents, _Budget(client))
 
 
 class _Budget:
-    """What is left of MAX_EXPANDED_RECORDS for one `load` (siblings share it)."""
+    """What is left of MAX_EXPANDED_RECORDS for one `load` (siblings share it), and whose share of
+    the scan line its queries take (`client`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, client: str | None) -> None:
         self.left = MAX_EXPANDED_RECORDS
+        self.client = client
 
     def take(self, count: int) -> None:
         """Count `count` more related records. Raises InvalidFilter once past the bound."""
@@ -216,7 +220,7 @@ async def _forward(records: RecordRepository, segment: Segment, parents: Sequenc
         return {}
     budget.take(len(wanted))  # before the query: the ids are known
     query = _visible({"_id": {"$in": wanted}}, segment.access)
-    found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0)}
+    found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0, client=budget.client)}
     related = {pid: [found[i] for i in ids if i in found] for pid, ids in held.items()}
     return {pid: shown for pid, shown in related.items() if shown}
 
@@ -232,7 +236,7 @@ async def _back(records: RecordRepository, segment: Segment, parents: Sequence[R
     while pending:
         limit = min(MAX_BACK_RELATIONS * len(pending), budget.left + 1)  # one more shows the bound passed
         query = _visible({segment.field: {"$in": pending}}, segment.access, segment.field)
-        found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit)
+        found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit, client=budget.client)
         budget.take(len(found))
         got: dict[str, list[Record]] = {pid: [] for pid in pending}
         for record in found:

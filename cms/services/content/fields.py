@@ -8,7 +8,6 @@ validates record `data` against it.
 
 from __future__ import annotations
 
-import math
 import re
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,6 +21,13 @@ from cms.filters.conditions import ResolvedField
 from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.models import Collection, FieldSpec, Validation
 from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
+from cms.services.content.value_fields import (
+    IsoDateTime,
+    JsonValue,
+    StrictBoolean,
+    StrictNumber,
+    check_unicode,
+)
 
 # `\Z`, not `$`: `$` also matches before a trailing newline ("posts\n").
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}\Z")
@@ -33,21 +39,6 @@ FIELD_TYPES = ("text", "editor", "bool", "email", "url", "number", "date", "sele
 MAX_FIELDS = 100
 MAX_SELECT_VALUES = 100
 SCHEMA_CACHE_SIZE = 512
-MAX_JSON_FIELD_DEPTH = 32
-"""Deepest nesting of arrays and objects in the value of a `json` field."""
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-"""BSON integers are signed 64-bit; a larger JSON integer would fail in the driver (500)."""
-
-
-def check_unicode(value: str) -> None:
-    """A validator: the text must be encodable as UTF-8. JSON can carry a lone surrogate
-    (`"\\ud800"`), which BSON cannot store (it would fail in the driver as a 500)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValidationError("Not valid Unicode text (lone surrogate).") from None
-
-
 # --- schema definitions --------------------------------------------------------------------
 
 
@@ -57,6 +48,9 @@ class _ValidationDefinition(Schema):
     max = fields.Float(load_default=None, allow_nan=False)
     pattern = fields.String(load_default=None, validate=[validate.Length(max=MAX_PATTERN_LENGTH), check_unicode])
     unique = fields.Boolean(load_default=False)
+
+
+_RULE_TEXT: list[Callable[[Any], Any]] = [validate.Length(max=MAX_FILTER_LENGTH), check_unicode]
 
 
 class _FieldDefinition(Schema):
@@ -73,10 +67,8 @@ class _FieldDefinition(Schema):
     max_select = fields.Integer(strict=True, validate=validate.Range(min=1, max=1000), load_default=None)
     collection_id = fields.String(load_default=None, validate=[validate.Length(min=1, max=64), check_unicode])
     cascade_delete = fields.Boolean(load_default=False)
-    view_rule = fields.String(allow_none=True, load_default="",
-                              validate=[validate.Length(max=MAX_FILTER_LENGTH), check_unicode])
-    write_rule = fields.String(allow_none=True, load_default="",
-                               validate=[validate.Length(max=MAX_FILTER_LENGTH), check_unicode])
+    view_rule = fields.String(allow_none=True, load_default="", validate=_RULE_TEXT)
+    write_rule = fields.String(allow_none=True, load_default="", validate=_RULE_TEXT)
 
 
 def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
@@ -160,10 +152,8 @@ SYSTEM_RESOLUTIONS = {
 }
 
 
-AUTH_RESOLUTIONS = {
-    "email": ResolvedField(path="email", type="email"),
-    "verified": ResolvedField(path="verified", type="bool"),
-}
+AUTH_RESOLUTIONS = {"email": ResolvedField(path="email", type="email"),
+                    "verified": ResolvedField(path="verified", type="bool")}
 """The fields every auth collection's records have besides their schema's."""
 
 
@@ -205,80 +195,6 @@ def is_multi(spec: FieldSpec) -> bool:
 
 
 # --- record values ---------------------------------------------------------------------------
-
-
-class StrictBoolean(fields.Boolean):
-    """A JSON boolean only (no "true" strings, no 0/1)."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
-        if not isinstance(value, bool):
-            raise ValidationError("Not a valid boolean.")
-        return value
-
-
-class StrictNumber(fields.Field[int | float]):
-    """A finite JSON number (int or float, not a boolean, not a string)."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int | float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ValidationError("Not a valid number.")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValidationError("Not a finite number.")
-        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            raise ValidationError("Number is out of range (64-bit integers).")
-        return value
-
-
-class IsoDateTime(fields.Field[datetime]):
-    """An ISO 8601 date or date-time string (naive means UTC), stored as an aware UTC datetime."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> datetime:
-        if isinstance(value, datetime):
-            parsed = value
-        elif isinstance(value, str) and 0 < len(value) <= 40:
-            try:
-                parsed = datetime.fromisoformat(value.strip())
-            except ValueError:
-                raise ValidationError("Not a valid ISO 8601 date.") from None
-        else:
-            raise ValidationError("Not a valid ISO 8601 date.")
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        try:
-            parsed = parsed.astimezone(UTC)
-        except OverflowError:  # an offset pushes it past year 1..9999
-            raise ValidationError("Date is out of range.") from None
-        return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
-
-
-class JsonValue(fields.Field[Any]):
-    """Any JSON value; object keys may not start with `$` or contain `.` or NUL, integers must
-    fit in 64 bits (what BSON stores), numbers must be finite (no NaN in JSON output) and text
-    must be valid Unicode."""
-
-    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
-        _check_json(value, depth=0)
-        return value
-
-
-def _check_json(value: Any, depth: int) -> None:
-    if depth > MAX_JSON_FIELD_DEPTH:
-        raise ValidationError("JSON nested too deeply.")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if key.startswith("$") or "." in key or "\x00" in key:
-                raise ValidationError(f"JSON keys may not start with '$' or contain '.' or NUL: {key!r}")
-            check_unicode(key)
-            _check_json(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_json(item, depth + 1)
-    elif isinstance(value, str):
-        check_unicode(value)
-    elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
-        raise ValidationError("JSON integer is out of range (64-bit integers).")
-    elif isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError("JSON numbers must be finite.")
 
 
 def _pattern_check(pattern: str) -> Callable[[str], None]:

@@ -17,7 +17,7 @@ from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, et
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.caching.single_flight import SingleFlight
 from cms.services.content.expansion import NOTHING, Expansion, resolve
-from cms.services.content.record_pages import RecordPages
+from cms.services.content.record_pages import RecordPages, scan_client
 from cms.services.content.record_sight import RecordSight, sight
 from cms.services.representation import records as represent
 from cms.services.representation.record_view import FULL, RecordView
@@ -65,15 +65,19 @@ class RecordReads:
         skip_total: bool = False,
         principal: Principal | None = None,
         view: RecordView = FULL,
+        client_ip: str | None = None,
     ) -> CachedBody:
         """`list` as the API sends it: the JSON body `{items, total, page, per_page}` (`total` -1 with
         `skip_total`), each record as `view` shows it (`expand`, `fields`), served from the read cache
         when an entry computed under the same stamp, query, view and access decisions exists, else
         computed once for all identical concurrent reads (`SingleFlight`) and stored; computed from
-        the query's result set (`RecordPages`: one scan for every page of a query). Raises what
-        `list` raises, InvalidFilter for an expand path that is not a relation, and
-        ServiceUnavailable (503, `Retry-After`) when the process's scan line is full."""
+        the query's result set (`RecordPages`: one scan for every page of a query). Its scans take
+        the share of the scan line of `principal`, or without one of `client_ip` (the client's
+        address as the rate limit sees it; `scan_client`). Raises what `list` raises, InvalidFilter
+        for an expand path that is not a relation, and ServiceUnavailable (503, `Retry-After`) when
+        the process's scan line, or the client's share of it, is full."""
         per_page = min(per_page, MAX_PER_PAGE)
+        client = scan_client(principal, client_ip)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
             access = check(principal, collection, actions.LIST)
@@ -85,8 +89,8 @@ class RecordReads:
             key = entry_key(collection.name, "list", *parts)
 
             async def compute(stamp: str | None) -> bytes:
-                items, total = await self._page(access, query, order, page, per_page, skip_total, stamp)
-                expanded = await expansion.load(self._records, items) if expansion.segments else ()
+                items, total = await self._page(access, query, order, page, per_page, skip_total, stamp, client)
+                expanded = await expansion.load(self._records, items, client=client) if expansion.segments else ()
                 return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page),
                                                    view, expanded)
 
@@ -97,10 +101,12 @@ class RecordReads:
         return await self._read_through(collection_name, prepare)
 
     async def get_body(self, collection_name: str, record_id: str, *, principal: Principal | None = None,
-                       view: RecordView = FULL) -> CachedBody:
+                       view: RecordView = FULL, client_ip: str | None = None) -> CachedBody:
         """`get` as the API sends it: the record's JSON as `view` shows it, through the read cache like
-        `list_body` (a hidden or missing record is never cached). Raises what `get` raises, and
-        InvalidFilter for an expand path that is not a relation."""
+        `list_body` (a hidden or missing record is never cached; `expand`'s queries take the scan line
+        like `list_body`'s). Raises what `get` raises, InvalidFilter for an expand path that is not a
+        relation, and ServiceUnavailable (the scan line, or the client's share of it, is full)."""
+        client = scan_client(principal, client_ip)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
             access = check(principal, collection, actions.VIEW)
@@ -112,7 +118,7 @@ class RecordReads:
 
             async def compute(stamp: str | None) -> bytes:
                 record = access.redact(await self._visible(access, record_id))
-                expanded = await expansion.load(self._records, [record]) if expansion.segments else ()
+                expanded = await expansion.load(self._records, [record], client=client) if expansion.segments else ()
                 return represent.record_bytes(record, view, expanded)
 
             return key, compute, access.shared and expansion.shared
@@ -255,27 +261,30 @@ class RecordReads:
 
         `page` >= 1, `per_page` 1..100 (larger values are clamped). `sort` is `a,-b`; `filter_expr`
         follows decisions.md's grammar; `search` requires every word in some text, editor, email or
-        url field. Raises NotFound (collection), InvalidFilter (syntax, unknown field, bad value),
-        Unauthorized / Forbidden (the list rule refuses outright)."""
+        url field. Its scans take `principal`'s share of the scan line (`scan_client`). Raises
+        NotFound (collection), InvalidFilter (syntax, unknown field, bad value), Unauthorized /
+        Forbidden (the list rule refuses outright), ServiceUnavailable (the scan line is full)."""
         collection = await self._catalog.by_name(collection_name)
         access = check(principal, collection, actions.LIST)
         query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
         order = self._order(access, sort)
         per_page = min(per_page, MAX_PER_PAGE)
-        items, total = await self._page(access, query, order, page, per_page, False, None)
+        items, total = await self._page(access, query, order, page, per_page, False, None,
+                                        scan_client(principal, None))
         return Page(items=items, total=total, page=page, per_page=per_page)
 
     async def _page(self, access: Access, query: dict[str, Any], order: SortOrder, page: int, per_page: int,
-                    skip_total: bool, stamp: str | None) -> tuple[Records, int]:
-        """One page of a list and its total, each record as the caller may see it. A sort on a field
-        the caller sees on some records only is done in memory over at most MAX_ARRANGED_RECORDS
-        matching records (hidden values sort as null). Raises what `RecordPages.page` raises, and
-        InvalidFilter past that bound."""
+                    skip_total: bool, stamp: str | None, client: str | None) -> tuple[Records, int]:
+        """One page of a list and its total, each record as the caller may see it, its scans in
+        `client`'s share of the scan line. A sort on a field the caller sees on some records only is
+        done in memory over at most MAX_ARRANGED_RECORDS matching records (hidden values sort as
+        null). Raises what `RecordPages.page` raises, and InvalidFilter past that bound."""
         if access.sort_guards(order):
             items, total = await self._pages.arranged(access.collection, query, order, access.arrange,
-                                                      page, per_page)
+                                                      page, per_page, client=client)
         else:
-            items, total = await self._pages.page(access.collection, query, order, page, per_page, skip_total, stamp)
+            items, total = await self._pages.page(access.collection, query, order, page, per_page, skip_total, stamp,
+                                                  client=client)
         return [access.redact(item) for item in items], (-1 if skip_total else total)
 
     def query(self, collection: Collection, *, filter_expr: str | None, search: str | None,

@@ -1,0 +1,99 @@
+"""Record value types of marshmallow that the record schemas and the API's request schemas share:
+strict booleans and numbers, ISO 8601 datetimes, bounded JSON values, and the check that a text is
+valid Unicode (spec: Collection; decisions.md: Records)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+from marshmallow import ValidationError, fields
+
+MAX_JSON_FIELD_DEPTH = 32
+"""Deepest nesting of arrays and objects in the value of a `json` field."""
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+"""BSON integers are signed 64-bit; a larger JSON integer would fail in the driver (500)."""
+
+
+def check_unicode(value: str) -> None:
+    """A validator: the text must be encodable as UTF-8. JSON can carry a lone surrogate
+    (`"\\ud800"`), which BSON cannot store (it would fail in the driver as a 500)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError("Not valid Unicode text (lone surrogate).") from None
+
+
+class StrictBoolean(fields.Boolean):
+    """A JSON boolean only (no "true" strings, no 0/1)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValidationError("Not a valid boolean.")
+        return value
+
+
+class StrictNumber(fields.Field[int | float]):
+    """A finite JSON number (int or float, not a boolean, not a string)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> int | float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValidationError("Not a valid number.")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValidationError("Not a finite number.")
+        if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            raise ValidationError("Number is out of range (64-bit integers).")
+        return value
+
+
+class IsoDateTime(fields.Field[datetime]):
+    """An ISO 8601 date or date-time string (naive means UTC), stored as an aware UTC datetime."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> datetime:
+        if isinstance(value, datetime):
+            parsed = value
+        elif isinstance(value, str) and 0 < len(value) <= 40:
+            try:
+                parsed = datetime.fromisoformat(value.strip())
+            except ValueError:
+                raise ValidationError("Not a valid ISO 8601 date.") from None
+        else:
+            raise ValidationError("Not a valid ISO 8601 date.")
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        try:
+            parsed = parsed.astimezone(UTC)
+        except OverflowError:  # an offset pushes it past year 1..9999
+            raise ValidationError("Date is out of range.") from None
+        return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
+
+
+class JsonValue(fields.Field[Any]):
+    """Any JSON value; object keys may not start with `$` or contain `.` or NUL, integers must
+    fit in 64 bits (what BSON stores), numbers must be finite (no NaN in JSON output) and text
+    must be valid Unicode."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        _check_json(value, depth=0)
+        return value
+
+
+def _check_json(value: Any, depth: int) -> None:
+    if depth > MAX_JSON_FIELD_DEPTH:
+        raise ValidationError("JSON nested too deeply.")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key.startswith("$") or "." in key or "\x00" in key:
+                raise ValidationError(f"JSON keys may not start with '$' or contain '.' or NUL: {key!r}")
+            check_unicode(key)
+            _check_json(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+    elif isinstance(value, str):
+        check_unicode(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise ValidationError("JSON integer is out of range (64-bit integers).")
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError("JSON numbers must be finite.")
