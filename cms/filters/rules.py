@@ -19,7 +19,7 @@ from typing import Any
 
 from cms.errors import InvalidFilter
 from cms.filters.conditions import Cond, FieldResolver, build, term
-from cms.filters.grammar import And, Compare, Literal, Node, Or, Variable, parse_rule
+from cms.filters.grammar import And, Compare, Literal, Node, Or, VarCompare, Variable, parse_rule
 
 AUTH_VARIABLES = frozenset({"id", "collection", "role", "verified", "email"})
 """The names of `@request.auth.<name>`."""
@@ -138,3 +138,26 @@ def bind_rule(text: str, resolver: FieldResolver, context: RequestContext) -> Co
     condition over the stored records (see the module docstring). Raises InvalidFilter when the
     rule no longer fits the collection (a field it names was removed)."""
     return build(parsed_rule(text), resolver, context)
+
+
+def fields_compared_with_auth(text: str | None) -> frozenset[str]:
+    """The fields a rule compares with an `@request.auth.*` variable (`author = @request.auth.id`):
+    what a list under that rule filters by for every signed-in caller, so what deserves an index
+    (issue 38). Empty for None, "" and a rule that does not parse. Raises nothing."""
+    if not text:
+        return frozenset()
+    try:
+        node = parsed_rule(text)
+    except InvalidFilter:
+        return frozenset()
+    found: set[str] = set()
+    stack: list[Node] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (And, Or)):
+            stack.extend(item.items)
+        elif isinstance(item, VarCompare):
+            sides = (item.left, item.right)
+            if any(isinstance(side, Variable) and side.scope == "auth" for side in sides):
+                found.update(side for side in sides if isinstance(side, str))
+    return frozenset(found)

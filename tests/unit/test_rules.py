@@ -13,7 +13,7 @@ from cms.filters.conditions import FALSE, TRUE, ResolvedField, all_of, build
 from cms.filters.grammar import MAX_FILTER_LENGTH, Compare, Literal, VarCompare, Variable, parse_filter, parse_rule
 from cms.filters.mongo import render
 from cms.filters.predicate import evaluate
-from cms.filters.rules import RequestContext, bind_rule, check_rule
+from cms.filters.rules import RequestContext, bind_rule, check_rule, fields_compared_with_auth
 
 FIELDS = {
     "id": ResolvedField("_id", "id"),
@@ -405,3 +405,15 @@ def test_null_against_a_list_holding_null() -> None:
 def test_bare_literals_read_as_text_only_when_they_are_numbers(rule: str, submitted: dict[str, Any],
                                                                 expected: bool) -> None:
     assert bound(rule, RequestContext(data=submitted)) is expected
+
+
+@pytest.mark.parametrize("rule, expected", [
+    ("owner = @request.auth.id", {"owner"}),
+    ('status = "x" || (views > 1 && owner = @request.auth.id)', {"owner"}),
+    ("@request.data.owner = @request.auth.id", set()),
+    ('@request.auth.id != ""', set()),
+    ("owner = 'x'", set()),
+    (None, set()), ("", set()), ("owner =", set()),
+])
+def test_the_fields_a_rule_compares_with_the_caller(rule: str | None, expected: set[str]) -> None:
+    assert fields_compared_with_auth(rule) == expected
