@@ -19,10 +19,11 @@ STREAM_QUERY = RealtimeStreamQuerySchema()
 
 async def open_stream(request: web.Request) -> web.StreamResponse:
     """`GET /api/v1/realtime[?client_id=]`: `text/event-stream` until the client leaves, the stream is
-    taken over or closed as slow, or the server stops. 503 past the per-process limit."""
+    taken over or closed as slow, or the server stops. 503 past the per-process limit; 403 for a
+    resume whose credentials are another principal's than the client's."""
     hub = services(request).realtime
     client_id = parse_query(request, STREAM_QUERY).get("client_id")
-    conn = await hub.open(client_id or None, request.headers.get("Last-Event-ID"))
+    conn = await hub.open(client_id or None, request.headers.get("Last-Event-ID"), principal_of(request))
     response = EventSourceResponse(ping_interval=PING_INTERVAL_S, sep="\n")
     try:
         await response.prepare(request)

@@ -32,13 +32,14 @@ from typing import Any
 import orjson
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import CmsError, NotFound, ServiceUnavailable, Unauthorized
+from cms.errors import CmsError, Forbidden, NotFound, ServiceUnavailable, Unauthorized
 from cms.models import Collection, Principal, Record
 from cms.observability.signals import Signals
 from cms.services.access import Access, Condition, check, record_document, refused
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import request_scope
 from cms.services.content.expansion import NOTHING, Expansion, resolve
+from cms.services.delivery.realtime.client_state import ClientState, client_tag, owner_of
 from cms.services.delivery.realtime.stream import (
     CONNECT,
     LOST,
@@ -46,6 +47,7 @@ from cms.services.delivery.realtime.stream import (
     REDIS_DOWN,
     SUBSCRIPTIONS,
     TAKEOVER,
+    ClientBound,
     Entry,
     EventStream,
     entry_order,
@@ -148,7 +150,7 @@ class Connection:
         if self.closed:
             return
         if len(self.queue) >= MAX_QUEUE:
-            log.info("realtime client %s closed: more than %d events waiting", self.client_id, MAX_QUEUE)
+            log.info("realtime client %s closed: more than %d events waiting", client_tag(self.client_id), MAX_QUEUE)
             self.close("slow")
             if self.abort is not None:
                 self.abort()
@@ -424,12 +426,14 @@ class RealtimeHub:
         """Close and forget `conn` when its stream will not be served (`serve` does this itself)."""
         self._unregister(conn)
 
-    async def open(self, client_id: str | None, last_event_id: str | None) -> Connection:
+    async def open(self, client_id: str | None, last_event_id: str | None,
+                   principal: Principal | None = None) -> Connection:
         """A new stream: a new client, or with `client_id` (and `last_event_id`) the resume of a known
         one, whose missed events `serve` replays first (or that gets `resync` when they are no longer
         all in the stream, or it gave no id). A `last_event_id` of ours names its client
-        (`event_id`): alone, it resumes that client. Raises ServiceUnavailable past `realtime_max_connections`
-        in this process, or when Redis does not answer."""
+        (`event_id`): alone, it resumes that client. `principal` is the resume's credentials' (None:
+        it carried none). Raises Forbidden (a client bound to another principal: nothing changes),
+        ServiceUnavailable past `realtime_max_connections` in this process, or when Redis does not answer."""
         limit = await self._max_connections()
         if len(self.connections) >= limit:
             raise ServiceUnavailable(f"This server holds its maximum of {limit} realtime connections; "
@@ -440,7 +444,7 @@ class RealtimeHub:
         try:
             if resuming:
                 assert client_id is not None
-                conn = await self._resume(client_id, entry_id)
+                conn = await self._resume(client_id, entry_id, principal)
                 if conn is not None:
                     return conn
             return await self._connect(resync=client_id is not None)
@@ -451,7 +455,7 @@ class RealtimeHub:
         conn = Connection(new_id(), new_id())
         self._register(conn)
         try:
-            entry_id = await self._stream.connect(conn.client_id, _state([], None))
+            entry_id = await self._stream.connect(conn.client_id, ClientState().encode())
         except BaseException:
             self._unregister(conn)
             raise
@@ -461,11 +465,21 @@ class RealtimeHub:
             conn.first.append(sse_message("resync", shown, {"reason": "unknown client"}))
         return conn
 
-    async def _resume(self, client_id: str, last_event_id: str | None) -> Connection | None:
+    async def _resume(self, client_id: str, last_event_id: str | None,
+                      principal: Principal | None) -> Connection | None:
+        presenter = None if principal is None else owner_of(principal)
+        # asked before this process's older stream of the client is closed (`_register`): a refused
+        # resume leaves it open; the take-over decides again, atomically with what it changes
+        if presenter is not None and await self._stream.refuses(client_id, presenter):
+            raise Forbidden("This realtime client belongs to another principal")
         conn = Connection(client_id, new_id())
         self._register(conn)
         try:
-            taken = await self._stream.take_over(client_id, orjson.dumps({"client": client_id, "conn": conn.conn_id}))
+            taken = await self._stream.take_over(client_id, orjson.dumps({"client": client_id, "conn": conn.conn_id}),
+                                                 presenter)
+        except ClientBound:
+            self._unregister(conn)
+            raise Forbidden("This realtime client belongs to another principal") from None
         except BaseException:
             self._unregister(conn)
             raise
@@ -571,16 +585,11 @@ class RealtimeHub:
                     del self._index[name]
 
     def _apply_state(self, conn: Connection, state: bytes) -> None:
-        """Give `conn` the subscriptions and credential of a client state (`_state`)."""
-        try:
-            raw = orjson.loads(state)
-            texts = [t for t in raw.get("topics", []) if isinstance(t, str)]
-            ref = None if raw.get("ref") is None else CredentialRef.from_json(raw["ref"])
-        except (ValueError, KeyError, TypeError, AttributeError):
-            log.warning("realtime client %s: unreadable state; no subscriptions", conn.client_id)
-            texts, ref = [], None
+        """Give `conn` the subscriptions and credential of a stored client state (`ClientState`)."""
+        decoded = ClientState.decode(state, conn.client_id)
+        ref = decoded.ref
         topics: list[Subscription] = []
-        for text in texts:
+        for text in decoded.topics:
             try:
                 topics.append(Subscription(parse_topic(text)))
             except ValueError:
@@ -598,17 +607,21 @@ class RealtimeHub:
                         ref: CredentialRef | None) -> None:
         """Replace the subscriptions of client `client_id` with the topics `texts`, under the
         credential `ref` of `principal` (None: anonymous); in force on every replica for every write
-        that starts after this returns. Raises NotFound (a client that is not connected or was
-        forgotten), ValidationFailed (422: a bad topic, naming it; more than MAX_TOPICS) or
-        ServiceUnavailable (Redis)."""
+        that starts after this returns. The first POST with credentials binds the client to its
+        principal (`client_state`). Raises NotFound (a client that is not connected or was forgotten),
+        Forbidden (a client bound to another principal, anonymous included: nothing changes),
+        ValidationFailed (422: a bad topic, naming it; more than MAX_TOPICS) or ServiceUnavailable (Redis)."""
         if not isinstance(client_id, str) or CLIENT_ID.match(client_id) is None:
             raise NotFound("Realtime client not found; open GET /api/v1/realtime first")
         topics = await check_topics(self._catalog, texts, principal)
         unique = list(dict.fromkeys(t.text for t in topics))
-        state = _state(unique, ref)
+        owner = owner_of(principal)
+        state = ClientState(tuple(unique), ref, owner).encode()
         try:
             entry = await self._stream.set_subscriptions(
-                client_id, state, orjson.dumps({"client": client_id, "state": orjson.loads(state)}))
+                client_id, state, orjson.dumps({"client": client_id, "state": orjson.loads(state)}), owner)
+        except ClientBound:
+            raise Forbidden("This realtime client belongs to another principal") from None
         except REDIS_DOWN as exc:
             raise ServiceUnavailable("Realtime is unavailable: Redis does not answer") from exc
         if entry is None:
@@ -732,7 +745,7 @@ class RealtimeHub:
             conn.principal = await self._authenticator.revalidate(conn.ref)
         except Unauthorized:
             conn.refused = True
-            log.info("realtime client %s: its credential is no longer valid; events stop", conn.client_id)
+            log.info("realtime client %s: its credential is no longer valid; events stop", client_tag(conn.client_id))
             return False
         conn.checked_epoch = epoch
         return True
@@ -787,11 +800,6 @@ class RealtimeHub:
 def _lost_message(conn: Connection, entry: Entry) -> bytes:
     """The `resync` a LOST entry sends to `conn` (record events before it never reached the stream)."""
     return sse_message("resync", event_id(conn.client_id, entry.id), {"reason": "events were lost"})
-
-
-def _state(topics: list[str], ref: CredentialRef | None) -> bytes:
-    """A client state as stored in Redis: `{topics, ref}`."""
-    return orjson.dumps({"topics": topics, "ref": None if ref is None else ref.to_json()})
 
 
 def _order_or_none(entry_id: str | None) -> tuple[int, int] | None:
