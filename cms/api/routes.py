@@ -227,15 +227,17 @@ ROUTES: tuple[Route, ...] = (
           "all or nothing; each counts against the rate limit; needs a replica set", "records",
           policy=OPTIONAL, body=batch_schemas.BatchSchema, response=batch_schemas.BatchAnswerSchema, many=True,
           failure=batch_schemas.BatchFailureSchema),
-    # --- realtime (decisions.md: Realtime); the stream needs no credentials, a subscription carries them
+    # --- realtime (decisions.md: Realtime); the stream needs no credentials (a resume's, if sent, must be the
+    # client's owner's), a subscription carries them and binds the client to its principal
     Route("GET", V1 + "/realtime", realtime.open_stream,
           "Open the realtime stream (server-sent events): `connect` with the `client_id`, then the events of "
           "the client's subscriptions (`id:` on every event, `: ping` every 20 s); resume with `?client_id=` and "
-          "the `Last-Event-ID` header; 503 past the server's connection limit", "realtime",
-          query=s.RealtimeStreamQuerySchema, produces="text/event-stream"),
+          "the `Last-Event-ID` header (403 when it carries credentials of another principal than the client's); "
+          "503 past the server's connection limit", "realtime",
+          policy=OPTIONAL, query=s.RealtimeStreamQuerySchema, produces="text/event-stream"),
     Route("POST", V1 + "/realtime", realtime.subscribe,
           "Set the client's subscriptions (replacing the previous set) under this request's credentials; "
-          "204 once in force on every replica", "realtime",
+          "204 once in force on every replica; 403 when the client is bound to another principal", "realtime",
           policy=OPTIONAL, body=s.RealtimeSubscribeSchema, status=204),
     # --- API keys (issue 9)
     api_key_route("POST", API_KEYS, api_keys.create_api_key,

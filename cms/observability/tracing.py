@@ -69,8 +69,10 @@ URL_ATTRIBUTES = ("http.url", "url.full", "http.target")
 """Span attributes holding a URL or a path with its query string (old and new semantic conventions)."""
 QUERY_ATTRIBUTES = ("url.query",)
 """Span attributes holding a query string alone."""
-CREDENTIAL_HEADER_WORDS = ("authorization", "cookie", "api_key", "apikey", "token", "secret", "password")
-"""A captured header attribute (`http.request.header.<name>`) whose name holds one of these is redacted."""
+CREDENTIAL_HEADER_WORDS = ("authorization", "cookie", "api_key", "apikey", "token", "secret", "password",
+                           "last_event_id", "last-event-id")
+"""A captured header attribute (`http.request.header.<name>`) whose name holds one of these is redacted
+(`Last-Event-ID` carries a realtime client id, a secret)."""
 
 
 @dataclass(frozen=True)

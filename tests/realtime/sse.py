@@ -25,10 +25,11 @@ class Stream:
         self._task: asyncio.Task[None] | None = None
         self._http = httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0))
 
-    async def open(self, client_id: str | None = None, last_event_id: str | None = None) -> ServerSentEvent:
-        """Open the stream and return its first event (`connect`)."""
+    async def open(self, client_id: str | None = None, last_event_id: str | None = None,
+                   headers: dict[str, str] | None = None) -> ServerSentEvent:
+        """Open the stream (with `headers`, e.g. a resume's credentials) and return its first event (`connect`)."""
         params = {"client_id": client_id} if client_id else {}
-        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
+        headers = {**(headers or {}), **({"Last-Event-ID": last_event_id} if last_event_id else {})}
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
         async def read() -> None:

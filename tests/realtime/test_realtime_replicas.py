@@ -3,7 +3,8 @@ on the session's MongoDB and Redis, one database, secret and queue, started once
 process helpers of tests/test_replicas.py). A write answered by one replica reaches streams held by the
 other; a subscription POST to one replica is in force for the stream another holds when its 204 returns; a
 client resumes on the other replica with exactly what it missed; a replica stopped with SIGTERM ends its
-streams at once and its clients resume elsewhere without loss.
+streams at once and its clients resume elsewhere without loss; a client bound to its principal on one replica
+refuses another principal on the other, and no replica logs a client id.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from httpx_sse import ServerSentEvent
 
 from tests.realtime.sse import REALTIME, Stream, data
 from tests.test_replicas import (
+    ADMIN_PASSWORD,
     V1,
     Client,
     Processes,
@@ -26,6 +28,7 @@ from tests.test_replicas import (
     _env,
     _wait_healthy,
     admin_client,
+    login,
     new_collection,
 )
 
@@ -37,7 +40,8 @@ SHUTDOWN_END_S = 3.0
 @pytest.fixture(scope="module")
 def processes(mongodb_url: str, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
     """The module's processes (one database, secret and queue of their own); stopped after."""
-    env = {**_env(mongodb_url, redis_url), "QUEUE_NAME": f"cms:realtime:{uuid.uuid4().hex[:12]}"}
+    env = {**_env(mongodb_url, redis_url), "QUEUE_NAME": f"cms:realtime:{uuid.uuid4().hex[:12]}",
+           "LOG_LEVEL": "INFO"}  # the access log too: client ids must not reach it
     started = Processes(tmp_path_factory.mktemp("realtime-replicas"), env)
     try:
         yield started
@@ -167,6 +171,42 @@ async def test_a_client_of_a_resumes_on_b_with_exactly_the_events_it_missed_then
     event = await on_b.next()
     assert created([event]) == [live] and order(event.id) > order(ids[-1])
     await on_b.nothing()
+
+
+async def test_a_client_bound_on_a_refuses_another_principal_on_b_and_no_replica_logs_its_id(
+        http: Client, replicas: Replicas, processes: Processes, streams: Callable[[str], Stream]) -> None:
+    name = str((await new_collection(http, FIELDS, list_rule='@request.auth.id != ""'))["name"])
+    owner = {"Authorization": f"Bearer {http.token}"}
+    on_a = streams(replicas.a)
+    await on_a.open()
+    assert (await on_a.subscribe([f"{name}/*"], headers=owner)).status_code == 204  # bound to the admin, on A
+    email = f"rt-{uuid.uuid4().hex[:10]}@example.com"
+    status, body = await http.call("b", "POST", f"{V1}/auth/register", token="",
+                                   json={"email": email, "password": ADMIN_PASSWORD})
+    assert status == 201, body
+    other = (await login(http, "b", email, ADMIN_PASSWORD))["access_token"]
+    for token in (other, ""):  # another user, anonymous
+        status, body = await http.call("b", "POST", REALTIME, token=token,
+                                       json={"client_id": on_a.client_id, "subscriptions": []})
+        assert status == 403, body
+    first = await create(http, "b", name, "first")
+    seen = await on_a.next()
+    assert created([seen]) == [first]  # A's stream kept its subscriptions and credential
+    status, body = await http.call("b", "GET", REALTIME, token=other, params={"client_id": on_a.client_id},
+                                   headers={"Last-Event-ID": seen.id})
+    assert status == 403, body
+    second = await create(http, "b", name, "second")
+    assert created([await on_a.next()]) == [second]  # not taken over from B
+    await on_a.close()
+    missed = await create(http, "a", name, "missed")
+    on_b = streams(replicas.b)
+    await on_b.open(client_id=on_a.client_id, last_event_id=seen.id, headers=owner)  # the owner resumes on B
+    assert created([await on_b.next(), await on_b.next()]) == [second, missed]
+    await on_b.close()
+    for replica in ("a", "b"):
+        logged = processes.log(replica).read_text()
+        assert "/api/v1/realtime HTTP/1.1" in logged, replica  # the access log is on
+        assert on_a.client_id not in logged, replica
 
 
 async def test_sigterm_ends_a_replicas_streams_at_once_and_its_clients_resume_on_b_without_loss(

@@ -31,7 +31,7 @@ from cms.services.content import (
     relations,
 )
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
-from cms.services.delivery.realtime import hub as realtime_hub
+from cms.services.delivery.realtime import connections as realtime_connections
 from cms.services.delivery.realtime import stream as realtime_stream
 from cms.services.delivery.realtime import topics as realtime_topics
 from cms.services.identity import otp
@@ -76,7 +76,7 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "realtime-kept-10-minutes-100000-events": (
         (realtime_stream.RETENTION_S, realtime_stream.RETENTION_EVENTS), (10 * 60, 100_000)),
     "realtime-client-forgotten-after-10-minutes": (realtime_stream.CLIENT_TTL_S, 10 * 60),
-    "realtime-queue-1000-events": (realtime_hub.MAX_QUEUE, 1_000),
+    "realtime-queue-1000-events": (realtime_connections.MAX_QUEUE, 1_000),
     "realtime-ping-20-s": (realtime_api.PING_INTERVAL_S, 20),
     # docs/ (the concept, API and operations pages)
     "mail-1-a-minute": ((rate_limits.MAIL_PER_MINUTE, rate_limits.MAIL_MINUTE_WINDOW_S), (1, 60)),

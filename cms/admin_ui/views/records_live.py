@@ -32,8 +32,8 @@ from aiohttp_sse import EventSourceResponse
 from cms.admin_ui.common import PREFIX, LoginRequired, admin_page
 from cms.admin_ui.session import access_token
 from cms.models import Principal
-from cms.services.delivery.realtime import Connection, RealtimeHub
-from cms.services.delivery.realtime.hub import split_event_id
+from cms.services.delivery.realtime import Connection, Message, RealtimeHub
+from cms.services.delivery.realtime.messages import CONNECT
 from cms.services.identity.authn import CredentialRef
 from cms.web.context import services
 
@@ -100,13 +100,12 @@ async def _relay(hub: RealtimeHub, conn: Connection, response: EventSourceRespon
     pending = asyncio.Event()
     latest = position
 
-    async def collect(message: bytes) -> None:
+    async def collect(messages: list[Message]) -> None:
         nonlocal latest
-        event, entry_id = _event_and_id(message)
-        if event == "connect":
-            return
-        latest = split_event_id(entry_id)[1] or latest  # this stream's ids are bare positions
-        pending.set()
+        for message in messages:
+            if message.event != CONNECT:
+                latest = message.position  # this stream's ids are bare positions
+                pending.set()
 
     if changed:
         pending.set()
@@ -128,17 +127,6 @@ async def _relay(hub: RealtimeHub, conn: Connection, response: EventSourceRespon
     finally:
         conn.close("gone")
         await asyncio.gather(serving, return_exceptions=True)
-
-
-def _event_and_id(message: bytes) -> tuple[str, str]:
-    """(event name, id) of one message the hub wrote (`sse_message`)."""
-    event = entry_id = ""
-    for line in message.decode(errors="replace").splitlines():
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("id: "):
-            entry_id = line[4:]
-    return event, entry_id
 
 
 def routes() -> list[web.RouteDef]:

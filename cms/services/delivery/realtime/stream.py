@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -62,17 +63,30 @@ local id = redis.call('XADD', KEYS[1], '*', 'k', 'c', 'b', ARGV[3])
 redis.call('SET', KEYS[2], id, 'NX')
 return id
 """
-_TAKEOVER = """
+_OWNER = """
+local function refuses(state, owner)
+  local ok, decoded = pcall(cjson.decode, state)
+  if not ok or type(decoded) ~= 'table' then return true end
+  local bound = decoded['owner']
+  return type(bound) == 'string' and bound ~= owner
+end
+"""
+"""Lua: whether a client of `state` refuses `owner` ('' for anonymous): it is bound to another owner, or
+its state is unreadable (client_state.ClientState)."""
+_TAKEOVER = _OWNER + """
 local state = redis.call('GET', KEYS[3])
 if not state then return false end
+if ARGV[3] == '1' and refuses(state, ARGV[4]) then return -1 end
 redis.call('EXPIRE', KEYS[3], ARGV[1])
 redis.call('SET', KEYS[4], '1', 'EX', ARGV[1])
 local id = redis.call('XADD', KEYS[1], '*', 'k', 't', 'b', ARGV[2])
 redis.call('SET', KEYS[2], id, 'NX')
 return {state, id, redis.call('GET', KEYS[2])}
 """
-_SUBSCRIBE = """
-if redis.call('EXISTS', KEYS[3]) == 0 then return false end
+_SUBSCRIBE = _OWNER + """
+local state = redis.call('GET', KEYS[3])
+if not state then return false end
+if refuses(state, ARGV[3]) then return -1 end
 redis.call('SET', KEYS[3], ARGV[1], 'KEEPTTL')
 local id = redis.call('XADD', KEYS[1], '*', 'k', 's', 'b', ARGV[2])
 redis.call('SET', KEYS[2], id, 'NX')
@@ -96,6 +110,10 @@ redis.call('XTRIM', KEYS[1], 'MINID', ms .. '-' .. string.format('%d', tonumber(
 redis.call('SET', KEYS[2], last)
 return count
 """
+
+
+class ClientBound(Exception):
+    """The client is bound to another owner (client_state): a POST or a credentialed resume that changes nothing."""
 
 
 def entry_order(entry_id: str) -> tuple[int, int]:
@@ -173,22 +191,44 @@ class EventStream:
                                     args=[CLIENT_TTL_S, state, client_id.encode()])
         return _text(entry)
 
-    async def take_over(self, client_id: str, body: bytes) -> tuple[bytes, str, str | None] | None:
+    async def take_over(self, client_id: str, body: bytes,
+                        presenter: str | None) -> tuple[bytes, str, str | None] | None:
         """Resume `client_id`: refresh its state's life and append a TAKEOVER entry (`body`) that closes
         its older streams on every replica. Returns (its state, the entry id, the floor: None when
-        history is unknown), or None for a forgotten client."""
+        history is unknown), or None for a forgotten client. `presenter` is the owner of the resume's
+        credentials (None: it carried none, and may resume any client); raises ClientBound, having
+        changed nothing, when the client is bound to another owner."""
         answer = await self._takeover(keys=[self._stream, self._floor, self._client(client_id), self._active],
-                                      args=[CLIENT_TTL_S, body])
+                                      args=[CLIENT_TTL_S, body, "0" if presenter is None else "1", presenter or ""])
+        if answer == -1:
+            raise ClientBound()
         if not answer:
             return None
         state, entry, floor = answer
         return bytes(state), _text(entry), None if floor is None else _text(floor)
 
-    async def set_subscriptions(self, client_id: str, state: bytes, body: bytes) -> str | None:
+    async def set_subscriptions(self, client_id: str, state: bytes, body: bytes, owner: str | None) -> str | None:
         """Replace a known client's `state` and append its SUBSCRIPTIONS entry (`body`); returns the
-        entry id, or None for a client that is not known (never connected, or forgotten)."""
-        entry = await self._subscribe(keys=[self._stream, self._floor, self._client(client_id)], args=[state, body])
+        entry id, or None for a client that is not known (never connected, or forgotten). `owner` is the
+        POST's (None: anonymous); raises ClientBound, having changed nothing, when the client is bound
+        to another owner."""
+        entry = await self._subscribe(keys=[self._stream, self._floor, self._client(client_id)],
+                                      args=[state, body, owner or ""])
+        if entry == -1:
+            raise ClientBound()
         return None if not entry else _text(entry)
+
+    async def refuses(self, client_id: str, owner: str) -> bool:
+        """Whether client `client_id` is bound to an owner other than `owner` (the check the scripts
+        make, read-only: a resume asks before it touches this process's streams)."""
+        state = await self._redis.get(self._client(client_id))
+        if state is None:
+            return False
+        try:
+            bound = orjson.loads(state).get("owner")
+        except (ValueError, AttributeError):
+            return True
+        return isinstance(bound, str) and bound != owner
 
     async def touch(self, client_ids: list[str]) -> None:
         """Keep the states of `client_ids` for CLIENT_TTL_S more seconds (one round trip)."""
