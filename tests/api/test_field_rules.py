@@ -16,6 +16,7 @@ from cms.services.access import check, compile_filter, record_document
 from tests.api import test_webhooks
 from tests.api.test_access_rules import customer, listed
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from tests.realtime.sse import data
 
 config = test_webhooks.config  # fixtures: loopback receivers are allowed, as in the webhook tests
 receiver = test_webhooks.receiver
@@ -294,3 +295,28 @@ async def test_a_filter_on_email_follows_email_view_rule(client, admin_token, pe
     nobody = await listed(client, "customers", ann_auth, filter="email = 'nobody@example.com'")
     assert [u["id"] for u in mine["items"]] == [ann] and theirs["total"] == nobody["total"] == 0
     assert (await listed(client, "customers", bob_auth, filter="verified = false"))["total"] == 2
+
+
+async def test_realtime_events_leave_out_hidden_values(client, admin_token, people, notes, streams):
+    (ann, ann_auth), (bob, bob_auth) = people
+    ann_stream, bob_stream, expanded = streams(), streams(), streams()
+    for stream, headers, topics in ((ann_stream, ann_auth, ["notes/*"]), (bob_stream, bob_auth, ["notes/*"]),
+                                    (expanded, ann_auth, ["notes/*?fields=title,secret,internal"])):
+        await stream.open()
+        assert (await stream.subscribe(topics, headers=headers)).status_code == 204
+    await create_record(client, admin_token, "notes", {"title": "ann's 2", "owner": ann, "secret": "s2",
+                                                      "internal": "i"})
+    seen_by_ann = data(await ann_stream.next())["record"]
+    seen_by_bob = data(await bob_stream.next())["record"]
+    assert seen_by_ann["secret"] == "s2" and "internal" not in seen_by_ann
+    assert "secret" not in seen_by_bob and "score" not in seen_by_bob and "internal" not in seen_by_bob
+    assert data(await expanded.next())["record"] == {"title": "ann's 2", "secret": "s2"}
+    # a filter on a hidden value finds nothing, and a null-rule field is unknown in a topic
+    topics = ["notes/*", "notes/*?filter=secret='s3'"]  # the set replaces the last one
+    assert (await bob_stream.subscribe(topics, headers=bob_auth)).status_code == 204
+    await create_record(client, admin_token, "notes", {"title": "x", "owner": ann, "secret": "s3"})
+    assert "secret" not in data(await bob_stream.next())["record"]  # the plain topic only
+    await bob_stream.nothing()
+    refused = await bob_stream.subscribe(["notes/*?filter=internal='i'"], headers=bob_auth)
+    missing = await bob_stream.subscribe(["notes/*?filter=nosuch='i'"], headers=bob_auth)
+    assert refused.status_code == missing.status_code == 422

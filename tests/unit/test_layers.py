@@ -81,16 +81,10 @@ def test_only_the_store_imports_the_driver() -> None:
     assert set(offenders(outside, ("pymongo", "bson", "gridfs"))) <= KNOWN_DRIVER_IMPORTS_OUTSIDE_STORE
 
 
-OLD_KEYS_MODULE_USERS = frozenset({
-    "cms/services/delivery/realtime/stream.py",  # being split on another branch; one import to change there
-})
-"""Modules still importing cms/services/caching/keys.py, the realtime key names' old address (every key
-name is in cms/redis_keys.py). The set may only shrink; when it is empty the module goes."""
-
-
 def test_the_key_names_are_imported_from_below_services() -> None:
-    users = offenders(modules_under(""), ("cms.services.caching.keys",))
-    assert set(users) <= OLD_KEYS_MODULE_USERS
+    """Every Redis key name is in cms/redis_keys.py; the old address under services is gone."""
+    assert not (CMS / "services" / "caching" / "keys.py").exists()
+    assert offenders(modules_under(""), ("cms.services.caching.keys",)) == {}
 
 
 def test_the_scan_sees_each_form_of_import() -> None:

@@ -72,8 +72,11 @@ def collection_of(body: bytes) -> str:
 
 
 async def render(view: SubscriberView, record: Record, records: RecordRepository) -> dict[str, Any]:
-    """The JSON of `record` as subscribers of `view` are shown it: its expansion loaded (one that fails is
-    logged and left out) and its fields chosen (`fields`). Reads `records` only to expand."""
+    """The JSON of `record` as subscribers of `view` are shown it: without the values their field rules
+    hide (decisions.md, Field rules), its expansion loaded (one that fails is logged and left out; the
+    related records redacted for them too) and its fields chosen (`fields`). Reads `records` only to
+    expand."""
+    record = view.access.redact(record)
     expanded: tuple[Any, ...] = ()
     if view.expansion.segments:
         try:
@@ -94,8 +97,8 @@ class EventRenderings:
     records: RecordRepository
     _records: dict[str, Record | None] = field(default_factory=dict)
     _documents: dict[str, dict[str, Any] | None] = field(default_factory=dict)
-    _bodies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    _messages: dict[tuple[str, str, str, str], Message] = field(default_factory=dict)
+    _bodies: dict[tuple[str, str, frozenset[str]], dict[str, Any]] = field(default_factory=dict)
+    _messages: dict[tuple[str, str, str, str, frozenset[str]], Message] = field(default_factory=dict)
 
     def json_of(self, which: str) -> dict[str, Any] | None:
         """The record's JSON `AFTER` the write (as it was, for a delete) or `BEFORE` an update."""
@@ -145,14 +148,31 @@ class EventRenderings:
         if decided is None:
             return None
         action, which = decided
-        key = (topic.text, action, which, view.render_key)
+        hidden = self.hidden(which, view)
+        key = (topic.text, action, which, view.render_key, hidden)
         shared = self._messages.get(key)
         if shared is None:
             if view.render_key:
                 return Pending.RENDERING
-            body = self.json_of(which) or {"id": self.change.record_id}
+            body = self._plain(which, view)
+            if hidden:
+                body = {k: v for k, v in body.items() if k not in hidden}
             shared = self._messages[key] = self._message(topic, action, body)
         return shared
+
+    def _plain(self, which: str, view: SubscriberView) -> dict[str, Any]:
+        """The record's JSON as written in the entry; only its id when unknown, or when it cannot be
+        read as a record and the subscriber's field rules would have to be decided on it."""
+        body = self.json_of(which)
+        if body is None or view.access.fields.guards and self.document(which) is None:
+            return {"id": self.change.record_id}
+        return body
+
+    def hidden(self, which: str, view: SubscriberView) -> frozenset[str]:
+        """The fields of the record `which` that subscribers of `view` may not see (their field rules):
+        subscribers who see the same fields share one message."""
+        document = self.document(which)
+        return frozenset() if document is None else view.access.fields.hidden(document)
 
     async def message(self, topic: Topic, view: SubscriberView) -> Message | None:
         """The message `topic`'s subscriber gets (None: nothing), rendered (`render`) once for every
@@ -161,17 +181,17 @@ class EventRenderings:
         if ready is not Pending.RENDERING:
             return ready
         action, which = self.decide(view, topic.record_id) or (UPDATE, AFTER)
-        key = (topic.text, action, which, view.render_key)
-        shared = self._messages[key] = self._message(topic, action, await self._body(which, view))
+        hidden = self.hidden(which, view)
+        key = (topic.text, action, which, view.render_key, hidden)
+        shared = self._messages[key] = self._message(topic, action, await self._body(which, view, hidden))
         return shared
 
     def _message(self, topic: Topic, action: str, body: dict[str, Any]) -> Message:
         return Message(topic.text, self.entry.id, orjson.dumps({"action": action, "record": body}))
 
-    async def _body(self, which: str, view: SubscriberView) -> dict[str, Any]:
-        key = (which, view.render_key)
+    async def _body(self, which: str, view: SubscriberView, hidden: frozenset[str]) -> dict[str, Any]:
+        key = (which, view.render_key, hidden)
         if key not in self._bodies:
             record = self.record(which)
-            shown = self.json_of(which) or {"id": self.change.record_id}
-            self._bodies[key] = shown if record is None else await render(view, record, self.records)
+            self._bodies[key] = self._plain(which, view) if record is None else await render(view, record, self.records)
         return self._bodies[key]

@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from cms.services.caching import keys
+from cms import redis_keys as keys
 
 RECORD, CONNECT, SUBSCRIPTIONS, TAKEOVER, LOST = "r", "c", "s", "t", "l"
 REDIS_DOWN = (RedisConnectionError, RedisTimeoutError, ConnectionError, OSError, TimeoutError)
