@@ -96,30 +96,25 @@ Cond: TypeAlias = Const | Term | AllOf | AnyOf
 
 def all_of(*items: Cond) -> Cond:
     """The conjunction of `items`, folded: FALSE decides it, TRUE drops out, nested `AllOf`s flatten."""
-    parts: list[Cond] = []
-    for item in items:
-        if item == FALSE:
-            return FALSE
-        if item == TRUE:
-            continue
-        parts.extend(item.items if isinstance(item, AllOf) else (item,))
-    if not parts:
-        return TRUE
-    return parts[0] if len(parts) == 1 else AllOf(tuple(parts))
+    return _fold(AllOf, items, decisive=FALSE)
 
 
 def any_of(*items: Cond) -> Cond:
     """The disjunction of `items`, folded: TRUE decides it, FALSE drops out, nested `AnyOf`s flatten."""
+    return _fold(AnyOf, items, decisive=TRUE)
+
+
+def _fold(kind: type[AllOf] | type[AnyOf], items: tuple[Cond, ...], decisive: Const) -> Cond:
+    neutral = TRUE if decisive == FALSE else FALSE
     parts: list[Cond] = []
     for item in items:
-        if item == TRUE:
-            return TRUE
-        if item == FALSE:
-            continue
-        parts.extend(item.items if isinstance(item, AnyOf) else (item,))
+        if item == decisive:
+            return decisive
+        if item != neutral:
+            parts.extend(item.items if isinstance(item, kind) else (item,))
     if not parts:
-        return FALSE
-    return parts[0] if len(parts) == 1 else AnyOf(tuple(parts))
+        return neutral
+    return parts[0] if len(parts) == 1 else kind(tuple(parts))
 
 
 @dataclass(frozen=True)
