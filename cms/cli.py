@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import getpass
 import logging
 import multiprocessing
@@ -235,6 +236,17 @@ def _serve_processes(config: Config, count: int) -> int:
     return 1 if died and not signalled else 0
 
 
+def freeze_start_up_heap() -> None:
+    """Collect once, then move every object alive after start-up (modules, classes, functions, the
+    services and their caches: about 90,000 in a web process) out of the cycle collector's reach
+    (`gc.freeze`), so that its full collections walk only what requests and streams made since.
+    Issue 37: under a steady stream of realtime events each web process ran full collections of
+    140 to 250 ms (the event loop stopped meanwhile; 2 shared cores), 8 ms with the heap frozen.
+    Called before the port is bound: no request waits for the collection made here."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve_until_signal(config: Config, *, run_worker: bool, reuse_port: bool) -> None:
     """Serve the app on the configured host and port until SIGINT or SIGTERM, then shut down
     gracefully: stop accepting, give in-flight requests up to `config.shutdown_timeout_s` seconds
@@ -253,6 +265,7 @@ async def _serve_until_signal(config: Config, *, run_worker: bool, reuse_port: b
     runner = create_runner(app, access_log=logging.getLogger("cms.access"), keepalive_timeout=75,
                            shutdown_timeout=config.shutdown_timeout_s)
     await runner.setup()
+    freeze_start_up_heap()
     try:
         await web.TCPSite(runner, config.host, config.port, reuse_port=reuse_port or None).start()
         await stop.wait()

@@ -28,8 +28,9 @@ from workers.maintenance import sweep_orphaned_records
 class HeldGroup:
     """A real subscriber of the event bus that holds the first group of `create` events of one
     collection until `release()`. A group's events are emitted after its insert and before its
-    waiters are answered, so while it is held that insert stays in flight: creates arriving
-    meanwhile have looked their collection up and wait, unsent, in the next group
+    waiters are answered, and a collection's groups emit in the order of their inserts: while it is
+    held, the next create arriving is inserted alone and then waits for it, and the creates arriving
+    after that have looked their collection up and wait, unsent, in the group after
     (`RecordService.creates_waiting`)."""
 
     def __init__(self, collection: str) -> None:
@@ -70,14 +71,15 @@ async def test_concurrent_creates_share_inserts_and_each_gets_its_answer(
                                      json={"data": {"slug": slug, "n": n}})
         return response.status, await response.json()
 
-    # 60 creates; slugs 0..39 once each, and 20 of them a second time. The first one's insert is
-    # held in flight until the 59 others wait in the next group: exactly two inserts.
+    # 60 creates; slugs 0..39 once each, and 20 of them a second time. The first one's events are
+    # held; the next create is inserted alone and waits behind them, the 58 others wait unsent in
+    # the group after: three inserts.
     wanted = [(f"s{i}", i) for i in range(40)] + [(f"s{i}", 100 + i) for i in range(0, 40, 2)]
     async with held_group(services, "grouped") as hold:
         first = asyncio.create_task(create(*wanted[0]))
-        await wait_until(hold.held.is_set, "the first create's insert is in flight")
+        await wait_until(hold.held.is_set, "the first create's group is held")
         rest = [asyncio.create_task(create(slug, n)) for slug, n in wanted[1:]]
-        await wait_until(lambda: services.records.creates_waiting() == 59, "59 creates wait in the next group")
+        await wait_until(lambda: services.records.creates_waiting() == 58, "58 creates wait in a group")
         hold.release()
         answers = [await first, *await asyncio.gather(*rest)]
 
@@ -87,7 +89,7 @@ async def test_concurrent_creates_share_inserts_and_each_gets_its_answer(
     assert sorted(b["slug"] for b in created) == sorted(f"s{i}" for i in range(40))
     assert len(refused) == 20
     assert all(b["code"] == "already_exists" and "slug" in b["errors"] for b in refused), refused
-    assert mongo_commands.insert_sizes(collection["id"]) == [1, 59]  # grouped: two inserts for 60 creates
+    assert mongo_commands.insert_sizes(collection["id"]) == [1, 1, 58]  # grouped: three inserts for 60 creates
 
     response = await client.get(records_path("grouped") + "?per_page=100", headers=bearer(admin_token))
     page = await response.json()
@@ -108,8 +110,8 @@ async def test_a_lone_create_is_sent_at_once_and_read_back(client: Any, admin_to
 
 async def test_creates_racing_a_collection_delete_leave_nothing(
         client: Any, admin_token: str, services: Services) -> None:
-    """Creates that looked the collection up before its delete and insert after it (held between
-    the two) are refused with 404 and their records dropped; a create answered before the delete
+    """Creates that looked the collection up before its delete and insert, or emit, after it (held
+    between the two) are refused with 404 and their records dropped; a create answered before the delete
     is gone with the collection; one after it is 404 at once. No record of it stays stored."""
     collection = await create_collection(client, admin_token, "doomed", [{"name": "title", "type": "text"}])
 
@@ -118,9 +120,10 @@ async def test_creates_racing_a_collection_delete_leave_nothing(
 
     async with held_group(services, "doomed") as hold:
         first = asyncio.create_task(create(0))
-        await wait_until(hold.held.is_set, "the first create's insert is in flight")
+        await wait_until(hold.held.is_set, "the first create's group is held")
         racing = [asyncio.create_task(create(i)) for i in range(1, 30)]
-        await wait_until(lambda: services.records.creates_waiting() == 29, "29 creates looked up, not inserted")
+        # one of them is inserted and waits behind the held group, the 28 others are not inserted
+        await wait_until(lambda: services.records.creates_waiting() == 28, "28 creates looked up, not inserted")
         response = await client.delete(f"/api/v1/collections/{collection['id']}", headers=bearer(admin_token))
         assert response.status == 204
         hold.release()
@@ -168,6 +171,41 @@ async def test_a_group_emits_its_stored_records_events_in_one_batch_before_answe
     for status, body, emitted_then in answers:
         if status == 201:
             assert order[body["id"]] < emitted_then  # its event came before its answer
+
+
+async def test_the_next_group_is_inserted_while_the_previous_one_emits(
+        client: Any, admin_token: str, services: Services, mongo_commands: CommandLog) -> None:
+    """Issue 37: a group's guard and events (Redis round trips, slow while the process fans events
+    out) do not hold the next group's insert; the groups' events still come in the order of their
+    inserts, and each create is answered only after its own event."""
+    collection = await create_collection(client, admin_token, "piped", [{"name": "title", "type": "text"}])
+    emitted: list[str] = []
+
+    async def handler(batch: Sequence[RecordEvent]) -> None:
+        emitted.extend(event.record_id for event in batch if event.event == CREATE)
+
+    async def create(title: str) -> Any:
+        response = await client.post(records_path("piped"), headers=bearer(admin_token),
+                                     json={"data": {"title": title}})
+        assert response.status == 201, await response.text()
+        return await response.json()
+
+    services.events.subscribe(handler)  # before the hold: it sees each group's events as they are emitted
+    try:
+        async with held_group(services, "piped") as hold:
+            first = asyncio.create_task(create("one"))
+            await wait_until(hold.held.is_set, "the first create's events are held")
+            second = asyncio.create_task(create("two"))
+            await wait_until(lambda: mongo_commands.insert_sizes(collection["id"]) == [1, 1],
+                             "the second create is inserted while the first group's events are held")
+            await asyncio.sleep(0.2)
+            assert not second.done()  # its events wait for the first group's
+            assert len(emitted) == 1
+            hold.release()
+            one, two = await first, await second
+    finally:
+        services.events.unsubscribe(handler)
+    assert emitted == [one["id"], two["id"]]
 
 
 # --- the check after an insert (records.drop_if_deleted) and its backstop --------------------------

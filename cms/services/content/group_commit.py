@@ -15,6 +15,13 @@ records it stored: it checks that the collection still exists (the check every i
 record_writer.RecordWriter.guard) and emits their `create` events as one batch (one read-cache version bump
 and one outbox pass for the group), before any waiter is answered.
 
+The next group's insert does not wait for `after` (issue 37): `after` makes Redis round trips (the
+epoch check, the version bump, the realtime append) that take tens of milliseconds, hundreds when the
+process is busy fanning events out, and creates queued behind them. A collection's groups still run
+`after` one at a time and in the order of their inserts (their events keep the order of the writes),
+so at most two groups of a collection are past the database at once: one running `after`, the next
+inserted and waiting for it; the creates that arrive meanwhile form the group after.
+
 A waiter that is cancelled (its client went away) does not cancel the group: its record is stored
 like the others, as a single insert would have been.
 """
@@ -68,6 +75,10 @@ class InsertGroups:
         self._max_group = max_group
         self._waiting: dict[str, _Group] = {}
         self._in_flight: dict[str, int] = {}
+        """Per collection id: groups sent whose `after` may not start yet (inserting, or waiting
+        for the previous group's `after`)."""
+        self._after_tail: dict[str, asyncio.Future[None]] = {}
+        """Per collection id: done once the `after` of its latest inserted group has run."""
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def insert(self, collection: Collection, record: Record, epoch: str | None = None) -> None:
@@ -99,9 +110,30 @@ class InsertGroups:
 
     async def _store(self, group: _Group) -> None:
         collection_id = group.collection.id
+        released = False
+
+        def release() -> None:  # the next group of the collection may be sent
+            nonlocal released
+            if released:
+                return
+            released = True
+            left = self._in_flight.get(collection_id, 1) - 1
+            if left:
+                self._in_flight[collection_id] = left
+            else:
+                self._in_flight.pop(collection_id, None)
+            if collection_id in self._waiting and not left:
+                self._send(collection_id)
+
+        turn: asyncio.Future[None] | None = None
         try:
             failures = await self._records.insert_many(collection_id, group.records)
             refused = {failure.index: failure for failure in failures}
+            previous = self._after_tail.get(collection_id)
+            turn = self._after_tail[collection_id] = asyncio.get_running_loop().create_future()
+            if previous is not None:
+                await asyncio.shield(previous)  # `after` in insert order: the events keep the writes' order
+            release()  # the next group is inserted while this one's `after` runs
             with request_scope():  # the group's look-ups read each epoch once, as a request's do
                 await self._after(group.collection,
                                   [record for index, record in enumerate(group.records) if index not in refused],
@@ -120,13 +152,11 @@ class InsertGroups:
                 else:
                     _fail(waiter, insert_refusal(failure))
         finally:
-            left = self._in_flight.get(collection_id, 1) - 1
-            if left:
-                self._in_flight[collection_id] = left
-            else:
-                self._in_flight.pop(collection_id, None)
-            if collection_id in self._waiting and not left:
-                self._send(collection_id)
+            if turn is not None:
+                turn.set_result(None)
+                if self._after_tail.get(collection_id) is turn:
+                    del self._after_tail[collection_id]
+            release()
 
     async def drain(self) -> None:
         """Wait until every group sent so far is stored (shutdown, tests)."""
@@ -134,8 +164,9 @@ class InsertGroups:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     def waiting(self, collection_id: str | None = None) -> int:
-        """How many creates (of `collection_id`, or of every collection) wait for an insert of
-        their collection in flight to return; they are sent as the next group (monitoring, tests)."""
+        """How many creates (of `collection_id`, or of every collection) wait, unsent, for their
+        collection's group in flight (inserting, or inserted and waiting for the previous group's
+        `after`); they are sent as the next group (monitoring, tests)."""
         groups = self._waiting.values() if collection_id is None else [g for g in self._waiting.values()
                                                                       if g.collection.id == collection_id]
         return sum(len(group.records) for group in groups)
