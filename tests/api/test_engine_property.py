@@ -57,6 +57,7 @@ PLAIN = Fields()
 
 def _value(name: str) -> st.SearchStrategy[Any]:
     kind = TYPES[name]
+    scalar: st.SearchStrategy[Any]
     if kind in ("text", "editor", "email", "url", "relation") or name == "status":
         scalar = st.sampled_from(TEXTS)
     elif kind == "select":

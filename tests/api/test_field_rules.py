@@ -266,7 +266,8 @@ async def test_list_view_and_the_realtime_decision_agree(client, admin_token, se
                                                            "secret": f"alpha{n}", "score": score})
     collection = await services.catalog.by_name("agree")
     stored = {r.id: r for r in await services.records.repository.find(collection.id, {}, [("_id", 1)], 0, 100)}
-    for headers in ({}, ann_auth, bob_auth):
+    callers: list[dict[str, str]] = [{}, ann_auth, bob_auth]
+    for headers in callers:
         principal = await services.authenticator.authenticate(headers["Authorization"].split()[1]) if headers else None
         listing = await client.get(records_path("agree"), headers=headers, params={"filter": filter_text})
         listed_ids = {r["id"]: r for r in (await listing.json())["items"]} if listing.status == 200 else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,8 @@ from cms.filters.grammar import MAX_FILTER_LENGTH, Compare, Literal, VarCompare,
 from cms.filters.mongo import render
 from cms.filters.predicate import evaluate
 from cms.filters.rules import RequestContext, bind_rule, check_rule, fields_compared_with_auth
+from cms.models import Collection, FieldSpec, Principal
+from cms.services.access import field_view
 
 FIELDS = {
     "id": ResolvedField("_id", "id"),
@@ -417,3 +420,22 @@ def test_bare_literals_read_as_text_only_when_they_are_numbers(rule: str, submit
 ])
 def test_the_fields_a_rule_compares_with_the_caller(rule: str | None, expected: set[str]) -> None:
     assert fields_compared_with_auth(rule) == expected
+
+
+def test_bound_field_views_are_remembered_per_rules_and_caller() -> None:
+    """`access.field_view` binds a caller's field rules once; a changed rule (even under the same
+    collection id and version), another caller or another verified flag is bound afresh."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    notes = Collection(id="c1", name="notes", type="base", created=now, updated=now, fields=(
+        FieldSpec("owner", "text"), FieldSpec("secret", "text", view_rule="owner = @request.auth.id"),
+        FieldSpec("flag", "bool", view_rule="@request.auth.verified = true")))
+    ann = Principal(kind="collection_user", user_id="ann", collection_name="users")
+    view = field_view(ann, notes)
+    assert field_view(ann, notes) is view
+    assert view.key_parts() == (("secret", {"owner": "ann"}), ("flag", False))
+    assert field_view(replace(ann, verified=True), notes).key_parts() == (("secret", {"owner": "ann"}),)
+    assert field_view(replace(ann, user_id="bob"), notes).key_parts()[0] == ("secret", {"owner": "bob"})
+    opened = replace(notes, fields=(*notes.fields[:1], replace(notes.fields[1], view_rule=""), notes.fields[2]))
+    assert field_view(ann, opened).key_parts() == (("flag", False),)
+    hidden = replace(notes, fields=(*notes.fields[:1], replace(notes.fields[1], view_rule=None), notes.fields[2]))
+    assert field_view(ann, hidden).unknown == frozenset({"secret"})

@@ -5,8 +5,9 @@ to it (`FieldView`), and the fields as it may name them in a filter or sort (`Ca
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cms.errors import InvalidFilter
@@ -55,6 +56,7 @@ class FieldView:
 
     guards: tuple[tuple[str, Cond], ...] = ()
     unknown: frozenset[str] = frozenset()
+    _key: tuple[Any, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def guard(self, name: str) -> Cond | None:
         """The condition under which field `name` is visible, None when it is visible everywhere."""
@@ -79,9 +81,14 @@ class FieldView:
         return Record(id=record.id, created=record.created, updated=record.updated,
                       data={k: v for k, v in record.data.items() if k not in hidden})
 
-    def key_parts(self) -> list[Any]:
-        """What distinguishes this view in a read cache key: each guard rendered."""
-        return [[name, render(cond)] for name, cond in self.guards]
+    def key_parts(self) -> tuple[Any, ...]:
+        """What distinguishes this view in a read cache key: each guard rendered, `(name, rendered)`
+        (rendered once per view: views are remembered across requests, `field_view`)."""
+        key = self._key
+        if key is None:
+            key = tuple((name, render(cond)) for name, cond in self.guards)
+            object.__setattr__(self, "_key", key)  # frozen: set once, as a cache
+        return key
 
 
 EVERY_FIELD = FieldView()
@@ -116,13 +123,39 @@ def has_field_rules(collection: Collection) -> bool:
     return collection.type == AUTH_TYPE or any(spec.view_rule != "" for spec in collection.fields)
 
 
+FIELD_VIEWS_KEPT = 1024
+"""How many bound field views a process remembers (`field_view`), least recently used first out."""
+_field_views: OrderedDict[tuple[Any, ...], FieldView] = OrderedDict()
+
+
 def field_view(principal: Principal | None, collection: Collection) -> FieldView:
     """The `FieldView` of `principal` (None: anonymous) on `collection`: every field's `view_rule`
     and, on an auth collection, `email_view_rule`, bound to the caller. A rule that no longer fits
-    the collection hides its field (and is logged). Raises nothing."""
+    the collection hides its field (and is logged). Raises nothing.
+
+    Binding is a pure function of the fields (names, types, view rules), the collection's type and
+    `email_view_rule`, and the caller's `@request.auth.*` values, so the view is remembered under
+    exactly those (FIELD_VIEWS_KEPT of them): a warm read binds nothing. A changed rule or schema is
+    another key, never a stale view."""
     if acts_as_admin(principal) or not has_field_rules(collection):
         return EVERY_FIELD
     context = request_context(principal)
+    key = (collection.type, collection.rules.email_view_rule if collection.type == AUTH_TYPE else "",
+           tuple((spec.name, spec.type, spec.view_rule) for spec in collection.fields),
+           context.auth_id, context.auth_collection, context.auth_role, context.auth_verified, context.auth_email)
+    view = _field_views.get(key)
+    if view is not None:
+        _field_views.move_to_end(key)
+        return view
+    view = _bind_field_view(collection, context)
+    _field_views[key] = view
+    if len(_field_views) > FIELD_VIEWS_KEPT:
+        _field_views.popitem(last=False)
+    return view
+
+
+def _bind_field_view(collection: Collection, context: RequestContext) -> FieldView:
+    """`field_view` unremembered: each field rule bound with `context`."""
     guards: list[tuple[str, Cond]] = []
     unknown: set[str] = set()
     rules: list[tuple[str, str | None]] = [(spec.name, spec.view_rule) for spec in collection.fields]
