@@ -5,6 +5,7 @@ a relation (`rendering.render`)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -21,6 +22,10 @@ from cms.services.identity.authn import Authenticator
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.realtime")
+
+FANOUT_SLICE = 64
+"""Connections one live fan-out serves before it lets the event loop run other work (the answers of
+creates waiting behind a large fan-out; docs/performance.md, "Realtime under a steady stream")."""
 
 
 class Fanout:
@@ -52,7 +57,9 @@ class Fanout:
         now = self._clock()
         order = entry.order
         out: list[Message] = []
-        for conn in conns:
+        for served, conn in enumerate(conns, start=1):
+            if not replaying and served % FANOUT_SLICE == 0:
+                await asyncio.sleep(0)  # `conns` is the caller's own list: the hub may change meanwhile
             if conn.closed or (not replaying and conn.replay_from is not None and order <= conn.replayed_through):
                 continue
             ref = conn.ref
