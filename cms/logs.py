@@ -155,7 +155,7 @@ def setup_logging(level: str, log_format: str) -> None:
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     # No format of ours prints a record's source line, thread or process: skip gathering them
     # (logging's documented switches; finding the caller walks the stack on every record).
-    logging._srcfile = None
+    logging._srcfile = None  # noqa: SLF001 - the switch logging's docs name for this (Optimization)
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False

@@ -142,7 +142,8 @@ class OidcProvider:
         self._clock = clock
         self._codes: dict[str, _Code] = {}
         self._access_tokens: dict[str, _AccessToken] = {}
-        self._session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None
+        """The HTTP session `authorize` acts as the browser with; set by `running_provider` while it runs."""
 
     # --- URLs ----------------------------------------------------------------------------------
 
@@ -186,8 +187,8 @@ class OidcProvider:
         url = URL(auth_url)
         if url.with_query(None).with_fragment(None) != URL(self.authorization_endpoint):
             raise AuthorizeFailed(f"{auth_url} is not {self.authorization_endpoint}", status=0)
-        assert self._session is not None, "the provider is not running"
-        async with self._session.get(url, allow_redirects=False) as response:
+        assert self.session is not None, "the provider is not running"
+        async with self.session.get(url, allow_redirects=False) as response:
             location = response.headers.get("Location")
             if response.status != 302 or location is None:
                 body = await response.text()
@@ -443,10 +444,10 @@ async def running_provider(*, client_id: str = "cms-test-client", client_secret:
         try:
             await web.SockSite(runner, sock).start()
             async with aiohttp.ClientSession(timeout=_HTTP_TIMEOUT) as session:
-                provider._session = session
+                provider.session = session
                 try:
                     yield provider
                 finally:
-                    provider._session = None
+                    provider.session = None
         finally:
             await runner.cleanup()

@@ -144,28 +144,106 @@ async def test_a_burst_of_writes_is_one_records_changed_and_other_collections_ar
     assert all(entry_order(e.id) > entry_order(first.id) for e in changed)
 
 
+TABLE = "/_/collections/posts/records?per_page=100&sort=-created"
+"""The records page of these tests: every record on one page (ROUNDS * 3 * BURST stay below 100)."""
+ROUNDS = 6
+BURST = 5
+"""Records written at once, while a page loads, while its stream opens, while it reconnects."""
+CAUGHT_UP_S = 10.0
+
+
+class Table:
+    """What the browser shows: the records of the page, then of each refresh the stream asks for."""
+
+    def __init__(self, client: Client, cookies: dict[str, str]) -> None:
+        self.client, self.cookies = client, cookies
+        self.shown: set[str] = set()
+
+    async def load(self) -> str:
+        """Load the page; return its stream's path (with the page's `?after=`)."""
+        response = await self.client.get(TABLE, cookies=self.cookies)
+        assert_html(response, 200)
+        text = await response.text()
+        self.shown = set(ROW_ID.findall(text))
+        found = SSE_CONNECT.search(text)
+        assert found is not None
+        return html.unescape(found.group(1))
+
+    async def refresh(self) -> None:
+        """What `records-changed` makes htmx do: fetch the table alone."""
+        response = await self.client.get(TABLE, cookies=self.cookies,
+                                         headers={"HX-Request": "true", "HX-Target": "records-view"})
+        assert_html(response, 200)
+        self.shown = set(ROW_ID.findall(await response.text()))
+
+    async def catch_up(self, stream: LiveStream, written: set[str], last_id: str) -> str:
+        """Read `stream` as the page does (each `records-changed` refreshes the table) until the table
+        shows every record of `written`; fails when it does not within CAUGHT_UP_S (a write was
+        missed: no event came for it). Returns the id of the last event read."""
+        deadline = asyncio.get_running_loop().time() + CAUGHT_UP_S
+        while missing := written - self.shown:
+            left_s = deadline - asyncio.get_running_loop().time()
+            assert left_s > 0, f"{len(missing)} of {len(written)} records never shown: {sorted(missing)}"
+            try:
+                event = await stream.next(timeout=left_s)
+            except TimeoutError:
+                continue  # the assertion above reports it
+            last_id = event.id or last_id
+            if event.event == CHANGED_EVENT:
+                await self.refresh()
+        return last_id
+
+
+ROW_ID = re.compile(r'<tr data-id="([^"]+)"')
+
+
 async def test_nothing_is_missed_between_the_page_and_its_stream_or_across_a_reconnect(
         client: Client, services: Services, live: Callable[[dict[str, str]], LiveStream]) -> None:
+    """Records are written while the page loads, while its stream opens and while it reconnects
+    (`Last-Event-ID`), in each of ROUNDS rounds; after each, the table must come to show all of them
+    through the stream's `records-changed` alone. A write that falls between the page's read and the
+    stream's subscription, or between two connections, and gets no event, leaves the table short."""
     cookies = await admin_cookies(client, services)
     token = cookies[SESSION_COOKIE].split("~")[0]
     await create_collection(client, token, "posts", FIELDS)
-    path = await page_live_path(client, cookies, "posts")
-    await create_record(client, token, "posts", {"title": "written after the page was read"})
-    await asyncio.sleep(0.3)  # the hub has read it too
-    stream = live(cookies)
-    first = await stream.open(path)
-    assert (await stream.next()).event == CHANGED_EVENT
-    await stream.close()
+    table = Table(client, cookies)
+    written: set[str] = set()
 
-    # a reconnect sends the last id it saw: nothing since then, no event; a write since then, one
-    again = live(cookies)
-    resumed = await again.open(path, last_event_id=first.id)
-    assert await again.count(0.5) == []
-    await again.close()
-    await create_record(client, token, "posts", {"title": "written while away"})
-    later = live(cookies)
-    await later.open(path, last_event_id=resumed.id)
-    assert (await later.next()).event == CHANGED_EVENT
+    async def burst(label: str) -> None:
+        records = await asyncio.gather(*(create_record(client, token, "posts", {"title": f"{label} {n}"})
+                                         for n in range(BURST)))
+        written.update(record["id"] for record in records)
+
+    for round_number in range(ROUNDS):
+        # each burst is the last writes before the table catches up: a later write would refresh the table
+        # and hide one that was missed
+        path, _ = await asyncio.gather(table.load(), burst(f"{round_number}: while the page loads"))
+        stream = live(cookies)
+        await table.catch_up(stream, written, (await stream.open(path)).id)
+        await stream.close()
+        path = await table.load()
+        await burst(f"{round_number}: between the page and its stream")
+        stream = live(cookies)
+        first = await stream.open(path)
+        await stream.close()  # the connection drops before the debounced `records-changed`
+        again = live(cookies)  # the EventSource reconnects with the last id it saw
+        last_id = await table.catch_up(again, written, (await again.open(path, last_event_id=first.id)).id)
+        await again.close()
+        later = live(cookies)  # and again, while records are written
+        resumed, _ = await asyncio.gather(later.open(path, last_event_id=last_id),
+                                          burst(f"{round_number}: while it reconnects"))
+        await table.catch_up(later, written, resumed.id)
+        await later.close()
+    assert len(written) == ROUNDS * 3 * BURST and table.shown == written
+
+    # a reconnect from the newest position, with nothing written since, gets no `records-changed`
+    path = await table.load()
+    quiet = live(cookies)
+    newest = await quiet.open(path)
+    await quiet.close()
+    after = live(cookies)
+    await after.open(path, last_event_id=newest.id)
+    assert [e.event for e in await after.count(0.5)] == []
 
 
 async def test_the_refresh_gets_the_table_alone(client: Client, services: Services) -> None:

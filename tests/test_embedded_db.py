@@ -18,7 +18,8 @@ storage = pytest.importorskip("secantus.storage")
 def positioned(store: Any) -> list[tuple[str, Any]]:
     """(table, key) of each of this thread's cached cursors that still sits on a row."""
     held = []
-    for (table, _overwrite), cursor in getattr(store._tls, "cursors", {}).items():  # noqa: SLF001
+    # SecantusDB keeps its cursor cache and its table mapping private: what the workaround changes lives there
+    for (table, _overwrite), cursor in getattr(store._tls, "cursors", {}).items():  # noqa: SLF001 - see above
         try:
             held.append((table, cursor.get_key()))
         except Exception:  # WiredTigerError: not positioned, holds no page
@@ -30,9 +31,9 @@ def positioned(store: Any) -> list[tuple[str, Any]]:
 def store(tmp_path: Path) -> Iterator[Any]:
     """A SecantusDB store in this process with `otp_codes` (TTL-indexed) and, in the same shared
     documents table right after it, a records collection holding a few documents."""
-    table = storage._doc_table_for("cms", "otp_codes")  # noqa: SLF001
+    table = storage._doc_table_for("cms", "otp_codes")  # noqa: SLF001 - which shared table holds it
     records = next(name for name in (f"records_{i:04d}" for i in range(10_000))
-                   if storage._doc_table_for("cms", name) == table)  # noqa: SLF001
+                   if storage._doc_table_for("cms", name) == table)  # noqa: SLF001 - as above
     opened = storage.Storage(str(tmp_path / "db"), ttl_sweep_seconds=0, enable_oplog=False)
     opened.create_collection("cms", "otp_codes")
     opened.create_collection("cms", records)

@@ -48,7 +48,8 @@ async def until_named_connections(watcher: Redis, config: Config, expected: int,
 def pool_size(redis: Redis) -> int:
     """The client's open connections: its pool's and its pipelined one (cms.redis_pipe)."""
     pool = redis.connection_pool
-    connections = [*pool._available_connections, *pool._in_use_connections]  # noqa: SLF001
+    # redis-py's pool lists its connections in these two attributes only (no public accessor)
+    connections = [*pool._available_connections, *pool._in_use_connections]  # noqa: SLF001 - see above
     return sum(1 for connection in connections if connection.is_connected) + getattr(redis, "pipe_connections", 0)
 
 

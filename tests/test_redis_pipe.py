@@ -108,16 +108,29 @@ async def test_other_commands_keep_the_pool(pipe: PipedRedis) -> None:
 
 
 async def test_a_caller_that_gives_up_leaves_the_connection_in_step(own_redis: ChildServer) -> None:
+    """The late-reply path of the pipelined connection: a command whose caller gave up is still
+    answered by Redis; that reply is read and dropped, so every later reply goes to its own caller."""
     async with piped(own_redis.url, socket_timeout=10) as client:
-        first, second = fresh("first"), fresh("second")
-        await client.mset({first: b"1", second: b"2"})
-        with paused(own_redis):
+        keys = [fresh(f"k{i}") for i in range(4)]
+        for i, key in enumerate(keys):
+            assert await client.set(key, str(i).encode()) is True  # SET is piped: the connection is open now
+        assert client.pipe_connections == 1
+        with paused(own_redis):  # the commands are written; their replies wait for the server
+            before = asyncio.ensure_future(client.get(keys[0]))
+            await asyncio.sleep(0)  # its GET is queued first
             with pytest.raises(TimeoutError):
                 async with asyncio.timeout(0.3):  # the caller's own bound, shorter than the socket's
-                    await client.get(first)
-        # the reply to the abandoned GET arrives first and is dropped, not handed to this one
-        assert await client.get(second) == b"2"
-        assert await client.mget([first, second]) == [b"1", b"2"]
+                    await client.get(keys[1])
+            after = asyncio.ensure_future(client.get(keys[2]))
+            await asyncio.sleep(0)
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(0.3):  # the last in line gives up too: its reply comes alone
+                    await client.get(keys[3])
+        # the abandoned GETs are answered between the others; each reply reaches its own caller
+        assert list(await asyncio.wait_for(asyncio.gather(before, after), 5)) == [b"0", b"2"]
+        assert await client.get(keys[1]) == b"1"
+        assert await asyncio.gather(*(client.get(key) for key in keys)) == [b"0", b"1", b"2", b"3"]
+        assert client.pipe_connections == 1  # the same connection, not one opened again
 
 
 async def test_a_stalled_redis_times_out_and_the_next_command_connects_again(own_redis: ChildServer) -> None:

@@ -14,6 +14,7 @@ await web.TCPSite(runner, host, port).start(); ...; await runner.cleanup()`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import Any
@@ -100,6 +101,9 @@ class CmsAppRunner(web.AppRunner):
         # AppRunner starts the app and makes its Server (request handler, request factory,
         # handler arguments); the same Server is rebuilt as a CmsServer.
         server = await super()._make_server()
+        # its handler arguments (the runner's, plus debug, the access log class and the app's
+        # handler_args) are kept in `_kwargs` only: aiohttp offers no public copy of them
+        kwargs = server._kwargs  # noqa: SLF001 - rebuilding aiohttp's own Server is the point here
         return CmsServer(server.request_handler, request_factory=server.request_factory,
-                         handler_cancellation=server.handler_cancellation, loop=server._loop,
-                         **server._kwargs)
+                         handler_cancellation=server.handler_cancellation, loop=asyncio.get_running_loop(),
+                         **kwargs)

@@ -79,6 +79,11 @@ class Signals:
         self._sinks: list[Sink] = []
         self._failed: set[tuple[int, str]] = set()
 
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The sinks signals are recorded in now, in the order they were added."""
+        return tuple(self._sinks)
+
     def add(self, sink: Sink) -> None:
         """Record every later signal in `sink` too."""
         self._sinks.append(sink)

@@ -10,7 +10,8 @@ stored is read straight from MongoDB after the restart. Invariants proven:
 - a bulk update is all or nothing: every record of the request carries the same change, which is the
   last one answered or the one in flight when the process died (one bulk write: MongoDB received it
   whole or not at all);
-- a batch is all or nothing: each batch is stored completely or not at all, and every answered one
+- a batch is all or nothing: each batch (creates into two collections, an update and a delete: several
+  database writes in one transaction) is stored completely or not at all, and every answered one
   completely, each record once;
 - a CSV import that was answered stored exactly `imported` rows; one cut short stored each of its rows
   at most once, and what it stored is every row of its first k insert batches (IMPORT_BATCH_SIZE
@@ -248,26 +249,53 @@ async def test_bulk_updates_cut_short_are_all_or_nothing(serve: Serve, http: Cli
     print(f"bulk updates answered: {len(answered)}; stored: the {which} one")
 
 
-BATCH_SIZE = 20
 BATCH_SENDERS = 2
+BATCH_PARTS = 4
+"""Runs of creates in one batch, alternating between two collections: each run is one insert."""
+PART_SIZE = 3
+"""Creates in one run."""
+POOL_PER_SENDER = 200
+"""Records stored before the batches, per sender: each batch changes one and deletes another."""
 
 
 async def test_batches_cut_short_are_all_or_nothing(serve: Serve, http: Client, db: Database) -> None:
-    collection = await new_collection(http, FIELDS)
+    """A batch here is several database writes (four inserts into two collections, an update and a
+    delete between them), so a kill lands between two writes of some batch: only its transaction
+    keeps that batch all or nothing. (A batch of creates into one collection is one insert, which a
+    kill cannot split, transaction or not.)"""
+    first, second, pool = [await new_collection(http, FIELDS) for _ in range(3)]
+    status, answer = await import_csv(http, pool["name"], csv_file(0, BATCH_SENDERS * POOL_PER_SENDER - 1))
+    assert status == 200 and answer["imported"] == BATCH_SENDERS * POOL_PER_SENDER, answer
+    pool_records = db[records_mongo_name(pool["id"])]
+    pool_ids = {int(doc["n"]): doc["_id"] async for doc in pool_records.find({}, {"n": 1})}
     traffic = await start_traffic(http, db)
     answered: set[str] = set()
-    sent: set[str] = set()
+    sent: dict[str, tuple[str, str]] = {}  # tag -> (id of the record it changes, id of the one it deletes)
+
+    def records(collection: dict[str, Any], record_id: str = "") -> str:
+        return f"{V1}/collections/{collection['name']}/records" + (f"/{record_id}" if record_id else "")
+
+    def batch(tag: str, changed: str, deleted: str) -> list[dict[str, Any]]:
+        requests: list[dict[str, Any]] = []
+        for part in range(BATCH_PARTS):
+            requests += [{"method": "POST", "url": records(first if part % 2 == 0 else second),
+                          "body": {"data": {"title": tag, "n": part * PART_SIZE + n}}} for n in range(PART_SIZE)]
+            if part == 0:
+                requests.append({"method": "PATCH", "url": records(pool, changed), "body": {"data": {"title": tag}}})
+            elif part == 2:
+                requests.append({"method": "DELETE", "url": records(pool, deleted)})
+        return requests
 
     async def batches(sender: int) -> None:
         client = Client(http.session, http.replicas)
         client.token = http.token
-        for number in itertools.count():
+        for number in range(POOL_PER_SENDER // 2):
             tag = f"batch {sender}-{number}-{uuid.uuid4().hex[:6]}"
-            sent.add(tag)
-            requests = [{"method": "POST", "url": f"{V1}/collections/{collection['name']}/records",
-                         "body": {"data": {"title": tag, "n": n}}} for n in range(BATCH_SIZE)]
+            base = sender * POOL_PER_SENDER + 2 * number
+            sent[tag] = (pool_ids[base], pool_ids[base + 1])
+            requests = batch(tag, *sent[tag])
             status, body = await client.call("a", "POST", f"{V1}/batch", json={"requests": requests})
-            assert status == 200 and len(body) == BATCH_SIZE, body
+            assert status == 200 and len(body) == len(requests), body
             answered.add(tag)
 
     senders = [asyncio.create_task(batches(sender)) for sender in range(BATCH_SENDERS)]
@@ -278,12 +306,22 @@ async def test_batches_cut_short_are_all_or_nothing(serve: Serve, http: Client, 
     await restarted(serve, http)
     await traffic.check()
 
-    stored = [doc async for doc in db[records_mongo_name(collection["id"])].find({}, {"title": 1, "n": 1})]
-    by_tag: dict[str, Counter[int]] = {}
-    for doc in stored:
-        by_tag.setdefault(doc["title"], Counter())[int(doc["n"])] += 1
-    assert set(by_tag) <= sent
-    assert answered <= set(by_tag)
-    full = Counter(range(BATCH_SIZE))
-    assert all(numbers == full for numbers in by_tag.values()), by_tag  # each batch whole, each record once
-    print(f"batches answered: {len(answered)}; stored unanswered: {len(set(by_tag) - answered)}")
+    created: dict[str, Counter[tuple[str, int]]] = {}
+    for which, collection in (("first", first), ("second", second)):
+        async for doc in db[records_mongo_name(collection["id"])].find({}, {"title": 1, "n": 1}):
+            created.setdefault(doc["title"], Counter())[(which, int(doc["n"]))] += 1
+    titles = {doc["_id"]: doc["title"] async for doc in pool_records.find({}, {"title": 1})}
+    whole = Counter({(("first", "second")[part % 2], part * PART_SIZE + n): 1
+                     for part in range(BATCH_PARTS) for n in range(PART_SIZE)})
+    stored: set[str] = set()
+    split: dict[str, tuple[Any, ...]] = {}
+    for tag, (changed, deleted) in sent.items():
+        outcome = (created.get(tag, Counter()), titles.get(changed) == tag, deleted not in titles)
+        if outcome == (whole, True, True):
+            stored.add(tag)
+        elif outcome != (Counter(), False, False):
+            split[tag] = outcome
+    assert not split, split  # each batch whole (each record once) or not at all
+    assert set(created) <= set(sent)
+    assert answered <= stored
+    print(f"batches answered: {len(answered)}; stored unanswered: {len(stored - answered)}")

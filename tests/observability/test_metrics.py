@@ -89,7 +89,7 @@ async def test_metrics_turned_off_add_no_sink_and_answer_404(aiohttp_client: Any
                                                             admin_token: str) -> None:
     async with open_services(replace(config, metrics_enabled=False)) as services:
         assert services.metrics is None
-        assert services.signals._sinks == []
+        assert services.signals.sinks == ()
         served: Client = await aiohttp_client(create_app(services.config, services=services))
         for header in ({}, bearer(TOKEN), bearer(admin_token)):
             await error_of(await served.get(METRICS, headers=header), 404, "not_found")

@@ -68,15 +68,22 @@ async def test_a_hidden_record_is_answered_as_a_missing_one(client, hidden, meth
 @pytest.mark.parametrize("caller", ["anonymous", "bob"])
 @pytest.mark.parametrize("collection", ["notes", "vault"])
 async def test_bulk_changes_answer_a_hidden_record_as_a_missing_one(client, hidden, caller, collection):
+    """Alone and beside bob's own note (which he may change), a hidden id gets the answer of a
+    missing one, and nothing is changed: bulk changes are all or nothing."""
     missing = str(uuid.uuid4())
     headers = caller_headers(hidden, caller)
     for action, extra in (("bulk-update", {"data": {"title": "changed"}}), ("bulk-delete", {})):
         path = records_path(collection) + "/" + action
-        existing = await client.post(path, headers=headers, json={"ids": [hidden[collection]], **extra})
-        absent = await client.post(path, headers=headers, json={"ids": [missing], **extra})
-        assert await answer(existing, hidden[collection]) == await answer(absent, missing)
-    got = await client.get(records_path(collection, hidden[collection]), headers=bearer(hidden["admin"]))
-    assert got.status == 200 and (await got.json())["title"] != "changed"
+        for beside in ([], [hidden["own"]]) if collection == "notes" else ([],):
+            existing = await client.post(path, headers=headers, json={"record_ids": [*beside, hidden[collection]],
+                                                                      **extra})
+            absent = await client.post(path, headers=headers, json={"record_ids": [*beside, missing], **extra})
+            seen = await answer(existing, hidden[collection])
+            assert seen == await answer(absent, missing), seen
+            assert seen[0] == (401 if caller == "anonymous" else 403), seen
+    for record_id, collection_name in ((hidden[collection], collection), (hidden["own"], "notes")):
+        got = await client.get(records_path(collection_name, record_id), headers=bearer(hidden["admin"]))
+        assert got.status == 200 and (await got.json())["title"] != "changed"
 
 
 @pytest.mark.parametrize("collection", ["notes", "vault"])

@@ -169,10 +169,14 @@ async def test_operator_and_dotted_keys_in_record_data_change_nothing(client, ad
         await refused(await client.post(records_path("posts"), headers=bearer(admin_token), json=body))
         await refused(await client.patch(records_path("posts", posts["id"]), headers=bearer(admin_token), json=body))
         await refused(await client.post(records_path("posts") + "/bulk-update", headers=bearer(admin_token),
-                                        json={"ids": [posts["id"]], "data": data}))
+                                        json={"record_ids": [posts["id"]], "data": data}))
     for top in ({"$set": {"title": "pwned"}}, {"data": {"title": "x"}, "$where": "1"}, {"data.title": "x"}):
         await refused(await client.post(records_path("posts"), headers=bearer(admin_token), json=top))
     assert await stored(client, admin_token) == before
+    # the body the hostile ones were wrapped in is the one the route takes: the same with a plain change applies
+    applied = await client.post(records_path("posts") + "/bulk-update", headers=bearer(admin_token),
+                                json={"record_ids": [posts["id"]], "data": {"title": "changed"}})
+    assert (applied.status, await applied.json()) == (200, {"updated": 1})
 
 
 @pytest.mark.parametrize("value", [{"$set": {"a": 1}}, {"a.b": 1, "$where": "1"}, {"__proto__": {"x": 1}},
@@ -201,8 +205,14 @@ async def test_hostile_ids_in_paths_and_bulk_bodies_are_4xx(client, admin_token,
                                                json={"data": {"title": "x"}}))
     for ids in HOSTILE + [[{"$ne": ""}], [["x"]], [None], [1]]:
         await refused(await client.post(records_path("posts") + "/bulk-delete", headers=bearer(admin_token),
-                                        json={"ids": ids}))
+                                        json={"record_ids": ids}))
+        await refused(await client.post(records_path("posts") + "/bulk-delete", headers=bearer(admin_token),
+                                        json={"record_ids": [posts["id"], ids]}))
     assert [item["id"] for item in await stored(client, admin_token)] == [posts["id"]]
+    # the body the hostile ids were sent in is the one the route takes: the real id alone deletes the record
+    deleted = await client.post(records_path("posts") + "/bulk-delete", headers=bearer(admin_token),
+                                json={"record_ids": [posts["id"]]})
+    assert (deleted.status, await deleted.json()) == (200, {"deleted": 1})
 
 
 async def test_hostile_batch_bodies_are_4xx_and_change_nothing(client, admin_token, posts):

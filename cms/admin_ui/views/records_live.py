@@ -13,7 +13,10 @@ Nothing is missed between the page and its stream, or across reconnects: the pag
 stream position it was read at (`?after=`), each event carries the position it covers as its SSE
 `id`, and a reconnecting EventSource sends it back (`Last-Event-ID`). After subscribing, the stream
 asks the hub whether the collection was written since then (`written_since`) and, if so (or if that
-can no longer be told), sends `records-changed` at once.
+can no longer be told), sends `records-changed` at once. Until then the `live` event carries the
+position the client came with, not the newer one the stream starts from: a client that reconnects
+between the two (its `Last-Event-ID` is `live`'s) is told "changed" again rather than skipping the
+writes its table never showed.
 
 The stream ends when the access token expires (the EventSource reconnects; that request refreshes the
 session cookie as any page does), when the session is revoked, or when the hub closes it; a GET has no
@@ -33,14 +36,16 @@ from cms.admin_ui.common import PREFIX, LoginRequired, admin_page
 from cms.admin_ui.session import access_token
 from cms.models import Principal
 from cms.services.delivery.realtime import Connection, Message, RealtimeHub
-from cms.services.delivery.realtime.messages import CONNECT
+from cms.services.delivery.realtime.messages import CONNECT, split_event_id
+from cms.services.delivery.realtime.stream import entry_order
 from cms.services.identity.authn import CredentialRef
 from cms.web.context import services
 
 CHANGED_EVENT = "records-changed"
 """The event the table's `hx-trigger="sse:records-changed"` listens to."""
 OPEN_EVENT = "live"
-"""The first event: it carries the position the stream starts from as its id (no listener needs it)."""
+"""The first event (no listener needs it). Its id is the position the stream starts from, or, when the
+client's table missed writes, the client's own position until the `records-changed` that follows."""
 DEBOUNCE_S = 0.3
 """Seconds the stream waits after a change for more before it sends one `records-changed`."""
 PING_INTERVAL_S = 20.0
@@ -70,14 +75,16 @@ async def live(request: web.Request, principal: Principal) -> web.StreamResponse
     conn = await hub.open(None, None)
     try:
         await hub.subscribe(conn.client_id, [f"{collection.name}/*"], principal, ref)
-        changed, position = await hub.written_since(collection.name, _after(request))
+        after = _after(request)
+        changed, position = await hub.written_since(collection.name, after)
         response = EventSourceResponse(ping_interval=PING_INTERVAL_S, sep="\n")
         await response.prepare(request)
     except BaseException:
         hub.release(conn)
         raise
     try:
-        await _relay(hub, conn, response, changed=changed, position=position, ref=ref)
+        await _relay(hub, conn, response, changed=changed, position=position, ref=ref,
+                     open_id=_view_position(after) if changed else position)
     except (ConnectionResetError, ConnectionError):
         pass
     finally:
@@ -91,9 +98,20 @@ def _after(request: web.Request) -> str:
     return (request.headers.get("Last-Event-ID") or request.query.get("after") or "0-0").strip()[:64]
 
 
+def _view_position(after: str) -> str:
+    """The stream position the client's table stands at, from its `after` ("0-0" when that is not a
+    stream id): the `live` event's id while a `records-changed` is still owed to it."""
+    bare = split_event_id(after)[1] or after
+    try:
+        entry_order(bare)
+    except ValueError:
+        return "0-0"
+    return bare
+
+
 async def _relay(hub: RealtimeHub, conn: Connection, response: EventSourceResponse, *, changed: bool,
-                 position: str, ref: CredentialRef) -> None:
-    """Serve `conn` into a flag; send `live` (with `position` as its id), then `records-changed`
+                 position: str, ref: CredentialRef, open_id: str) -> None:
+    """Serve `conn` into a flag; send `live` (with `open_id` as its id), then `records-changed`
     (with the newest position it covers as its id) for each change, at most one per DEBOUNCE_S,
     until the stream should end: `conn` closed or its credential refused by the hub, `ref`'s token
     expired, or the client gone."""
@@ -112,7 +130,7 @@ async def _relay(hub: RealtimeHub, conn: Connection, response: EventSourceRespon
     serving = asyncio.create_task(hub.serve(conn, collect))
     serving.add_done_callback(lambda _: pending.set())
     try:
-        await response.send("on", id=position, event=OPEN_EVENT)
+        await response.send("on", id=open_id, event=OPEN_EVENT)
         while True:
             left_s = hub.expires_in_s(ref)
             if not pending.is_set() and left_s != 0:
