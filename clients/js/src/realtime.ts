@@ -8,6 +8,13 @@
  * when the credentials changed (a token refresh, a sign-in, an API key), because the server checks
  * each event against the credentials of the last POST and stops at their expiry. A `resync` event
  * (the missed events are gone) goes to the `onResync` listeners: reload your data.
+ *
+ * The server binds a client id to the principal of its first POST with credentials and refuses (403
+ * `forbidden`) a POST of anyone else, anonymous included. So when a re-post after a sign-in as another
+ * user, or a sign-out, is refused, the client drops that id and its stream, opens a new stream (a new
+ * client id) at once, posts the same subscriptions there with the new credentials and, once they are in
+ * force, calls the `onResync` listeners: what the application shows was the old principal's view. The
+ * callbacks stay subscribed; no 403 reaches the application.
  */
 import type { CmsClient } from "./client.js";
 import { unrefTimer } from "./client.js";
@@ -74,6 +81,10 @@ export class RealtimeService {
   private clientIdValue = "";
   private lastEventId = "";
   private posted: { clientId: string; key: string } | null = null;
+  /** The client id was dropped for another principal's: tell `onResync` once the new set is in force. */
+  private principalChanged = false;
+  /** Reopen the stream without the backoff delay (after dropping the client id). */
+  private reconnectNow = false;
   private postChain: Promise<void> = Promise.resolve();
   private readonly waiters = new Set<{ resolve: () => void; reject: (error: Error) => void }>();
 
@@ -139,7 +150,9 @@ export class RealtimeService {
   }
 
   /** Call `listener` when the server answers a resume with `resync` (events were missed for good:
-   * reload the data you show); returns the function that stops it. */
+   * reload the data you show), and when the subscriptions moved to a new stream because the
+   * credentials are now another principal's (a sign-in as another user, a sign-out): the events from
+   * then on follow the new principal's rules. Returns the function that stops it. */
   onResync(listener: () => void): () => void {
     this.resyncListeners.add(listener);
     return () => {
@@ -176,6 +189,8 @@ export class RealtimeService {
     this.clientIdValue = "";
     this.lastEventId = "";
     this.posted = null;
+    this.principalChanged = false;
+    this.reconnectNow = false;
     this.seen.clear();
     for (const waiter of [...this.waiters]) {
       waiter.reject(new CmsNetworkError(this.client.buildUrl("/api/v1/realtime"), new Error("realtime closed")));
@@ -202,6 +217,10 @@ export class RealtimeService {
       if (!this.running) {
         return;
       }
+      if (this.reconnectNow) {
+        this.reconnectNow = false;
+        continue;
+      }
       const delayMs = Math.min(MAX_BACKOFF_MS, BASE_BACKOFF_MS * 2 ** attempt) * (0.75 + Math.random() / 2);
       attempt += 1;
       await new Promise<void>((resolve) => {
@@ -212,6 +231,7 @@ export class RealtimeService {
         };
       });
       this.wakeUp = null;
+      this.reconnectNow = false;
     }
   }
 
@@ -235,6 +255,9 @@ export class RealtimeService {
     }
     let idle = unrefTimer(setTimeout(() => controller.abort(), IDLE_TIMEOUT_MS));
     const parser = new SseParser((event) => {
+      if (controller.signal.aborted) {
+        return;  // the rest of a chunk of a stream given up (its client id dropped)
+      }
       if (event.event === "connect") {
         opened();
       }
@@ -303,24 +326,53 @@ export class RealtimeService {
   }
 
   private async postIfChanged(): Promise<void> {
-    const clientId = this.clientIdValue;
-    if (!clientId) {
-      return;  // not connected: the next `connect` syncs
-    }
-    const subscriptions = [...this.subscriptions.keys()];
-    const wanted = (): string => JSON.stringify([subscriptions, this.client.credentialHeaders()]);
-    if (this.posted?.clientId === clientId && this.posted.key === wanted()) {
+    for (let moved = false; ; moved = true) {
+      const clientId = this.clientIdValue;
+      if (!clientId) {
+        return;  // not connected: the next `connect` syncs
+      }
+      const subscriptions = [...this.subscriptions.keys()];
+      const wanted = (): string => JSON.stringify([subscriptions, this.client.credentialHeaders()]);
+      if (this.posted?.clientId === clientId && this.posted.key === wanted()) {
+        return;
+      }
+      try {
+        await this.client.send<void>("/api/v1/realtime", { method: "POST", body: { client_id: clientId, subscriptions } });
+      } catch (error) {
+        if (error instanceof CmsError && error.status === 404) {
+          return;  // the stream dropped meanwhile; its reconnect posts again
+        }
+        if (error instanceof CmsError && error.status === 403 && error.code === "forbidden" && !moved
+          && this.clientIdValue === clientId) {
+          // the client id is bound to another principal: post again on a new stream
+          this.dropClient();
+          await this.waitConnected();
+          continue;
+        }
+        throw error;
+      }
+      this.posted = { clientId, key: wanted() };
+      if (this.principalChanged && this.clientIdValue === clientId) {
+        this.principalChanged = false;
+        for (const listener of [...this.resyncListeners]) {
+          listener();
+        }
+      }
       return;
     }
-    try {
-      await this.client.send<void>("/api/v1/realtime", { method: "POST", body: { client_id: clientId, subscriptions } });
-    } catch (error) {
-      if (error instanceof CmsError && error.status === 404) {
-        return;  // the stream dropped meanwhile; its reconnect posts again
-      }
-      throw error;
-    }
-    this.posted = { clientId, key: wanted() };
+  }
+
+  /** Give up the client id (bound to another principal) and its stream; `run` opens a new one at once. */
+  private dropClient(): void {
+    this.clientIdValue = "";
+    this.lastEventId = "";
+    this.posted = null;
+    this.seen.clear();
+    this.principalChanged = true;
+    this.reconnectNow = true;
+    this.setConnected(false);
+    this.controller?.abort();
+    this.wakeUp?.();
   }
 
   private waitConnected(): Promise<void> {

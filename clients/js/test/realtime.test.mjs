@@ -159,3 +159,67 @@ test("after a token refresh the subscriptions are posted again with the new toke
   await stop();
   client.close();
 });
+
+test("a sign-in as another user, and a sign-out, move the subscriptions to a new stream under the new principal",
+  async (t) => {
+    const members = unique("members");
+    await writer.collections.create({ name: members, type: "auth", schema: [] });
+    const name = unique("notes");
+    const rule = 'owner = @request.auth.id || owner = "all"';
+    await writer.collections.create({ name, schema: [{ name: "title", type: "text" }, { name: "owner", type: "text" }],
+      list_rule: rule, view_rule: rule });
+    const users = {};
+    for (const who of ["ann", "bob"]) {
+      const email = `${unique(who)}@example.com`;
+      const { user } = await new CmsClient(server.url).collection(members).auth.register({ email, password: "secret-pass-1" });
+      users[who] = { email, id: user.id };
+    }
+    const answers = [];
+    const client = new CmsClient(server.url, {
+      fetch: async (input, init) => {
+        const response = await fetch(input, init);
+        if (String(input).endsWith("/api/v1/realtime") && init?.method === "POST") {
+          answers.push(response.status);
+        }
+        return response;
+      },
+    });
+    t.after(() => client.close());
+    const signIn = (who) => client.collection(members).auth.authWithPassword(users[who].email, "secret-pass-1");
+    let resyncs = 0;
+    client.realtime.onResync(() => {
+      resyncs += 1;
+    });
+    const titles = [];
+    const extra = [];
+    /** Write one note for ann, one for bob and one for all; wait for the last (events come in order). */
+    const round = async (label) => {
+      for (const owner of ["ann", "bob", "all"]) {
+        await writer.collection(name).create({ title: `${label} ${owner}`, owner: users[owner]?.id ?? "all" });
+      }
+      await waitFor(() => titles.includes(`${label} all`), 10_000, `the events of round ${label}`);
+      return titles.filter((title) => title.startsWith(`${label} `));
+    };
+
+    await signIn("ann");
+    await client.realtime.subscribe(`${name}/*`, (event) => titles.push(event.record.title));
+    const annClientId = client.realtime.clientId;
+    assert.deepEqual(await round("1"), ["1 ann", "1 all"]);
+
+    await signIn("bob");
+    // subscribing while the client id is still ann's: the refused re-post does not reach the application
+    await client.realtime.subscribe(`${name}/*`, (event) => extra.push(event.record.title), { filter: 'title ~ "2 "' });
+    await waitFor(() => resyncs === 1, 10_000, "onResync after the move to bob");
+    const bobClientId = client.realtime.clientId;
+    assert.ok(bobClientId && bobClientId !== annClientId);
+    assert.deepEqual(await round("2"), ["2 bob", "2 all"]);
+    await waitFor(() => extra.length === 2, 10_000, "the second subscription's events");
+    assert.deepEqual(extra, ["2 bob", "2 all"]);
+
+    await client.collection(members).auth.logout();
+    await waitFor(() => resyncs === 2, 10_000, "onResync after the sign-out");
+    assert.ok(client.realtime.clientId && client.realtime.clientId !== bobClientId);
+    assert.deepEqual(await round("3"), ["3 all"]);
+    assert.ok(answers.includes(403), "the server refused a re-post on the old client id");
+    assert.equal(client.realtime.isConnected, true);
+  });

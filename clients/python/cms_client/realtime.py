@@ -1,7 +1,13 @@
 """Realtime for the async client (decisions.md, Realtime): one server-sent event stream (httpx-sse) per client,
 subscriptions posted with the client's credentials, resume with `Last-Event-ID` after a drop (backoff 0.1 s
 doubling to 5 s), subscriptions re-posted when the service knows the client under a new id or the
-credentials change (a refresh, a login, a logout), and `resync` handed to `on_resync` listeners."""
+credentials change (a refresh, a login, a logout), and `resync` handed to `on_resync` listeners.
+
+The service binds a client id to the principal of its first POST with credentials and refuses (403 `forbidden`)
+a POST of anyone else, anonymous included. When a re-post after a login as another user or a logout is refused,
+the client drops that id and its stream, opens a new stream (a new client id) at once, posts the same topics
+there with the new credentials and, once they are in force, calls the `on_resync` listeners: what the
+application shows was the old principal's view. Callbacks stay subscribed; the 403 never reaches the caller."""
 
 from __future__ import annotations
 
@@ -74,6 +80,8 @@ class AsyncRealtime:
         self._last_event_id: str | None = None
         self._posted: tuple[str, str, tuple[str, ...]] | None = None
         self._seen: deque[str] = deque(maxlen=SEEN_IDS)
+        self._principal_changed = False
+        """The client id was dropped for another principal's: tell `on_resync` once the new set is in force."""
         self._background: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         transport.store.on_change(self._credentials_changed)
@@ -105,7 +113,9 @@ class AsyncRealtime:
 
     def on_resync(self, listener: ResyncListener) -> Callable[[], None]:
         """Call `listener()` when the service sends `resync` (events were missed and cannot be replayed: reload
-        the data). Returns the function that stops it."""
+        the data), and when the subscriptions moved to a new stream because the credentials are now another
+        principal's (a login as another user, a logout): the events from then on follow the new principal's
+        rules. Returns the function that stops it."""
         self._resync_listeners.append(listener)
         return lambda: self._resync_listeners.remove(listener) if listener in self._resync_listeners else None
 
@@ -123,6 +133,7 @@ class AsyncRealtime:
         self._connected.clear()
         self._client_id = self._last_event_id = None
         self._posted = None
+        self._principal_changed = False
 
     async def _remove(self, key: str, callback: Callback) -> None:
         callbacks = self._callbacks.get(key, [])
@@ -141,18 +152,49 @@ class AsyncRealtime:
             self._task = asyncio.create_task(self._run(), name="cms-client-realtime")
 
     async def _post_subscriptions(self) -> None:
-        """Post the current topics unless the service already has them for this client id and credentials."""
+        """Post the current topics unless the service already has them for this client id and credentials. A
+        POST refused as another principal's (403 `forbidden`) is made again, once, on a new stream."""
+        moved = notify = False
         async with self._post_lock:
-            try:
-                await asyncio.wait_for(self._connected.wait(), CONNECT_TIMEOUT_S)
-            except TimeoutError as exc:
-                message = f"realtime: no stream from {self._t.base_url} within {CONNECT_TIMEOUT_S} s"
-                raise CmsNetworkError(message) from exc
-            client_id, topics = self._client_id, tuple(sorted(self._callbacks))
-            if client_id is None or self._posted == (client_id, self._t.store.token, topics):
-                return
-            await self._t.run(_resources.realtime_subscribe(client_id, topics))
-            self._posted = (client_id, self._t.store.token, topics)
+            while True:
+                try:
+                    await asyncio.wait_for(self._connected.wait(), CONNECT_TIMEOUT_S)
+                except TimeoutError as exc:
+                    message = f"realtime: no stream from {self._t.base_url} within {CONNECT_TIMEOUT_S} s"
+                    raise CmsNetworkError(message) from exc
+                client_id, topics = self._client_id, tuple(sorted(self._callbacks))
+                if client_id is None or self._posted == (client_id, self._t.store.token, topics):
+                    break
+                try:
+                    await self._t.run(_resources.realtime_subscribe(client_id, topics))
+                except CmsError as exc:
+                    if exc.status != 403 or exc.code != "forbidden" or moved or self._client_id != client_id:
+                        raise
+                    moved = True
+                    await self._drop_client()
+                    if not self._callbacks:
+                        return  # closed meanwhile
+                    continue
+                self._posted = (client_id, self._t.store.token, topics)
+                notify, self._principal_changed = self._principal_changed, False
+                break
+        if notify:  # outside the lock: a listener may subscribe
+            for listener in list(self._resync_listeners):
+                await _call(listener)
+
+    async def _drop_client(self) -> None:
+        """Give up the client id (bound to another principal) and its stream, and open a new stream."""
+        self._connected.clear()
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.wait([task])  # raises neither the task's error nor swallows our own cancellation
+        self._client_id = self._last_event_id = None
+        self._posted = None
+        self._seen.clear()
+        self._principal_changed = True
+        if self._callbacks:
+            self._ensure_stream()
 
     def _credentials_changed(self, store: AuthStore) -> None:
         if self._task is None or self._loop is None or self._loop.is_closed():

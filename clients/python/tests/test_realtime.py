@@ -150,3 +150,61 @@ async def test_subscriptions_are_posted_again_after_a_token_refresh(service: Ser
         await client.collection(blog.posts).create({"title": f"{tag} after refresh"})
         await eventually(lambda: titles == [f"{tag} after refresh"])
     await http.aclose()
+
+
+async def test_a_login_as_another_user_and_a_logout_move_the_subscriptions_to_a_new_stream(service: Service) -> None:
+    members, notes = unique("members"), unique("notes")
+    rule = 'owner = @request.auth.id || owner = "all"'
+    answers: list[int] = []
+
+    async def record(response: httpx.Response) -> None:
+        if response.request.method == "POST" and response.request.url.path == "/api/v1/realtime":
+            answers.append(response.status_code)
+
+    http = httpx.AsyncClient(event_hooks={"response": [record]})
+    async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(service.url, http=http) as client:
+        await writer.auth.auth_with_password(service.admin_email, service.admin_password)
+        await writer.collections.create({"name": members, "type": "auth", "schema": []})
+        await writer.collections.create({"name": notes, "list_rule": rule, "view_rule": rule, "schema": [
+            {"name": "title", "type": "text"}, {"name": "owner", "type": "text"}]})
+        users: dict[str, dict[str, str]] = {}
+        for who in ("ann", "bob"):
+            email = f"{unique(who)}@example.com"
+            registered = await client.collection(members).auth.register(email, "secret-pass-1")
+            users[who] = {"email": email, "id": registered["user"]["id"]}
+        resyncs: list[bool] = []
+        client.realtime.on_resync(lambda: resyncs.append(True))
+        titles: list[str] = []
+        extra: list[str] = []
+
+        async def sign_in(who: str) -> None:
+            await client.collection(members).auth.auth_with_password(users[who]["email"], "secret-pass-1")
+
+        async def round_of(label: str) -> list[str]:
+            """One note for ann, one for bob, one for all; waits for the last (events come in order)."""
+            for owner in ("ann", "bob", "all"):
+                await writer.collection(notes).create({"title": f"{label} {owner}",
+                                                       "owner": users[owner]["id"] if owner in users else "all"})
+            await eventually(lambda: f"{label} all" in titles, what=f"the events of round {label}")
+            return [title for title in titles if title.startswith(f"{label} ")]
+
+        await sign_in("ann")
+        await client.realtime.subscribe(f"{notes}/*", lambda e: titles.append(e["record"]["title"]))
+        ann_client_id = client.realtime.client_id
+        assert await round_of("1") == ["1 ann", "1 all"]
+
+        await sign_in("bob")
+        # subscribing while the client id is still ann's: the refused re-post does not reach the caller
+        await client.realtime.subscribe(f"{notes}/*", lambda e: extra.append(e["record"]["title"]))
+        await eventually(lambda: len(resyncs) == 1, what="on_resync after the move to bob")
+        bob_client_id = client.realtime.client_id
+        assert bob_client_id and bob_client_id != ann_client_id
+        assert await round_of("2") == ["2 bob", "2 all"]
+        assert extra == ["2 bob", "2 all"]
+
+        await client.collection(members).auth.logout()
+        await eventually(lambda: len(resyncs) == 2, what="on_resync after the logout")
+        assert client.realtime.client_id not in (None, bob_client_id)
+        assert await round_of("3") == ["3 all"]
+        assert 403 in answers  # the service refused a re-post on the old client id
+    await http.aclose()

@@ -176,6 +176,10 @@ class CollectionCreate(TypedDict, closed=True):
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    email_view_rule: NotRequired[str | None]
+    """
+    Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
+    """
     list_rule: NotRequired[str | None]
     """
     Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
@@ -213,6 +217,10 @@ class CollectionUpdate(TypedDict, closed=True):
     delete_rule: NotRequired[str | None]
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    email_view_rule: NotRequired[str | None]
+    """
+    Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
     """
     list_rule: NotRequired[str | None]
     """
@@ -680,6 +688,14 @@ class FieldSpec(TypedDict, closed=True):
     type: Literal['text', 'editor', 'bool', 'email', 'url', 'number', 'date', 'select', 'json', 'relation', 'file']
     validation: FieldValidation
     values: list[str] | None
+    view_rule: str | None
+    """
+    Who sees this field's value on a record: "" = whoever sees the record, null = admins only (an unknown field to everyone else), or a rule expression evaluated per record and caller
+    """
+    write_rule: str | None
+    """
+    Who may set this field in a create or update: "" = whoever may write the record, null = admins only, or a rule expression (with @request.data.*); refused writes are 403
+    """
 
 
 class LoginResponse(TypedDict, closed=True):
@@ -706,6 +722,10 @@ class Collection(TypedDict, closed=True):
     delete_rule: str | None
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    email_view_rule: str | None
+    """
+    Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
     """
     id: str
     list_rule: str | None
