@@ -34,7 +34,13 @@ from aiohttp import web
 from cms import __version__
 from cms.app import create_app, create_runner
 from cms.commands.backup import backup
-from cms.commands.environment import command_config, environment, running_embedded, servers
+from cms.commands.environment import (
+    command_config,
+    environment,
+    running_embedded,
+    servers,
+    use_password_parameters,
+)
 from cms.config import Config, ConfigError
 from cms.errors import CmsError
 from cms.logs import setup_logging
@@ -155,6 +161,7 @@ def run(main: Coroutine[Any, Any, None]) -> None:
 def _serve_child(config: Config, run_worker: bool, parent_pid: int) -> None:
     """Body of one `--workers` child process (spawned): serve until SIGTERM; die with the parent."""
     stop_when_parent_dies(parent_pid)
+    use_password_parameters(config)  # spawned: nothing of the parent's process state is inherited
     setup_logging(config.log_level, config.log_format)
     with traced():
         run(_serve_until_signal(config, run_worker=run_worker, reuse_port=True))

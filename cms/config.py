@@ -14,6 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from argon2 import Parameters
+
+from cms.security.passwords import DEFAULT_MEMORY_KIB, DEFAULT_PARALLELISM, DEFAULT_TIME_COST, argon2id
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")
 QUEUE_NAME = "cms:queue"
@@ -25,6 +29,8 @@ holds) takes more than 250 ms on a 2-core machine: measured by `scripts/bench/be
 (docs/performance.md, The embedded server's envelope). Past it, `cms serve` warns at start-up and the
 admin UI's records page says so (cms.services.content.envelope)."""
 METRICS_TOKEN_MIN_LENGTH = 16
+PASSWORD_HASH_MAX_MEMORY_KIB = 4 * 1024 * 1024
+"""The most memory one password hash may take (4 GiB): a bound on a typing slip, not a recommendation."""
 
 
 class ConfigError(ValueError):
@@ -112,6 +118,14 @@ class Config:
     """Places in that line (running and waiting list queries) one client, the signed-in user or else
     the client's address, may hold at once (`LIST_SCAN_PER_CLIENT`, 1..80); its next list query that
     needs a scan gets 503 at once, so one client cannot fill the line for the others."""
+    password_time_cost: int = DEFAULT_TIME_COST
+    """argon2id passes of a new password hash (`PASSWORD_HASH_TIME_COST`, 1..100)."""
+    password_memory_kib: int = DEFAULT_MEMORY_KIB
+    """argon2id memory of a new password hash in KiB (`PASSWORD_HASH_MEMORY_KIB`, 1,024..4 GiB and at
+    least 8 per lane). The default with the two others is OWASP's minimum (docs/concepts/auth.md)."""
+    password_parallelism: int = DEFAULT_PARALLELISM
+    """argon2id lanes (threads) of a new password hash (`PASSWORD_HASH_PARALLELISM`, 1..64). Hashes made
+    with other parameters verify, and are rehashed with these at the user's next successful login."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -119,6 +133,12 @@ class Config:
     def backups_path(self) -> Path:
         """The backup directory: `BACKUP_DIR`, else `<data_dir>/backups`."""
         return self.backup_dir or self.data_dir / "backups"
+
+    @property
+    def password_parameters(self) -> Parameters:
+        """The argon2id parameters of new password hashes (`password_time_cost`, `password_memory_kib`,
+        `password_parallelism`)."""
+        return argon2id(self.password_time_cost, self.password_memory_kib, self.password_parallelism)
 
     @property
     def base_url(self) -> str:
@@ -193,7 +213,18 @@ class Config:
             **_metrics_settings(env),
             list_scan_slots=_int(env, "LIST_SCAN_SLOTS", 4, 1, 64),
             list_scan_per_client=_int(env, "LIST_SCAN_PER_CLIENT", 8, 1, 80),
+            **_password_settings(env),
         )
+
+
+def _password_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """`password_time_cost`, `password_memory_kib` and `password_parallelism` from PASSWORD_HASH_TIME_COST,
+    PASSWORD_HASH_MEMORY_KIB and PASSWORD_HASH_PARALLELISM. Raises ConfigError naming the variable."""
+    time_cost = _int(env, "PASSWORD_HASH_TIME_COST", DEFAULT_TIME_COST, 1, 100)
+    memory_kib = _int(env, "PASSWORD_HASH_MEMORY_KIB", DEFAULT_MEMORY_KIB, 1024, PASSWORD_HASH_MAX_MEMORY_KIB)
+    # at least 1,024 KiB over at most 64 lanes: argon2's floor of 8 KiB per lane always holds
+    parallelism = _int(env, "PASSWORD_HASH_PARALLELISM", DEFAULT_PARALLELISM, 1, 64)
+    return {"password_time_cost": time_cost, "password_memory_kib": memory_kib, "password_parallelism": parallelism}
 
 
 def _metrics_settings(env: Mapping[str, str]) -> dict[str, Any]:

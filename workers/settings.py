@@ -18,6 +18,7 @@ from cms.infra import lend, open_redis, redis_settings
 from cms.jobs import DELIVER_WEBHOOK, DELIVER_WEBHOOKS, SEND_EMAIL, SEND_OTP, SEND_PASSWORD_RESET, TRACE_CONTEXT
 from cms.observability import tracing
 from cms.observability.metrics_http import MetricsServer
+from cms.security import passwords
 from cms.services.access import metrics_token_matches
 from cms.wiring import Services, open_services, recording
 from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
@@ -72,6 +73,7 @@ async def on_startup(ctx: dict[str, Any]) -> None:
     hold_job_locks(ctx)
     if "config" not in ctx:  # `arq workers.WorkerSettings`: neither cms command set this process up
         ctx["config"] = Config.from_env(os.environ)
+        passwords.use_parameters(ctx["config"].password_parameters)  # as `cms` commands do
         tracing.start(os.environ)
     if "services" not in ctx:
         stack = AsyncExitStack()

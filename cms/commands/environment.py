@@ -17,6 +17,7 @@ from dotenv import dotenv_values
 
 from cms.config import Config
 from cms.runtime.embedded import embedded_servers
+from cms.security import passwords
 
 EMBEDDED_STATE_FILE = "embedded.json"
 """Under the data dir while an embedded `cms serve` runs: the URLs of its servers (JSON)."""
@@ -30,11 +31,22 @@ def environment() -> dict[str, str]:
 
 def command_config(args: argparse.Namespace) -> Config:
     """The Config of a command: `Config.from_env` over `environment()`, with the command's
-    `--host`, `--port` and `--data-dir` when it has them. Raises ConfigError."""
+    `--host`, `--port` and `--data-dir` when it has them; this process hashes passwords as it says
+    (`use_password_parameters`). Raises ConfigError."""
     env = environment()
     data_dir = Path(args.data_dir) if getattr(args, "data_dir", None) else None
-    return Config.from_env(env, host=getattr(args, "host", None), port=getattr(args, "port", None),
-                           data_dir=data_dir)
+    config = Config.from_env(env, host=getattr(args, "host", None), port=getattr(args, "port", None),
+                             data_dir=data_dir)
+    use_password_parameters(config)
+    return config
+
+
+def use_password_parameters(config: Config) -> None:
+    """Make this process hash new passwords with `config`'s argon2id parameters (`password_*`). Every
+    process that reads a Config from the environment calls it once: each `cms` command, each spawned
+    `cms serve --workers` process, an `arq` worker. Tests build their Config directly and keep their own
+    (tests/conftest.py)."""
+    passwords.use_parameters(config.password_parameters)
 
 
 @contextlib.contextmanager

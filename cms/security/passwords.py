@@ -1,7 +1,8 @@
-"""Password hashing (argon2id, argon2-cffi defaults) and the password policy.
+"""Password hashing (argon2id, OWASP's minimum profile unless configured) and the password policy.
 
 The hashing functions are CPU-bound (tens of milliseconds); async callers run them through
-`asyncio.to_thread`. Passwords are never logged.
+`asyncio.to_thread`. Passwords are never logged. Why OWASP's minimum is enough: docs/concepts/auth.md,
+"Password hashing".
 """
 
 from __future__ import annotations
@@ -11,22 +12,49 @@ from dataclasses import dataclass
 
 from argon2 import Parameters, PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+from argon2.low_level import Type
 from argon2.profiles import RFC_9106_LOW_MEMORY
 
-DEFAULT_PARAMETERS = RFC_9106_LOW_MEMORY
-"""argon2id with RFC 9106's low-memory profile (t=3, 64 MiB, p=4): argon2-cffi's default."""
+DEFAULT_TIME_COST = 2
+"""Passes over the memory (`PASSWORD_HASH_TIME_COST`)."""
+DEFAULT_MEMORY_KIB = 19 * 1024
+"""Memory of one hash in KiB, 19 MiB (`PASSWORD_HASH_MEMORY_KIB`)."""
+DEFAULT_PARALLELISM = 1
+"""Lanes, hence threads, of one hash (`PASSWORD_HASH_PARALLELISM`)."""
+MIN_MEMORY_KIB_PER_LANE = 8
+"""argon2's floor: a hash needs at least 8 KiB per lane."""
+
+
+def argon2id(time_cost: int, memory_kib: int, parallelism: int) -> Parameters:
+    """argon2id (version 19, 16-byte salt, 32-byte hash) with `time_cost` passes over `memory_kib` KiB
+    in `parallelism` lanes. Raises ValueError when `memory_kib` < MIN_MEMORY_KIB_PER_LANE * `parallelism`
+    or a value is below 1."""
+    if min(time_cost, memory_kib, parallelism) < 1 or memory_kib < MIN_MEMORY_KIB_PER_LANE * parallelism:
+        raise ValueError(f"argon2id needs t >= 1, p >= 1 and m >= {MIN_MEMORY_KIB_PER_LANE} KiB per lane, "
+                         f"got t={time_cost}, m={memory_kib}, p={parallelism}")
+    return Parameters(type=Type.ID, version=19, salt_len=16, hash_len=32, time_cost=time_cost,
+                      memory_cost=memory_kib, parallelism=parallelism)
+
+
+DEFAULT_PARAMETERS = argon2id(DEFAULT_TIME_COST, DEFAULT_MEMORY_KIB, DEFAULT_PARALLELISM)
+"""argon2id at OWASP's recommended minimum (Password Storage Cheat Sheet): m=19 MiB, t=2, p=1."""
+PREVIOUS_PARAMETERS = RFC_9106_LOW_MEMORY
+"""What hashes were made with before (argon2-cffi's default, RFC 9106's low-memory profile: t=3,
+64 MiB, p=4): they still verify and are replaced at the user's next successful login."""
 
 # One hasher for the process.
 _HASHER = PasswordHasher.from_parameters(DEFAULT_PARAMETERS)
 
 
 def use_parameters(parameters: Parameters) -> None:
-    """Hash new passwords with `parameters` from now on, in this process (tests use a cheap
-    profile so that hundreds of sign-ups do not spend minutes of CPU). Hashes made with other
+    """Hash new passwords with `parameters` from now on, in this process: the configured ones
+    (`cms.commands.environment.use_password_parameters`, from Config's `password_*`), or a cheap
+    profile in tests so that hundreds of sign-ups do not spend minutes of CPU. Hashes made with other
     parameters still verify; `needs_rehash` answers True for them, so a login upgrades them."""
     global _HASHER
     _HASHER = PasswordHasher.from_parameters(parameters)
     dummy_hash.cache_clear()
+
 
 # Used only by verify_dummy(); any fixed text works, its hash just has to exist.
 _DUMMY_PASSWORD = "cms-dummy-password-for-unknown-accounts"

@@ -6,7 +6,7 @@ Usage:
     python scripts/bench/bench_records.py [CSV] --url http://127.0.0.1:8090 \\
         --email ADMIN_EMAIL --password ADMIN_PASSWORD [--server-pid PID] \\
         [--single-rows 5000] [--concurrency 16] [--import-repeat 3] [--export-repeat 3] \\
-        [--bulk-repeat 10] [--keep]
+        [--bulk-repeat 10] [--batch-size 10] [--batch-rounds 3] [--only-batches] [--keep]
 
 It starts nothing: point it at a `cms serve` you started. CSV defaults to
 `../shared/data/pypi-packages.csv` (50,000 rows; columns name, version, released, popular, summary).
@@ -22,7 +22,12 @@ afresh, deleted at the end unless `--keep`), with the schema of `scripts/load_pa
    times and checks the row count.
 4. Bulk update, then bulk delete: `--bulk-repeat` calls each, every call with 1,000 distinct ids
    of the exported records.
-5. With `--scale-rows N`: imports the file again and again into `bench_scale` (the same schema
+5. Batches (`--batch-size N`, default 10; 0 skips): `--batch-rounds` rounds (default 3), each POSTing
+   the first `--single-rows` rows one by one and then again as `POST /api/v1/batch` of N creates each
+   (one transaction), both from `--concurrency` workers into fresh collections (`bench_single_<r>`,
+   `bench_batch_<r>`), so the two alternate; prints records/s of each round and the medians.
+   `--only-batches` runs this step alone (no CSV import, export or bulk steps).
+6. With `--scale-rows N`: imports the file again and again into `bench_scale` (the same schema
    without the unique rule) until it holds at least N records, then exports it once, to show that
    the memory of `cms serve` does not grow with the size of an export.
 
@@ -47,6 +52,7 @@ import io
 import math
 import os
 import platform
+import statistics
 import sys
 import threading
 import time
@@ -260,6 +266,64 @@ async def single_posts(api: Api, collection: str, rows: list[dict[str, Any]], co
         step.note = "refused: " + "; ".join(refused)
 
 
+async def batch_posts(api: Api, collection: str, rows: list[dict[str, Any]], batch_size: int, concurrency: int,
+                      step: Step) -> None:
+    """POST `rows` as batches of `batch_size` creates (`POST /api/v1/batch`) from `concurrency` workers;
+    latencies (per batch) and rows go to `step`."""
+    chunks = [rows[i:i + batch_size] for i in range(0, len(rows), batch_size)]
+    queue: asyncio.Queue[list[dict[str, Any]] | None] = asyncio.Queue()
+    for chunk in chunks:
+        queue.put_nowait(chunk)
+    for _ in range(concurrency):
+        queue.put_nowait(None)
+    refused: list[str] = []
+    url = f"/api/v1/collections/{collection}/records"
+
+    async def worker() -> None:
+        while (chunk := await queue.get()) is not None:
+            requests = [{"method": "POST", "url": url, "body": {"data": row}} for row in chunk]
+            started = time.perf_counter()
+            status, body, _ = await api.request("POST", "/api/v1/batch", json={"requests": requests})
+            if status == 200:
+                step.latencies_s.append(time.perf_counter() - started)
+                step.rows += len(chunk)
+            elif len(refused) < 5:
+                refused.append(f"HTTP {status} {describe(body)}")
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    step.wall_s = time.monotonic() - started
+    if refused:
+        step.note = "refused: " + "; ".join(refused)
+
+
+async def compare_batches(api: Api, rows: list[dict[str, Any]], args: argparse.Namespace) -> list[Step]:
+    """Step 5: `args.batch_rounds` rounds of single POSTs then batches of `args.batch_size`, alternating,
+    each into a fresh collection (dropped after unless `--keep`); returns the steps in run order and
+    prints the medians."""
+    steps: list[Step] = []
+    for number in range(1, args.batch_rounds + 1):
+        single = Step(f"round {number}: single POSTs ({len(rows):,} rows)", rows_per_call=1)
+        batch = Step(f"round {number}: batches of {args.batch_size} ({len(rows):,} rows)",
+                     rows_per_call=args.batch_size)
+        for step, name in ((single, f"bench_single_{number}"), (batch, f"bench_batch_{number}")):
+            await fresh_collection(api, name)
+            print(f"{step.label} ...", file=sys.stderr)
+            if step is single:
+                await single_posts(api, name, rows, args.concurrency, step)
+            else:
+                await batch_posts(api, name, rows, args.batch_size, args.concurrency, step)
+            if not args.keep:
+                await drop_collection(api, name)
+            steps.append(step)
+    singles = statistics.median(s.rate() for s in steps[0::2])
+    batches = statistics.median(s.rate() for s in steps[1::2])
+    print(f"\nmedians of {args.batch_rounds} alternating rounds (concurrency {args.concurrency}): single creates "
+          f"{singles:,.0f} records/s, batches of {args.batch_size} {batches:,.0f} records/s "
+          f"({batches / singles if singles else 0:,.2f}x)")
+    return steps
+
+
 async def csv_export(api: Api, collection: str) -> tuple[float, int, bytes]:
     """(seconds to the last byte, bytes, body) of one download."""
     started = time.perf_counter()
@@ -342,6 +406,10 @@ async def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         sampler.start()
         try:
+            if args.only_batches:
+                batch_steps = await compare_batches(api, single_rows, args)
+                report(batch_steps, sampler)
+                return 0
             # 1. CSV import
             step = Step("CSV import (whole file, one request)", rows_per_call=total_rows)
             for n in range(args.import_repeat):
@@ -398,7 +466,11 @@ async def run(args: argparse.Namespace) -> int:
                     step.rows += len(chunk)
                 steps.append(step)
 
-            # 5. export at scale
+            # 5. batches against single creates
+            if args.batch_size:
+                steps.extend(await compare_batches(api, single_rows, args))
+
+            # 6. export at scale
             if args.scale_rows:
                 steps.append(await export_at_scale(api, sampler, content, args.csv.name, imported_rows,
                                                    args.scale_rows))
@@ -455,6 +527,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--export-repeat", type=int, default=3, help="CSV exports timed (default: %(default)s)")
     parser.add_argument("--bulk-repeat", type=int, default=10,
                         help="bulk-update and bulk-delete calls timed, 1,000 ids each (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=10,
+                        help="creates per batch in the batch step; 0 skips it (default: %(default)s)")
+    parser.add_argument("--batch-rounds", type=int, default=3,
+                        help="alternating rounds of single POSTs and batches (default: %(default)s)")
+    parser.add_argument("--only-batches", action="store_true", help="run the batch step alone")
     parser.add_argument("--scale-rows", type=int, default=0,
                         help="also export a collection of at least this many records (default: skip)")
     parser.add_argument("--keep", action="store_true", help="keep the bench collections")
@@ -462,7 +539,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.email or not args.password:
         parser.error("--email and --password (or ADMIN_EMAIL / ADMIN_PASSWORD) are required")
-    if min(args.single_rows, args.concurrency, args.import_repeat, args.export_repeat, args.bulk_repeat) < 1:
+    if min(args.single_rows, args.concurrency, args.import_repeat, args.export_repeat, args.bulk_repeat,
+           args.batch_rounds) < 1 or args.batch_size < 0 or (args.only_batches and not args.batch_size):
         parser.error("counts must be at least 1")
     if not args.csv.is_file():
         parser.error(f"CSV not found: {args.csv}")

@@ -348,6 +348,29 @@ async def test_events_go_out_after_the_commit_one_per_record(client: Client, adm
         services.events.unsubscribe(subscriber)
 
 
+async def test_a_run_of_creates_reaches_subscribers_as_one_batch(client: Client, admin_token: str, posts: Any,
+                                                                 services: Services, transactions: None,
+                                                                 mongo_commands: CommandLog) -> None:
+    """Ten creates: one insert, and their events handed to each subscriber (the read cache's version
+    bump, realtime, webhooks) once, as one batch of ten, not ten times (issue 38, item 8)."""
+    posts_id = (await services.catalog.by_name("posts")).id
+    sizes: list[int] = []
+
+    async def subscriber(batch: Sequence[RecordEvent]) -> None:
+        sizes.append(len(batch))
+
+    services.events.subscribe(subscriber)
+    try:
+        mongo_commands.commands.clear()
+        response = await client.post(BATCH, headers=bearer(admin_token),
+                                     json={"requests": [post("posts", {"title": f"t{i}"}) for i in range(10)]})
+        assert response.status == 200, await response.text()
+        assert mongo_commands.insert_sizes(posts_id) == [10]
+        assert sizes == [10]
+    finally:
+        services.events.unsubscribe(subscriber)
+
+
 async def test_webhooks_get_one_delivery_per_record_of_a_committed_batch(
         client: Client, admin_token: str, posts: Any, run_jobs: Callable[[], Awaitable[None]], transactions: None,
         receiver: Receiver) -> None:  # noqa: F811

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from cms.config import Config, ConfigError
+from cms.security import passwords
 
 PRODUCTION = {"MONGODB_URL": "mongodb://db:27017", "REDIS_URL": "redis://cache:6379/0", "SECRET_KEY": "k" * 40}
 
@@ -23,8 +24,14 @@ PRODUCTION = {"MONGODB_URL": "mongodb://db:27017", "REDIS_URL": "redis://cache:6
     ({**PRODUCTION, "MONGODB_DB": "bad name!"}, "MONGODB_DB"),
     ({**PRODUCTION, "CACHE_REDIS_URL": "memcached://x"}, "CACHE_REDIS_URL"),
     ({**PRODUCTION, "LIST_SCAN_PER_CLIENT": "0"}, "LIST_SCAN_PER_CLIENT"),
+    ({**PRODUCTION, "PASSWORD_HASH_TIME_COST": "0"}, "PASSWORD_HASH_TIME_COST"),
+    ({**PRODUCTION, "PASSWORD_HASH_TIME_COST": "two"}, "PASSWORD_HASH_TIME_COST"),
+    ({**PRODUCTION, "PASSWORD_HASH_MEMORY_KIB": "512"}, "PASSWORD_HASH_MEMORY_KIB"),
+    ({**PRODUCTION, "PASSWORD_HASH_MEMORY_KIB": "19MiB"}, "PASSWORD_HASH_MEMORY_KIB"),
+    ({**PRODUCTION, "PASSWORD_HASH_PARALLELISM": "65"}, "PASSWORD_HASH_PARALLELISM"),
 ], ids=["mongodb-scheme", "redis-scheme", "secret-missing", "secret-short", "smtp-port-text", "smtp-port-range",
-        "starttls", "log-level", "admin-half", "public-url", "db-name", "cache-redis-scheme", "scan-share-range"])
+        "starttls", "log-level", "admin-half", "public-url", "db-name", "cache-redis-scheme", "scan-share-range",
+        "hash-passes", "hash-passes-text", "hash-memory-small", "hash-memory-unit", "hash-lanes"])
 def test_bad_values_name_the_variable(env, variable, tmp_path: Path):
     with pytest.raises(ConfigError, match=variable):
         Config.from_env(env, data_dir=tmp_path)
@@ -42,6 +49,10 @@ def test_production_values(tmp_path: Path):
     assert (config.list_scan_slots, config.list_scan_per_client) == (4, 8)
     scans = Config.from_env({**PRODUCTION, "LIST_SCAN_SLOTS": "16", "LIST_SCAN_PER_CLIENT": "20"}, data_dir=tmp_path)
     assert (scans.list_scan_slots, scans.list_scan_per_client) == (16, 20)
+    assert config.password_parameters == passwords.DEFAULT_PARAMETERS  # OWASP's minimum: 19 MiB, t=2, p=1
+    hashing = Config.from_env({**PRODUCTION, "PASSWORD_HASH_TIME_COST": "3", "PASSWORD_HASH_MEMORY_KIB": "65536",
+                               "PASSWORD_HASH_PARALLELISM": "4"}, data_dir=tmp_path)
+    assert hashing.password_parameters == passwords.PREVIOUS_PARAMETERS
     split = Config.from_env({**PRODUCTION, "CACHE_REDIS_URL": "redis://lru:6379/0"}, data_dir=tmp_path)
     assert split.cache_redis_url == "redis://lru:6379/0" and split.redis_url == "redis://cache:6379/0"
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import jwt
 import pytest
-from argon2 import PasswordHasher
+from argon2 import PasswordHasher, extract_parameters
 
 from cms.errors import Unauthorized
 from cms.security import codes, passwords, signing
@@ -115,14 +115,36 @@ def test_malformed_hash_verifies_false(password_hash: str) -> None:
     assert needs_rehash(password_hash) is True
 
 
-def test_a_server_hashes_with_rfc_9106_low_memory() -> None:
+def test_a_server_hashes_with_owasps_minimum() -> None:
     """The suite hashes cheaply (tests/conftest.py); a process that does not ask for that hashes
-    with argon2id at 64 MiB, three passes, four lanes."""
+    with argon2id at OWASP's recommended minimum: 19 MiB, two passes, one lane."""
     script = "from cms.security.passwords import hash_password; print(hash_password('x'))"
     printed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                              timeout=60).stdout
-    assert printed.startswith("$argon2id$v=19$m=65536,t=3,p=4$")
-    assert passwords.DEFAULT_PARAMETERS.memory_cost == 65536
+    assert printed.startswith("$argon2id$v=19$m=19456,t=2,p=1$")
+    defaults = passwords.DEFAULT_PARAMETERS
+    assert (defaults.memory_cost, defaults.time_cost, defaults.parallelism) == (19 * 1024, 2, 1)
+    assert extract_parameters(printed.strip()) == defaults
+
+
+def test_a_configured_process_hashes_with_its_parameters() -> None:
+    """`cms` commands read PASSWORD_HASH_* once (Config.from_env) and hash with them."""
+    script = ("from cms.commands.environment import use_password_parameters; from cms.config import Config;"
+              "from cms.security.passwords import hash_password;"
+              "use_password_parameters(Config.from_env({'PASSWORD_HASH_TIME_COST': '3', "
+              "'PASSWORD_HASH_MEMORY_KIB': '12288', 'PASSWORD_HASH_PARALLELISM': '2'}, data_dir=__import__('pathlib')"
+              ".Path(__import__('tempfile').mkdtemp())));"
+              "print(hash_password('x'))")
+    printed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             timeout=60).stdout
+    assert printed.startswith("$argon2id$v=19$m=12288,t=3,p=2$")
+
+
+@pytest.mark.parametrize("time_cost, memory_kib, parallelism", [(0, 19456, 1), (2, 7, 1), (2, 15, 2), (2, 19456, 0)],
+                         ids=["no-pass", "under-8-kib", "under-8-kib-per-lane", "no-lane"])
+def test_argon2id_refuses_what_argon2_cannot_run(time_cost: int, memory_kib: int, parallelism: int) -> None:
+    with pytest.raises(ValueError, match="argon2id needs"):
+        passwords.argon2id(time_cost, memory_kib, parallelism)
 
 
 def test_a_hash_of_other_parameters_still_verifies_and_asks_for_a_rehash() -> None:
