@@ -5246,6 +5246,8 @@ export interface paths {
                     search?: string | null;
                     /** @description true: do not count the matches (`total` is -1) */
                     skip_total?: boolean;
+                    /** @description admins only (403 for others): true adds `explain`, how the database ran the page's query: {index (name or null), collection_scan, docs_examined, returned}; never cached; 400 when the server cannot explain */
+                    explain?: boolean;
                 };
                 header?: never;
                 path: {
@@ -6333,7 +6335,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Open the realtime stream (server-sent events): `connect` with the `client_id`, then the events of the client's subscriptions (`id:` on every event, `: ping` every 20 s); resume with `?client_id=` and the `Last-Event-ID` header; 503 past the server's connection limit */
+        /** Open the realtime stream (server-sent events): `connect` with the `client_id`, then the events of the client's subscriptions (`id:` on every event, `: ping` every 20 s); resume with `?client_id=` and the `Last-Event-ID` header (403 when it carries credentials of another principal than the client's); 503 past the server's connection limit */
         get: {
             parameters: {
                 query?: {
@@ -6370,7 +6372,7 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description Unauthorized (the endpoint's own check, e.g. a wrong password) */
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
                 401: {
                     headers: {
                         [name: string]: unknown;
@@ -6379,7 +6381,7 @@ export interface paths {
                         "application/json": components["schemas"]["Error"];
                     };
                 };
-                /** @description Forbidden */
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
                 403: {
                     headers: {
                         [name: string]: unknown;
@@ -6418,7 +6420,7 @@ export interface paths {
             };
         };
         put?: never;
-        /** Set the client's subscriptions (replacing the previous set) under this request's credentials; 204 once in force on every replica */
+        /** Set the client's subscriptions (replacing the previous set) under this request's credentials; 204 once in force on every replica; 403 when the client is bound to another principal */
         post: {
             parameters: {
                 query?: never;
@@ -7846,7 +7848,11 @@ export interface components {
             created: string;
             /** @description Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             delete_rule: string | null;
+            /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
+            email_view_rule: string | null;
             id: string;
+            /** @description Declared indexes, as given; the automatic ones are not listed */
+            indexes: components["schemas"]["IndexDeclaration"][];
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule: string | null;
             mfa_enabled: boolean;
@@ -7868,6 +7874,17 @@ export interface components {
             create_rule?: string | null;
             /** @description Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             delete_rule?: string | null;
+            /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
+            email_view_rule?: string | null;
+            /**
+             * @description Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed
+             * @default null
+             */
+            indexes?: {
+                fields: string[];
+                /** @default false */
+                unique?: boolean;
+            }[] | null;
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule?: string | null;
             /** @default null */
@@ -7920,6 +7937,14 @@ export interface components {
             create_rule?: string | null;
             /** @description Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             delete_rule?: string | null;
+            /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
+            email_view_rule?: string | null;
+            /** @description Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed */
+            indexes?: {
+                fields: string[];
+                /** @default false */
+                unique?: boolean;
+            }[];
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule?: string | null;
             mfa_enabled?: boolean;
@@ -8002,6 +8027,10 @@ export interface components {
             type: "text" | "editor" | "bool" | "email" | "url" | "number" | "date" | "select" | "json" | "relation" | "file";
             validation: components["schemas"]["FieldValidation"];
             values: string[] | null;
+            /** @description Who sees this field's value on a record: "" = whoever sees the record, null = admins only (an unknown field to everyone else), or a rule expression evaluated per record and caller */
+            view_rule: string | null;
+            /** @description Who may set this field in a create or update: "" = whoever may write the record, null = admins only, or a rule expression (with @request.data.*); refused writes are 403 */
+            write_rule: string | null;
         };
         FieldValidation: {
             max: number | null;
@@ -8035,6 +8064,10 @@ export interface components {
             /** @enum {string} */
             status: "ok" | "unavailable";
             version: string;
+        };
+        IndexDeclaration: {
+            fields: string[];
+            unique: boolean;
         };
         Login: {
             email: string;

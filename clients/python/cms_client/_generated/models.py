@@ -159,6 +159,11 @@ class ChangePassword(TypedDict, closed=True):
     password_confirm: NotRequired[str | None]
 
 
+class Index(TypedDict, closed=True):
+    fields: list[str]
+    unique: NotRequired[bool]
+
+
 class Schema(TypedDict):
     """
     List of fields, or {fields: [...]}
@@ -175,6 +180,14 @@ class CollectionCreate(TypedDict, closed=True):
     delete_rule: NotRequired[str | None]
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    email_view_rule: NotRequired[str | None]
+    """
+    Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
+    """
+    indexes: NotRequired[list[Index] | None]
+    """
+    Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed
     """
     list_rule: NotRequired[str | None]
     """
@@ -213,6 +226,14 @@ class CollectionUpdate(TypedDict, closed=True):
     delete_rule: NotRequired[str | None]
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    email_view_rule: NotRequired[str | None]
+    """
+    Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
+    """
+    indexes: NotRequired[list[Index]]
+    """
+    Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed
     """
     list_rule: NotRequired[str | None]
     """
@@ -351,6 +372,11 @@ class Health(TypedDict, closed=True):
     """
     status: Literal['ok', 'unavailable']
     version: str
+
+
+class IndexDeclaration(TypedDict, closed=True):
+    fields: list[str]
+    unique: bool
 
 
 class Login(TypedDict, closed=True):
@@ -680,6 +706,14 @@ class FieldSpec(TypedDict, closed=True):
     type: Literal['text', 'editor', 'bool', 'email', 'url', 'number', 'date', 'select', 'json', 'relation', 'file']
     validation: FieldValidation
     values: list[str] | None
+    view_rule: str | None
+    """
+    Who sees this field's value on a record: "" = whoever sees the record, null = admins only (an unknown field to everyone else), or a rule expression evaluated per record and caller
+    """
+    write_rule: str | None
+    """
+    Who may set this field in a create or update: "" = whoever may write the record, null = admins only, or a rule expression (with @request.data.*); refused writes are 403
+    """
 
 
 class LoginResponse(TypedDict, closed=True):
@@ -707,7 +741,15 @@ class Collection(TypedDict, closed=True):
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    email_view_rule: str | None
+    """
+    Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
+    """
     id: str
+    indexes: list[IndexDeclaration]
+    """
+    Declared indexes, as given; the automatic ones are not listed
+    """
     list_rule: str | None
     """
     Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
