@@ -34,10 +34,15 @@ PRIVATE_VARY = "Authorization, X-API-Key"
 
 
 async def list_records(request: web.Request) -> web.StreamResponse:
-    """`GET .../records`: one page under the list rule, through the read cache (ETag, 304)."""
+    """`GET .../records`: one page under the list rule, through the read cache (ETag, 304); with
+    `explain=true` (admins) the page and its query plan, uncached."""
     # Other parameters (cache busters, `filter[title][$ne]=x`) are ignored, never read as a query.
     query = parse_query(request, LIST_QUERY)
     principal = principal_of(request)
+    if query["explain"]:
+        return json_response(await services(request).records.explain(
+            request.match_info["collection_name"], page=query["page"], per_page=query["per_page"], sort=query["sort"],
+            filter_expr=query["filter"], search=query["search"], principal=principal, view=record_view(request)))
     cached = await services(request).records.list_body(
         request.match_info["collection_name"],
         page=query["page"],

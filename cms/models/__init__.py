@@ -15,7 +15,9 @@ from cms.models.content import (
     AccessRules,
     Collection,
     FieldSpec,
+    IndexDeclaration,
     Page,
+    QueryPlan,
     Record,
     StoredFile,
     Validation,
@@ -44,7 +46,7 @@ from cms.models.operations import AuditEntry
 __all__ = [
     "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "OWN_RECORD_RULE", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE",
     "AccessRules", "AdminUser", "ApiKey", "AuditEntry", "Collection", "CollectionUser", "DeliveryAttempt",
-    "FieldSpec", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind", "Record",
-    "Session", "StoredFile", "TokenPair", "Validation", "Webhook", "WebhookDelivery", "audience_collection_id",
-    "collection_audience", "default_rules",
+    "FieldSpec", "IndexDeclaration", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind",
+    "QueryPlan", "Record", "Session", "StoredFile", "TokenPair", "Validation", "Webhook", "WebhookDelivery",
+    "audience_collection_id", "collection_audience", "default_rules",
 ]

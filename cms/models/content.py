@@ -91,8 +91,19 @@ def default_rules(collection_type: str) -> AccessRules:
 
 
 @dataclass(frozen=True)
+class IndexDeclaration:
+    """One entry of a collection's `indexes` (decisions.md, Indexes and query plans): `fields` are 1 to 8
+    names of schema fields or `id`, `created`, `updated`, each `-`-prefixed for descending, in key
+    order; `unique` forbids two records with the same values (absent values do not collide)."""
+
+    fields: tuple[str, ...]
+    unique: bool = False
+
+
+@dataclass(frozen=True)
 class Collection:
-    """A user-defined collection; `version` grows by one on every update (schema cache key)."""
+    """A user-defined collection; `version` grows by one on every update (schema cache key).
+    `indexes` are the indexes an admin declared (the service's automatic ones are not listed)."""
 
     id: str
     name: str
@@ -105,6 +116,7 @@ class Collection:
     mfa_enabled: bool = False
     oauth_enabled: bool = False
     rules: AccessRules = BASE_RULES
+    indexes: tuple[IndexDeclaration, ...] = ()
 
     def field(self, name: str) -> FieldSpec | None:
         """The schema field called `name`, or None."""
@@ -129,6 +141,19 @@ class Page(Generic[T]):
     total: int
     page: int
     per_page: int
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """How the database ran one list query, summarised from its `explain` (decisions.md, Indexes and
+    query plans): `index` is the name of the index it read (None: none), `collection_scan` whether
+    it read the whole collection, `docs_examined` the documents it read, `returned` the ones it
+    returned."""
+
+    index: str | None
+    collection_scan: bool
+    docs_examined: int
+    returned: int
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ class Capabilities:
 
     text_index: bool
     transactions: bool = False
+    background_index_builds: bool = False
+    """`createIndexes` accepts `background: true`: MongoDB before 4.2 then builds without blocking
+    writes (4.2 and later build so whatever the option, and accept it)."""
 
 
 class DriverTrouble(ServerListener):
@@ -107,13 +110,19 @@ def open_client(url: str, *, timeout_s: float = 10.0, operation_timeout_s: float
 
 async def detect_capabilities(db: Database) -> Capabilities:
     """Try what the server supports on a scratch collection: a text index (servers without text
-    search refuse) and a multi-document transaction (a standalone server refuses)."""
+    search refuse), an index built with `background: true` (a server that does not know the option
+    refuses) and a multi-document transaction (a standalone server refuses)."""
     probe = db["_capability_probe"]
     try:
         await probe.create_index([("t", "text")], name="probe_text")
         text_index = True
     except OperationFailure:
         text_index = False
+    try:
+        await probe.create_index([("b", 1)], name="probe_background", background=True)
+        background_index_builds = True
+    except OperationFailure:
+        background_index_builds = False
     try:
         async with db.client.start_session() as session:
             await session.start_transaction()
@@ -124,8 +133,10 @@ async def detect_capabilities(db: Database) -> Capabilities:
         transactions = False
     finally:
         await probe.drop()
-    log.info("MongoDB capabilities: text_index=%s transactions=%s", text_index, transactions)
-    return Capabilities(text_index=text_index, transactions=transactions)
+    log.info("MongoDB capabilities: text_index=%s transactions=%s background_index_builds=%s", text_index,
+             transactions, background_index_builds)
+    return Capabilities(text_index=text_index, transactions=transactions,
+                        background_index_builds=background_index_builds)
 
 
 async def ensure_indexes(db: Database) -> None:

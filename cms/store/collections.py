@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo import ReturnDocument
 
-from cms.models import AccessRules, Collection, FieldSpec, Validation, default_rules
+from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, default_rules
 from cms.store.client import Database
 from cms.store.errors import translate_errors
 from cms.store.repository import Repository
@@ -59,6 +59,7 @@ def _to_document(collection: Collection) -> dict[str, Any]:
         "mfa_enabled": collection.mfa_enabled,
         "oauth_enabled": collection.oauth_enabled,
         "rules": dataclasses.asdict(collection.rules),
+        "indexes": [{"fields": list(i.fields), "unique": i.unique} for i in collection.indexes],
         "version": collection.version,
         "created": collection.created,
         "updated": collection.updated,
@@ -75,6 +76,8 @@ def _from_document(doc: dict[str, Any]) -> Collection:
         mfa_enabled=doc.get("mfa_enabled", False),
         oauth_enabled=doc.get("oauth_enabled", False),
         rules=_rules_from_document(doc),
+        indexes=tuple(IndexDeclaration(fields=tuple(i["fields"]), unique=bool(i.get("unique", False)))
+                      for i in doc.get("indexes", [])),
         version=doc.get("version", 1),
         created=doc["created"],
         updated=doc["updated"],

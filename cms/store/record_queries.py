@@ -16,7 +16,8 @@ from typing import Any
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure
 
-from cms.models import Record
+from cms.errors import BadRequest
+from cms.models import QueryPlan, Record
 from cms.store.bulk import chunks
 from cms.store.client import Capabilities, Database
 from cms.store.documents import record_from_document, records_mongo_name
@@ -139,6 +140,30 @@ class RecordQueries:
                                                           session=current_session())
             return [record_from_document(d) async for d in cursor]
 
+    async def explain_find(
+        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int, *,
+        client: str | None = None,
+    ) -> QueryPlan:
+        """How the server runs `find` (the arguments of `find`) by its `explain` command (verbosity
+        `executionStats`: the query is run), summarised; in `client`'s share of the scan line.
+        Raises BadRequest when the server has no `explain` for `find` (refuses the command or answers
+        without a plan), InvalidFilter when it refuses the query, ServiceUnavailable (the line is full)."""
+        command: dict[str, Any] = {"find": records_mongo_name(collection_id), "filter": query, "skip": skip,
+                                   "limit": limit}
+        if sort:
+            command["sort"] = dict(sort)
+        async with self._scan_slot(client), translate_query_errors():
+            try:
+                answer = await self._db.command("explain", command, verbosity="executionStats")
+            except OperationFailure as exc:
+                if exc.code not in EXPLAIN_MISSING_CODES:
+                    raise
+                answer = {}
+        plan = query_plan(answer)
+        if plan is None:
+            raise BadRequest("This database server does not explain queries (no `explain` for `find`)")
+        return plan
+
     async def count(self, collection_id: str, query: dict[str, Any], *, client: str | None = None) -> int:
         """How many records match `query`; for the whole collection (`{}`) the server's count from
         its collection metadata (`estimated_document_count`: no scan on MongoDB; issue "Fast
@@ -193,6 +218,34 @@ class RecordQueries:
         maintenance that needs the database to itself for a moment, and for tests that hold queries
         (issue "Fast reads", items 3 and 6)."""
         return self.scans.hold()
+
+
+EXPLAIN_MISSING_CODES = frozenset({59, 115, 238})
+"""Server error codes of an `explain` the server does not have: CommandNotFound, CommandNotSupported,
+NotImplemented."""
+
+
+def query_plan(answer: dict[str, Any]) -> QueryPlan | None:
+    """The summary of a `find` explain answer (its `queryPlanner.winningPlan` stage tree, in whatever
+    nesting the server uses, and its `executionStats`); None when it has no winning plan."""
+    winning = (answer.get("queryPlanner") or {}).get("winningPlan")
+    if not isinstance(winning, dict):
+        return None
+    indexes: list[str] = []
+    scans = False
+    nodes: list[Any] = [winning]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(reversed(node))
+        elif isinstance(node, dict):
+            scans = scans or node.get("stage") == "COLLSCAN"
+            if isinstance(node.get("indexName"), str):
+                indexes.append(node["indexName"])
+            nodes.extend(reversed([v for v in node.values() if isinstance(v, dict | list)]))
+    stats = answer.get("executionStats") or {}
+    return QueryPlan(index=indexes[0] if indexes else None, collection_scan=scans,
+                     docs_examined=int(stats.get("totalDocsExamined", 0)), returned=int(stats.get("nReturned", 0)))
 
 
 def _holding(value: Any) -> Any:

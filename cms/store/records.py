@@ -29,6 +29,7 @@ from cms.store.documents import (
     record_to_document,
 )
 from cms.store.errors import translate_errors
+from cms.store.record_indexes import IndexSpec, sync_managed
 from cms.store.record_queries import RecordQueries
 from cms.store.transactions import current_session
 
@@ -172,12 +173,16 @@ class RecordRepository(RecordQueries):
         if names:
             await self._mongo_coll(collection_id).update_many({}, {"$unset": {n: "" for n in names}})
 
-    async def sync_indexes(self, collection_id: str, unique_fields: Sequence[str], text_fields: Sequence[str]) -> None:
+    async def sync_indexes(self, collection_id: str, unique_fields: Sequence[str], text_fields: Sequence[str],
+                           managed: Sequence[IndexSpec] = ()) -> None:
         """Make the record indexes match the schema: `created` for the default sort, one unique
-        index per unique field (partial: absent values do not collide), and, where the server
-        supports it, one text index over the text fields.
+        index per unique field (partial: absent values do not collide), where the server
+        supports it one text index over the text fields, and the `managed` indexes (automatic and
+        declared ones, `record_indexes.sync_managed`), each built with `background` where the
+        server accepts it.
 
-        Raises ValidationFailed when existing records already hold duplicates of a new unique field."""
+        Raises ValidationFailed when existing records already hold duplicates of a new unique field
+        or a new unique managed index."""
         mongo_coll = self._mongo_coll(collection_id)
         await mongo_coll.create_index([("created", 1), ("_id", 1)], name="created_id")
         existing = await mongo_coll.index_information()
@@ -203,6 +208,7 @@ class RecordRepository(RecordQueries):
         for index_name in existing:
             if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted:
                 await mongo_coll.drop_index(index_name)
+        await sync_managed(mongo_coll, existing, managed, background=self.capabilities.background_index_builds)
         if self.capabilities.text_index:
             await self._sync_text_index(mongo_coll, existing, text_fields)
 

@@ -85,12 +85,27 @@ SCHEMA_DOC = {
 """The OpenAPI shape of a collection's `schema` in requests: a list of field objects or `{fields}`."""
 
 
+INDEXES_DOC = {
+    "description": "Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, "
+                   "updated, '-' prefix for descending; unique: false by default}. The service's automatic "
+                   "indexes (relation fields, fields rules compare with @request.auth.*) are not listed",
+    "type": "array",
+    "maxItems": 16,
+    "items": {"type": "object", "required": ["fields"], "additionalProperties": False,
+              "properties": {"fields": {"type": "array", "minItems": 1, "maxItems": 8, "items": {"type": "string"}},
+                             "unique": {"type": "boolean", "default": False}}},
+}
+"""The OpenAPI shape of a collection's `indexes` in requests (`content.indexes.parse_indexes` checks it)."""
+
+
 class CollectionCreateSchema(Schema):
-    """Body of a collection create: name, type (`base`/`auth`), schema, auth options and the five rules."""
+    """Body of a collection create: name, type (`base`/`auth`), schema, declared indexes, auth options and
+    the five rules."""
 
     name = fields.String(required=True)
     type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
     schema = fields.Raw(load_default=list, metadata=SCHEMA_DOC)
+    indexes = fields.Raw(load_default=None, metadata=INDEXES_DOC)
     otp_enabled = StrictBoolean(load_default=None)
     mfa_enabled = StrictBoolean(load_default=None)
     oauth_enabled = StrictBoolean(load_default=None)
@@ -107,6 +122,7 @@ class CollectionUpdateSchema(Schema):
 
     name = fields.String()
     schema = fields.Raw(metadata=SCHEMA_DOC)
+    indexes = fields.Raw(metadata=INDEXES_DOC)
     otp_enabled = StrictBoolean()
     mfa_enabled = StrictBoolean()
     oauth_enabled = StrictBoolean()

@@ -31,8 +31,8 @@ class RecordViewQuerySchema(Schema):
 
 
 class RecordListQuerySchema(RecordViewQuerySchema):
-    """Query of a record list: page (1-based), per_page, sort, filter, search, skip_total, and the
-    view (`expand`, `fields`)."""
+    """Query of a record list: page (1-based), per_page, sort, filter, search, skip_total, explain, and
+    the view (`expand`, `fields`)."""
 
     page = fields.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
     per_page = fields.Integer(load_default=DEFAULT_PER_PAGE, validate=validate.Range(min=1),
@@ -42,6 +42,10 @@ class RecordListQuerySchema(RecordViewQuerySchema):
     search = fields.String(load_default=None, validate=validate.Length(max=500))
     skip_total = fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
                                 metadata={"description": "true: do not count the matches (`total` is -1)"})
+    explain = fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
+                             metadata={"description": "admins only (403 for others): true adds `explain`, how the "
+                                       "database ran the page's query: {index (name or null), collection_scan, "
+                                       "docs_examined, returned}; never cached; 400 when the server cannot explain"})
 
 
 # --- records: bulk and CSV (issue 4) ----------------------------------------------------------

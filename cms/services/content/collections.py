@@ -13,6 +13,7 @@ from cms.models import Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
+from cms.services.content.indexes import check_indexes, managed_indexes, parse_indexes
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
@@ -99,14 +100,15 @@ class CollectionService:
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
         rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None,
+        oauth_enabled: bool | None = None, indexes: Any = None,
     ) -> Collection:
-        """Create a collection of type `base` or `auth` with the schema (list or `{fields}`).
+        """Create a collection of type `base` or `auth` with the schema (list or `{fields}`) and the
+        declared `indexes` (`[{fields, unique}]`, `content.indexes.parse_indexes`; None: none).
         Auth collections copy `otp_enabled`, `mfa_enabled` and `oauth_enabled` from the global
         settings unless given. `rules` maps
         `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
         takes the type's default (`models.default_rules`). Admins only.
-        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema), InvalidFilter (a
+        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes), InvalidFilter (a
         rule) or AlreadyExists (name taken)."""
         principal = require_admin(principal)
         check_name(name)
@@ -125,8 +127,10 @@ class CollectionService:
         collection = Collection(
             id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled,
             mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled, rules=replace(default_rules(type_), **(rules or {})),
+            indexes=parse_indexes(indexes) if indexes is not None else (),
         )
         check_rules(collection.rules, collection)
+        check_indexes(collection)
         await self._check_relations(collection)
         await self._collections.insert(collection)
         try:
@@ -149,15 +153,18 @@ class CollectionService:
     async def update(
         self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
         otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None,
+        oauth_enabled: bool | None = None, indexes: Any = None,
     ) -> Collection:
-        """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled and/or access rules
-        (`rules`: the `<action>_rule`s given; the others are kept). Fields dropped from the schema
-        are removed from every record; unique and text indexes follow the new schema. Values of a
+        """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled, access rules
+        (`rules`: the `<action>_rule`s given; the others are kept) and/or the declared `indexes`
+        (replaced as a whole). Fields dropped from the schema
+        are removed from every record; unique, text, automatic and declared indexes follow the new
+        schema and rules (a declared index naming a dropped field is 422). Values of a
         changed field are converted to its new type or shape (`schema_changes`). Every rule must fit
         the new schema. Admins only.
         Raises Unauthorized / Forbidden, NotFound, ValidationFailed (including duplicates under a
-        new unique rule, and stored values that do not convert; then nothing changes),
+        new unique rule or a new unique declared index, and stored values that do not convert; then
+        nothing changes),
         InvalidFilter (a rule, or a kept rule naming a removed field), AlreadyExists (name),
         BadRequest (a concurrent update won)."""
         principal = require_admin(principal)
@@ -178,7 +185,10 @@ class CollectionService:
             changed = replace(changed, oauth_enabled=oauth_enabled)
         if rules:
             changed = replace(changed, rules=replace(changed.rules, **rules))
+        if indexes is not None:
+            changed = replace(changed, indexes=parse_indexes(indexes))
         check_rules(changed.rules, changed)
+        check_indexes(changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
         await self._check_relations(changed)
         field_changes = await check_schema_change(self._records, current, changed) if schema is not None else []
@@ -203,7 +213,8 @@ class CollectionService:
         return stored
 
     async def _sync_indexes(self, collection: Collection) -> None:
-        await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection))
+        await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection),
+                                         managed_indexes(collection))
 
     async def _restore_indexes(self, collection_id: str) -> None:
         stored = await self._collections.get(collection_id)

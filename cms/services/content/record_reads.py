@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cms.errors import CmsError, NotFound
+from cms.errors import CmsError, Forbidden, NotFound, Unauthorized
 from cms.models import Collection, Page, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, field_view, require_admin
+from cms.services.access import Access, acts_as_admin, check, field_view, require_admin
 from cms.services.caching.catalog import Catalog, Fresh
 from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
 from cms.services.caching.result_sets import ResultSetCache
@@ -272,6 +272,29 @@ class RecordReads:
         items, total = await self._page(access, query, order, page, per_page, False, None,
                                         scan_client(principal, None))
         return Page(items=items, total=total, page=page, per_page=per_page)
+
+    async def explain(self, collection_name: str, *, page: int = 1, per_page: int = DEFAULT_PER_PAGE,
+                      sort: str | None = None, filter_expr: str | None = None, search: str | None = None,
+                      principal: Principal | None = None, view: RecordView = FULL) -> dict[str, Any]:
+        """`list_body`'s page (read by `skip` and `limit`, never from a cache) as JSON, plus `explain`:
+        how the database ran that page's query (`{index, collection_scan, docs_examined, returned}`).
+        Admins only. Raises Unauthorized / Forbidden, BadRequest (the server cannot explain), and what
+        `list_body` raises."""
+        if not acts_as_admin(principal):
+            raise Unauthorized() if principal is None else Forbidden("Only admins may explain a list query")
+        collection = await self._catalog.by_name(collection_name)
+        access = check(principal, collection, actions.LIST)
+        query, order = self.query(collection, filter_expr=filter_expr, search=search, access=access), self._order(
+            access, sort)
+        per_page, client = min(per_page, MAX_PER_PAGE), scan_client(principal, None)
+        items, total = await self._pages.paged_by_database(collection, query, order, page, per_page, False,
+                                                           client=client)
+        plan = await self._records.explain_find(collection.id, query, order, (page - 1) * per_page, per_page,
+                                                client=client)
+        expansion = await resolve(self._catalog, collection, view, principal) if view.expand else NOTHING
+        expanded = await expansion.load(self._records, items, client=client) if expansion.segments else ()
+        return {**represent.record_page(Page(items=items, total=total, page=page, per_page=per_page), view, expanded),
+                "explain": represent.query_plan(plan)}
 
     async def _page(self, access: Access, query: dict[str, Any], order: SortOrder, page: int, per_page: int,
                     skip_total: bool, stamp: str | None, client: str | None) -> tuple[Records, int]:

@@ -61,6 +61,13 @@ class CollectionSchemaSchema(Representation):
     fields_ = fields.List(fields.Nested(FieldSpecSchema), data_key="fields", attribute="fields")
 
 
+class IndexDeclarationSchema(Representation):
+    """A declared index: `{fields, unique}` as given (`-` prefix: descending)."""
+
+    fields_ = fields.List(fields.String(), data_key="fields", attribute="fields")
+    unique = fields.Boolean()
+
+
 def _rule(action: str) -> fields.String:
     return fields.String(attribute=f"rules.{action}_rule", allow_none=True,
                          metadata={"description": rule_description(action)})
@@ -73,6 +80,8 @@ class CollectionSchema(Representation):
     name = fields.String()
     type = fields.String(metadata={"enum": ["base", "auth"]})
     schema = SameObject(CollectionSchemaSchema)
+    indexes = fields.List(fields.Nested(IndexDeclarationSchema),
+                          metadata={"description": "Declared indexes, as given; the automatic ones are not listed"})
     otp_enabled = fields.Boolean()
     mfa_enabled = fields.Boolean()
     oauth_enabled = fields.Boolean()
@@ -106,8 +115,8 @@ _FILE = FileSchema()
 
 
 def collection(c: Collection) -> dict[str, Any]:
-    """`{id, name, type, schema: {fields}, otp_enabled, mfa_enabled, oauth_enabled, <action>_rule x5,
-    created, updated}`."""
+    """`{id, name, type, schema: {fields}, indexes, otp_enabled, mfa_enabled, oauth_enabled,
+    <action>_rule x5, created, updated}`."""
     return dump_one(_COLLECTION, c)
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from marshmallow import INCLUDE, fields
 
-from cms.models import Collection, Page, Record
+from cms.models import Collection, Page, QueryPlan, Record
 from cms.services.content.fields import to_json_value
 from cms.services.representation.base import Rendered, Representation, Timestamp, dump_one
 from cms.services.representation.record_view import FULL, Expanded, RecordView
@@ -175,6 +175,12 @@ def record_page(page: Page[Record], view: RecordView = FULL, expanded: Sequence[
     is never narrowed by `view.fields`, its records are."""
     return dump_one(_RECORD_PAGE, {"items": [record_json(r, view, expanded) for r in page.items],
                                    "total": page.total, "page": page.page, "per_page": page.per_page})
+
+
+def query_plan(plan: QueryPlan) -> dict[str, Any]:
+    """`{index: name or null, collection_scan, docs_examined, returned}` (decisions.md, Indexes and query plans)."""
+    return {"index": plan.index, "collection_scan": plan.collection_scan, "docs_examined": plan.docs_examined,
+            "returned": plan.returned}
 
 
 def record_bytes(record: Record, view: RecordView = FULL, expanded: Sequence[Expanded] = ()) -> bytes:

@@ -5246,6 +5246,8 @@ export interface paths {
                     search?: string | null;
                     /** @description true: do not count the matches (`total` is -1) */
                     skip_total?: boolean;
+                    /** @description admins only (403 for others): true adds `explain`, how the database ran the page's query: {index (name or null), collection_scan, docs_examined, returned}; never cached; 400 when the server cannot explain */
+                    explain?: boolean;
                 };
                 header?: never;
                 path: {
@@ -7849,6 +7851,8 @@ export interface components {
             /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
             email_view_rule: string | null;
             id: string;
+            /** @description Declared indexes, as given; the automatic ones are not listed */
+            indexes: components["schemas"]["IndexDeclaration"][];
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule: string | null;
             mfa_enabled: boolean;
@@ -7872,6 +7876,15 @@ export interface components {
             delete_rule?: string | null;
             /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
             email_view_rule?: string | null;
+            /**
+             * @description Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed
+             * @default null
+             */
+            indexes?: {
+                fields: string[];
+                /** @default false */
+                unique?: boolean;
+            }[] | null;
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule?: string | null;
             /** @default null */
@@ -7926,6 +7939,12 @@ export interface components {
             delete_rule?: string | null;
             /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
             email_view_rule?: string | null;
+            /** @description Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed */
+            indexes?: {
+                fields: string[];
+                /** @default false */
+                unique?: boolean;
+            }[];
             /** @description Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             list_rule?: string | null;
             mfa_enabled?: boolean;
@@ -8045,6 +8064,10 @@ export interface components {
             /** @enum {string} */
             status: "ok" | "unavailable";
             version: string;
+        };
+        IndexDeclaration: {
+            fields: string[];
+            unique: boolean;
         };
         Login: {
             email: string;

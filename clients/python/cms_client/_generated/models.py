@@ -159,6 +159,11 @@ class ChangePassword(TypedDict, closed=True):
     password_confirm: NotRequired[str | None]
 
 
+class Index(TypedDict, closed=True):
+    fields: list[str]
+    unique: NotRequired[bool]
+
+
 class Schema(TypedDict):
     """
     List of fields, or {fields: [...]}
@@ -179,6 +184,10 @@ class CollectionCreate(TypedDict, closed=True):
     email_view_rule: NotRequired[str | None]
     """
     Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
+    """
+    indexes: NotRequired[list[Index] | None]
+    """
+    Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed
     """
     list_rule: NotRequired[str | None]
     """
@@ -221,6 +230,10 @@ class CollectionUpdate(TypedDict, closed=True):
     email_view_rule: NotRequired[str | None]
     """
     Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
+    """
+    indexes: NotRequired[list[Index]]
+    """
+    Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed
     """
     list_rule: NotRequired[str | None]
     """
@@ -359,6 +372,11 @@ class Health(TypedDict, closed=True):
     """
     status: Literal['ok', 'unavailable']
     version: str
+
+
+class IndexDeclaration(TypedDict, closed=True):
+    fields: list[str]
+    unique: bool
 
 
 class Login(TypedDict, closed=True):
@@ -728,6 +746,10 @@ class Collection(TypedDict, closed=True):
     Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
     """
     id: str
+    indexes: list[IndexDeclaration]
+    """
+    Declared indexes, as given; the automatic ones are not listed
+    """
     list_rule: str | None
     """
     Who may list records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
