@@ -95,6 +95,10 @@ from load_packages import Api, Fatal, run_cli
 
 COLLECTION = "posts"
 TOPIC = f"{COLLECTION}/*"
+GUARD_RULE = "title != 'hidden'"
+"""`--guarded`: the view rule of `content`, decided for every subscriber and record."""
+GUARDED_TOPIC = f"{COLLECTION}/*?filter=title != ''"
+"""`--guarded`: the topic, with a filter decided for every subscriber and record."""
 USER_EMAIL = "bench-rt-user@example.com"
 USER_PASSWORD = "bench-rt-user-password-1"
 NA = "n/a (realtime not in this build)"
@@ -351,6 +355,7 @@ class Target:
     mongodb_url: str = ""  # the CMS: its database, for the op counters
     api: Api | None = None  # the CMS: the admin session, for realtime_max_connections
     probe_path: str = "/api/health"  # a GET answered without the database: its delay shows a busy event loop
+    topic: str = TOPIC  # what each stream subscribes to
 
     @property
     def pid(self) -> int:
@@ -364,13 +369,13 @@ class Target:
         started = time.monotonic()
 
         async def one(conn: SseConn) -> None:
-            async with session.post(url, json={self.id_key: conn.client_id, "subscriptions": [TOPIC]},
+            async with session.post(url, json={self.id_key: conn.client_id, "subscriptions": [self.topic]},
                                     headers=headers) as resp:
                 if resp.status != 204:
                     raise Fatal(f"{self.name}: subscribing failed: HTTP {resp.status} {(await resp.text())[:300]}")
 
         await gather_limited(streams.conns, one, SUBSCRIBE_CONCURRENCY)
-        progress(f"{label}: {len(streams.conns):,} streams subscribed to {TOPIC} in "
+        progress(f"{label}: {len(streams.conns):,} streams subscribed to {self.topic} in "
                  f"{time.monotonic() - started:.1f} s")
 
     async def create(self, session: aiohttp.ClientSession, title: str) -> float:
@@ -412,9 +417,11 @@ async def setup_pb(session: aiohttp.ClientSession, server: Server, as_user: bool
 
 
 async def setup_cms(session: aiohttp.ClientSession, server: Server, as_user: bool, max_connections: int,
-                    create: bool = True) -> tuple[Target, bool]:
+                    create: bool = True, guarded: bool = False) -> tuple[Target, bool]:
     """Rate limiting off, realtime_max_connections raised, the posts collection (public list and view;
-    unless not `create`: another replica made it), a user's token if asked; (target, has realtime)."""
+    unless not `create`: another replica made it), a user's token if asked; (target, has realtime).
+    `guarded`: `content` carries a field view rule decided per record (GUARD_RULE) and the topic a
+    filter (GUARDED_TOPIC), as issue 37's fan-out benchmark asks."""
     api = Api(session, server.base, ADMIN_EMAIL, ADMIN_PASSWORD)
     await api.login()
     await cms_call(api, "POST", "/api/v1/settings", 200, "switching rate limiting off",
@@ -423,7 +430,8 @@ async def setup_cms(session: aiohttp.ClientSession, server: Server, as_user: boo
     if create:
         await cms_call(api, "POST", "/api/v1/collections", 201, "creating posts", json={
             "name": COLLECTION, "type": "base", "list_rule": "", "view_rule": "",
-            "schema": {"fields": [{"name": "title", "type": "text"}, {"name": "content", "type": "text"}]}})
+            "schema": {"fields": [{"name": "title", "type": "text"}, {
+                "name": "content", "type": "text", **({"view_rule": GUARD_RULE} if guarded else {})}]}})
         if as_user:
             await cms_call(api, "POST", "/api/v1/collections", 201, "creating users",
                            json={"name": "users", "type": "auth", "schema": {"fields": []}})
@@ -436,7 +444,8 @@ async def setup_cms(session: aiohttp.ClientSession, server: Server, as_user: boo
                                json={"email": USER_EMAIL, "password": USER_PASSWORD})
         user = "Bearer " + login["token"]["access_token"]
     target = Target("cms", server, "/api/v1/realtime", "client_id", f"/api/v1/collections/{COLLECTION}/records",
-                    "Bearer " + api.token, user, wraps_data=True, api=api, probe_path="/api/v1/stats")
+                    "Bearer " + api.token, user, wraps_data=True, api=api, probe_path="/api/v1/stats",
+                    topic=GUARDED_TOPIC if guarded else TOPIC)
     async with session.get(server.base + target.sse_path, timeout=aiohttp.ClientTimeout(total=10)) as resp:
         if resp.status == 404:
             progress(f"cms: GET {target.sse_path} answers 404: {NA}")
@@ -946,6 +955,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="subscribe anonymously (public list rule) or with one user's token (default: %(default)s)")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios to run (default: %(default)s)")
     parser.add_argument("--skip-pocketbase", action="store_true", help="run the CMS side only")
+    parser.add_argument("--guarded", action="store_true",
+                        help="the CMS's posts get a field view rule and the topic a filter (issue 37)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
     args = parser.parse_args(argv)
     args.only = [name.strip().upper() for name in args.only.split(",") if name.strip()]
@@ -993,7 +1004,8 @@ async def main_async(args: argparse.Namespace) -> int:
                 await wait_healthy(session, cms, "/health")
                 async with session.get(cms.base + "/health") as resp:
                     cms_version = (await resp.json()).get("version", "?")
-                target, has_realtime = await setup_cms(session, cms, as_user, args.max_connections)
+                target, has_realtime = await setup_cms(session, cms, as_user, args.max_connections,
+                                                       guarded=args.guarded)
                 target.mongodb_url = embedded_mongodb_url(cms)
                 await run_system(session, target if has_realtime else None, "cms", args, results)
                 cms.stop()
