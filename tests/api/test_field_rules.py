@@ -15,6 +15,7 @@ import pytest
 from cms.services.access import check, compile_filter, record_document
 from tests.api import test_webhooks
 from tests.api.test_access_rules import customer, listed
+from tests.api.test_files import uploaded
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from tests.realtime.sse import data
 
@@ -321,3 +322,20 @@ async def test_realtime_events_leave_out_hidden_values(client, admin_token, peop
     refused = await bob_stream.subscribe(["notes/*?filter=internal='i'"], headers=bob_auth)
     missing = await bob_stream.subscribe(["notes/*?filter=nosuch='i'"], headers=bob_auth)
     assert refused.status_code == missing.status_code == 422
+
+
+async def test_a_file_in_a_hidden_file_field_is_not_downloadable(client, admin_token, people):
+    (ann, ann_auth), (bob, bob_auth) = people
+    await create_collection(client, admin_token, "deeds", [
+        {"name": "owner", "type": "text"}, {"name": "scan", "type": "file", "view_rule": OWNER_ONLY}], **RULES)
+    deed = await create_record(client, admin_token, "deeds", {"owner": ann})
+    stored = await uploaded(client, admin_token, b"%PDF-deed", "deeds", deed["id"])
+    changed = await client.patch(records_path("deeds", deed["id"]), headers=bearer(admin_token),
+                                 json={"data": {"scan": stored["id"]}})
+    assert changed.status == 200, await changed.text()
+    mine = await client.get(f"/api/v1/files/{stored['id']}", headers=ann_auth)
+    assert mine.status == 200 and await mine.read() == b"%PDF-deed"
+    theirs = await client.get(f"/api/v1/files/{stored['id']}", headers=bob_auth)
+    missing = await client.get("/api/v1/files/no-such-file", headers=bob_auth)
+    assert theirs.status == missing.status == 404
+    assert (await theirs.json())["detail"] == (await missing.json())["detail"]

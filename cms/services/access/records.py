@@ -27,7 +27,7 @@ from cms.services.access.fields import (
     request_context,
 )
 from cms.services.access.policies import AUTH_TYPE, CREATE, DELETE, LIST, UPDATE, VIEW, acts_as_admin
-from cms.services.content.fields import TEXT_TYPES, CollectionFields
+from cms.services.content.fields import TEXT_TYPES, CollectionFields, value_list
 
 _VERBS = {LIST: "list", VIEW: "view", CREATE: "create", UPDATE: "change", DELETE: "delete"}
 
@@ -96,6 +96,16 @@ class Access:
     def redact(self, record: Record) -> Record:
         """`record` as this caller may see it: without the values its field rules hide."""
         return self.fields.redact(record)
+
+    def hides_file(self, record: Record | None, file_id: str) -> bool:
+        """Whether the file `file_id` is held only by file fields of `record` that this caller may not
+        see (a download then answers as for a missing file). False without a record."""
+        if record is None:
+            return False
+        holders = [spec.name for spec in self.collection.fields
+                   if spec.type == "file" and file_id in value_list(record.data.get(spec.name))]
+        shown = self.redact(record)
+        return bool(holders) and not any(name in shown.data for name in holders)
 
     def resolver(self) -> CallerFields:
         """The collection's fields as this caller may name them in a filter or sort."""

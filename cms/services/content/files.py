@@ -336,6 +336,8 @@ class FileService:
         except (NotFound, Unauthorized, Forbidden):
             # whoever may not see the record learns nothing of its files, not even that they exist
             raise file_not_found() from None
+        if view.fields.guards and view.hides_file(await self._records.get(collection.id, file.record_id), file.id):
+            raise file_not_found()  # its file field's view rule hides it as the record's rule would
         if change:
             try:
                 await checked_record(self._records, view, check(principal, collection, UPDATE), file.record_id)
