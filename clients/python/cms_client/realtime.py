@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypedDict
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
@@ -62,7 +62,8 @@ def topic_string(topic: str, filter: str | None = None, expand: str | None = Non
     options = {key: value for key, value in (("filter", filter), ("expand", expand), ("fields", fields)) if value}
     if not options:
         return topic
-    return topic + ("&" if "?" in topic else "?") + urlencode(options)
+    # percent-encoded as JavaScript's encodeURIComponent does (a space is %20, never +), as the JS client names topics
+    return topic + ("&" if "?" in topic else "?") + urlencode(options, safe="!*'()", quote_via=quote)
 
 
 class AsyncRealtime:
@@ -248,9 +249,10 @@ class AsyncRealtime:
 
     async def _handle(self, event: ServerSentEvent) -> None:
         if event.id:
-            if event.id in self._seen:
+            seen_key = f"{event.id}\n{event.event}"  # a write matching several topics is one id, once per topic
+            if seen_key in self._seen:
                 return
-            self._seen.append(event.id)
+            self._seen.append(seen_key)
             self._last_event_id = event.id
         if event.event == "connect":
             client_id = str(event.json()["client_id"])

@@ -10,6 +10,7 @@ import pytest
 from conftest import Blog, Service, unique
 
 from cms_client import AsyncCmsClient, RealtimeEvent
+from cms_client.realtime import topic_string
 
 pytestmark = pytest.mark.anyio
 
@@ -93,6 +94,31 @@ async def test_subscribe_receives_events_with_filter_and_expand(service: Service
         await eventually(lambda: len(by_id) == 1)
         assert len(events) == 3  # the unsubscribed topic got nothing, though a later event arrived
         await stop_one()
+
+
+async def test_a_write_matching_two_topics_reaches_each_once(service: Service, blog: Blog) -> None:
+    """Two topics matching one write: the service sends it once per topic under one id; each topic's
+    callbacks get it once. The filter holds spaces, encoded as `%20` (as the JS client does), never `+`."""
+    tag = unique("two topics")
+    async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(service.url) as client:
+        await writer.auth.auth_with_password(service.admin_email, service.admin_password)
+        every: list[RealtimeEvent] = []
+        matching: list[RealtimeEvent] = []
+        await client.realtime.subscribe(f"{blog.posts}/*", every.append)
+        await client.realtime.subscribe(f"{blog.posts}/*", matching.append, filter=f'title ~ "{tag}"')
+        post = await writer.collection(blog.posts).create({"title": f"{tag} one"})
+        await writer.collection(blog.posts).create({"title": "another"})
+        await eventually(lambda: len(every) >= 2 and len(matching) >= 1)
+        await asyncio.sleep(0.3)  # a repeat would have arrived by now
+        assert [event["record"]["id"] for event in matching] == [post["id"]]
+        assert [event["record"]["id"] for event in every][0] == post["id"]
+        assert len(every) == 2
+        await client.realtime.close()
+
+
+def test_topic_string_encodes_spaces_as_percent_20() -> None:
+    assert topic_string("posts/*", filter='title ~ "a b"') == "posts/*?filter=title%20~%20%22a%20b%22"
+    assert topic_string("posts/*", fields="id,title") == "posts/*?fields=id%2Ctitle"
 
 
 async def test_resume_after_a_dropped_connection_loses_and_repeats_nothing(service: Service, blog: Blog) -> None:
