@@ -29,6 +29,7 @@ from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.collections import CollectionService
 from cms.services.content.files import FileService
 from cms.services.content.record_writer import RecordWriter
+from cms.services.content.versions import RecordVersions
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
 from cms.services.delivery.realtime import EventStream, RealtimeHub, RealtimePublisher
@@ -70,6 +71,7 @@ from cms.store.mfa import MfaRepository
 from cms.store.oauth_identities import OAuthIdentityRepository
 from cms.store.one_time_tokens import OneTimeTokenRepository
 from cms.store.otp_codes import OtpCodeRepository
+from cms.store.record_versions import RecordVersionRepository
 from cms.store.records import RecordRepository
 from cms.store.scan_line import ScanLine
 from cms.store.sessions import SessionRepository
@@ -169,6 +171,7 @@ class Content:
     record_repository: RecordRepository
     transactions: Transactions
     writer: RecordWriter
+    versions: RecordVersions
     catalog: Catalog
     collections: CollectionService
     definitions: DefinitionCache
@@ -177,7 +180,8 @@ class Content:
 async def build_content(infra: Infra, platform: Platform) -> Content:
     """The collection service on the records' store and the one record writer (its writes run in a
     transaction when the bus's outbox wants the collection's events, where the server has them);
-    fills in default access rules of collections stored before rules existed."""
+    fills in default access rules of collections stored before rules existed. The writer stores record
+    versions (`RecordVersions`), which forget a deleted collection's versions (event subscriber)."""
     record_repository = RecordRepository(infra.db, infra.capabilities, scans=ScanLine(
         infra.config.list_scan_slots, max_per_client=infra.config.list_scan_per_client))
     definitions = platform.definitions
@@ -187,10 +191,14 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
                                     platform.events, catalog=catalog, clock=infra.clock)
     await collections.fill_default_rules()
     transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
+    version_repository = RecordVersionRepository(infra.db)
+    await version_repository.ensure_indexes()
+    versions = RecordVersions(version_repository)
+    platform.events.subscribe(versions.on_collection_events, CollectionEvent)
     writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
-                          transactions=transactions, group_commit=True)
-    return Content(record_repository=record_repository, transactions=transactions, writer=writer, catalog=catalog,
-                   collections=collections, definitions=definitions)
+                          transactions=transactions, group_commit=True, versions=versions)
+    return Content(record_repository=record_repository, transactions=transactions, writer=writer,
+                   versions=versions, catalog=catalog, collections=collections, definitions=definitions)
 
 
 def build_read_cache(infra: Infra, platform: Platform) -> tuple[ReadCache, ResultSetCache]:

@@ -44,6 +44,7 @@ from cms.services.content.collections import CollectionService
 from cms.services.content.envelope import Envelope
 from cms.services.content.files import FileService
 from cms.services.content.records import RecordService
+from cms.services.content.version_history import VersionService
 from cms.services.delivery.events import EventBus
 from cms.services.delivery.realtime import RealtimeHub
 from cms.services.delivery.webhook_outbox import WebhookOutbox
@@ -74,6 +75,8 @@ class Services:
     catalog: Catalog
     collections: CollectionService
     records: RecordService
+    versions: VersionService
+    """Record versions: list, read, restore (their writes go through the record writer)."""
     system: SystemService
     identity: Identity
     webhooks: WebhookService
@@ -128,6 +131,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             catalog=content.catalog,
             collections=content.collections,
             records=records,
+            versions=VersionService(content.catalog, content.record_repository, content.versions.repository,
+                                    write=records.update),
             system=build_system(infra, webhook_outbox),
             identity=identity,
             webhooks=webhooks,

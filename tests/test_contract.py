@@ -68,6 +68,9 @@ UNEXPRESSED: list[tuple[str, list[str], str]] = [
     (r"^(POST|PATCH) /api/v1/collections/\{collection_name\}/records(/\{record_id\}|/bulk-update)?$",
      ["400", "422"], "`data` keys and values must fit the schema the collection defines at run time (unknown "
      "field: 422); `expand` must name its relations (400 invalid_filter)"),
+    (r"^POST /api/v1/collections/\{collection_name\}/records/\{record_id\}/versions/\{version\}/restore$",
+     ["400", "422"], "`expand` must name the collection's relations (400 invalid_filter); the version's data must fit "
+     "the schema and name related records that exist now (422)"),
     (r"^POST /api/v1/collections/\{collection_name\}/records/bulk-(delete|update)$", ["422"],
      "every id must name an existing record (all or nothing)"),
     (r"^POST /api/v1/collections/\{collection_name\}/records/import/csv$", ["422"],

@@ -27,6 +27,7 @@ from cms.api import (
     settings,
     system,
     user_auth,
+    versions,
     webhooks,
 )
 from cms.api import schemas as s
@@ -148,7 +149,7 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", V1 + "/collections/{collection_id}", collections.get_collection, "Get a collection",
           "collections", response=s.CollectionSchema),
     Route("PATCH", V1 + "/collections/{collection_id}", collections.update_collection,
-          "Change a collection's name, schema, otp_enabled, mfa_enabled or rules", "collections",
+          "Change a collection's name, schema, otp_enabled, mfa_enabled, rules or versions", "collections",
           policy=ADMIN, body=ws.CollectionUpdateSchema, response=s.CollectionSchema),
     Route("DELETE", V1 + "/collections/{collection_id}", collections.delete_collection,
           "Delete a collection and its records", "collections", policy=ADMIN, status=204),
@@ -221,6 +222,15 @@ ROUTES: tuple[Route, ...] = (
           "at most 10 MiB and 50,000 rows", "records",
           policy=PRINCIPAL, response=s.CsvImportResultSchema, upload_field="file"),
     # --- end records: bulk and CSV
+    # --- record versions (decisions.md: Drafts, versions and scheduled publishing)
+    Route("GET", RECORDS + "/{record_id}/versions", versions.list_versions,
+          "List a record's versions, newest first (page, per_page); the view rule", "records",
+          policy=OPTIONAL, query=s.VersionListQuerySchema, response=s.RecordVersionPageSchema),
+    Route("GET", RECORDS + "/{record_id}/versions/{version}", versions.get_version,
+          "Get one version of a record; the view rule", "records", policy=OPTIONAL, response=s.RecordVersionSchema),
+    Route("POST", RECORDS + "/{record_id}/versions/{version}/restore", versions.restore_version,
+          "Restore a version: write its data over the record as an update (the update rule, validated like one)",
+          "records", policy=OPTIONAL, query=s.RecordViewQuerySchema, response=s.RecordSchema),
     # --- batch (decisions.md: Batch writes); anyone the records routes let in: each request runs under its rules
     Route("POST", V1 + "/batch", batch.run_batch,
           "Run up to `batch_max_requests` (50) record creates, changes and deletes in one transaction, in order, "

@@ -19,6 +19,7 @@ from cms.models.content import (
     Page,
     QueryPlan,
     Record,
+    RecordVersion,
     StoredFile,
     Validation,
     default_rules,
@@ -47,6 +48,7 @@ __all__ = [
     "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "OWN_RECORD_RULE", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE",
     "AccessRules", "AdminUser", "ApiKey", "AuditEntry", "Collection", "CollectionUser", "DeliveryAttempt",
     "FieldSpec", "IndexDeclaration", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind",
-    "QueryPlan", "Record", "Session", "StoredFile", "TokenPair", "Validation", "Webhook", "WebhookDelivery",
+    "QueryPlan", "Record", "RecordVersion", "Session", "StoredFile", "TokenPair", "Validation", "Webhook",
+    "WebhookDelivery",
     "audience_collection_id", "collection_audience", "default_rules",
 ]

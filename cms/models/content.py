@@ -103,7 +103,9 @@ class IndexDeclaration:
 @dataclass(frozen=True)
 class Collection:
     """A user-defined collection; `version` grows by one on every update (schema cache key).
-    `indexes` are the indexes an admin declared (the service's automatic ones are not listed)."""
+    `indexes` are the indexes an admin declared (the service's automatic ones are not listed).
+    `versions`: how many versions of each record are kept (0 = none; decisions.md, Drafts,
+    versions and scheduled publishing; cms/services/content/versions.py)."""
 
     id: str
     name: str
@@ -117,6 +119,7 @@ class Collection:
     oauth_enabled: bool = False
     rules: AccessRules = BASE_RULES
     indexes: tuple[IndexDeclaration, ...] = ()
+    versions: int = 0
 
     def field(self, name: str) -> FieldSpec | None:
         """The schema field called `name`, or None."""
@@ -130,6 +133,21 @@ class Record:
     id: str
     created: datetime
     updated: datetime
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RecordVersion:
+    """One stored version of a record (decisions.md, Drafts, versions and scheduled publishing):
+    `version` counts up from 1 per record; `created` is when the write it records happened; `by`
+    is the writer's user id (None: the system, or an anonymous caller); `data` holds the record's
+    field values as that write left them (an auth collection's: its schema fields only)."""
+
+    collection_id: str
+    record_id: str
+    version: int
+    created: datetime
+    by: str | None
     data: dict[str, Any]
 
 

@@ -60,6 +60,7 @@ def _to_document(collection: Collection) -> dict[str, Any]:
         "oauth_enabled": collection.oauth_enabled,
         "rules": dataclasses.asdict(collection.rules),
         "indexes": [{"fields": list(i.fields), "unique": i.unique} for i in collection.indexes],
+        "versions": collection.versions,
         "version": collection.version,
         "created": collection.created,
         "updated": collection.updated,
@@ -78,6 +79,7 @@ def _from_document(doc: dict[str, Any]) -> Collection:
         rules=_rules_from_document(doc),
         indexes=tuple(IndexDeclaration(fields=tuple(i["fields"]), unique=bool(i.get("unique", False)))
                       for i in doc.get("indexes", [])),
+        versions=int(doc.get("versions", 0)),
         version=doc.get("version", 1),
         created=doc["created"],
         updated=doc["updated"],

@@ -12,6 +12,7 @@ from marshmallow import Schema, fields, validate
 from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.filters.rules import ACTIONS
 from cms.services.content.value_fields import IsoDateTime, StrictBoolean
+from cms.services.content.versions import MAX_VERSIONS
 from cms.services.identity.credentials import normalize_email
 from cms.services.operations.audit import DEFAULT_LIMIT, MAX_LIMIT, SEVERITIES, SEVERITY_LEVELS
 from cms.services.representation.content import rule_description
@@ -98,6 +99,13 @@ INDEXES_DOC = {
 """The OpenAPI shape of a collection's `indexes` in requests (`content.indexes.parse_indexes` checks it)."""
 
 
+VERSIONS_DOC = {
+    "description": "Versions kept per record (0: none): each create and update stores one, the newest are kept",
+    "type": "integer", "minimum": 0, "maximum": MAX_VERSIONS, "default": 0,
+}
+"""The OpenAPI shape of a collection's `versions` in requests (`content.versions.check_versions` checks it)."""
+
+
 class CollectionCreateSchema(Schema):
     """Body of a collection create: name, type (`base`/`auth`), schema, declared indexes, auth options and
     the five rules."""
@@ -109,6 +117,7 @@ class CollectionCreateSchema(Schema):
     otp_enabled = StrictBoolean(load_default=None)
     mfa_enabled = StrictBoolean(load_default=None)
     oauth_enabled = StrictBoolean(load_default=None)
+    versions = fields.Raw(load_default=0, metadata=VERSIONS_DOC)
     list_rule = rule_field("list")
     view_rule = rule_field("view")
     create_rule = rule_field("create")
@@ -126,6 +135,7 @@ class CollectionUpdateSchema(Schema):
     otp_enabled = StrictBoolean()
     mfa_enabled = StrictBoolean()
     oauth_enabled = StrictBoolean()
+    versions = fields.Raw(metadata=VERSIONS_DOC)
     list_rule = rule_field("list")
     view_rule = rule_field("view")
     create_rule = rule_field("create")

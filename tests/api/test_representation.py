@@ -119,7 +119,8 @@ async def test_every_documented_answer_validates_against_the_document(client, se
 
     # collections
     posts = await c.call("POST", V1 + "/collections", admin_token, json={"name": "posts", "schema": [
-        {"name": "title", "type": "text", "validation": {"max": 200}}, {"name": "views", "type": "number"}]})
+        {"name": "title", "type": "text", "validation": {"max": 200}}, {"name": "views", "type": "number"}],
+        "versions": 5})
     await c.call("GET", V1 + "/collections")
     await c.call("GET", V1 + "/collections/{collection_id}", args={"collection_id": posts["id"]})
     await c.call("PATCH", V1 + "/collections/{collection_id}", admin_token, args={"collection_id": posts["id"]},
@@ -163,6 +164,11 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     await c.call("GET", RECORDS, args=posts_args)
     await c.call("GET", RECORDS + "/{record_id}", args=record_args)
     await c.call("PATCH", RECORDS + "/{record_id}", admin_token, args=record_args, json={"data": {"views": 2}})
+    versions = await c.call("GET", RECORDS + "/{record_id}/versions", args=record_args)
+    assert [v["version"] for v in versions["items"]] == [2, 1]
+    await c.call("GET", RECORDS + "/{record_id}/versions/{version}", args={**record_args, "version": "1"})
+    await c.call("POST", RECORDS + "/{record_id}/versions/{version}/restore", admin_token,
+                 args={**record_args, "version": "1"})
     answers = await c.call("POST", V1 + "/batch", admin_token, json={"requests": [
         {"method": "POST", "url": "/api/v1/collections/posts/records", "body": {"data": {"title": "b"}}},
         {"method": "PATCH", "url": f"/api/v1/collections/posts/records/{record['id']}", "body": {"data": {"views": 3}}},

@@ -102,6 +102,11 @@ def _as_int(text: str) -> int | str:
         return text  # refused by the schema (strict integer): its message goes next to the row
 
 
+def _versions_of_form(text: str) -> dict[str, Any]:
+    """The body's `versions` from the form's input: absent when left empty (create: none kept)."""
+    return {"versions": _as_int(text)} if text else {}
+
+
 def _definition(row: Row) -> dict[str, Any]:
     """A field row as the field definition `parse_schema` reads (keys that do not apply to the
     row's type are left out, as a REST client would)."""
@@ -178,7 +183,7 @@ def _placed_errors(error: CmsError, rows: list[Row]) -> dict[str, list[str]]:
                     placed["schema"].append(message)
             elif key in FORM_RULES:
                 placed[f"rule:{key}"].append(message)
-            elif key in ("name", "type", *SWITCHES):
+            elif key in ("name", "type", "versions", *SWITCHES):
                 placed[key].append(message)
             else:
                 placed["form"].append(f"{key}: {message}")
@@ -193,12 +198,12 @@ def _suggestions(field_names: list[str]) -> list[str]:
 
 async def _form_page(request: web.Request, *, mode: str, collection: Collection | None, name: str, type_: str,
                      switches: Mapping[str, Any], rows: list[Row], rules: Mapping[str, Mapping[str, Any]],
-                     error: CmsError | None = None) -> web.Response:
+                     error: CmsError | None = None, versions: str = "0") -> web.Response:
     every = await services(request).collections.list()
     return await render(
         request, "collections/form.html", status=error.status if error else 200, nav_collections=every,
         targets=[(c.id, c.name) for c in every], mode=mode, collection=collection,
-        name=name, type=type_, switches=switches, rows=rows, rules=rules, rule_names=FORM_RULES,
+        name=name, type=type_, versions=versions, switches=switches, rows=rows, rules=rules, rule_names=FORM_RULES,
         data_rules=[f"{a}_rule" for a in DATA_ACTIONS], field_types=FIELD_TYPES, text_types=sorted(TEXT_TYPES),
         multi_types=sorted(MULTI_TYPES), switch_names=SWITCHES, switch_labels=SWITCH_LABELS,
         suggestions=_suggestions([r["name"] for r in rows if r["name"]]),
@@ -242,8 +247,9 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
     name, type_ = str(form.get("name", "")).strip(), str(form.get("type", "base"))
     switches = {s: str(form.get(s, "")) for s in SWITCHES}
     rows, rules = _rows_of_form(form), _rules_of_form(form)
+    versions = str(form.get("versions", "")).strip()
     body: dict[str, Any] = {"name": name, "type": type_, "schema": [_definition(r) for r in rows],
-                            **_rule_values(rules, auth=type_ == "auth")}
+                            **_rule_values(rules, auth=type_ == "auth"), **_versions_of_form(versions)}
     for switch in SWITCHES:
         if _tristate(switches[switch]) is not None:
             body[switch] = _tristate(switches[switch])
@@ -252,12 +258,12 @@ async def create(request: web.Request, principal: Principal) -> web.StreamRespon
         collection = await services(request).collections.create(
             principal, loaded["name"], loaded["type"], loaded["schema"], otp_enabled=loaded["otp_enabled"],
             mfa_enabled=loaded["mfa_enabled"], oauth_enabled=loaded["oauth_enabled"],
-            rules={rule: loaded[rule] for rule in FORM_RULES if rule in loaded})
+            rules={rule: loaded[rule] for rule in FORM_RULES if rule in loaded}, versions=loaded["versions"])
     except CmsError as exc:
         if exc.status >= 500:
             raise
         return await _form_page(request, mode="create", collection=None, name=name, type_=type_,
-                                switches=switches, rows=rows, rules=rules, error=exc)
+                                switches=switches, rows=rows, rules=rules, error=exc, versions=versions)
     return flash_redirect(request, f"{PREFIX}/collections/{collection.name}/edit",
                           f"Collection {collection.name} created")
 
@@ -273,7 +279,8 @@ async def edit(request: web.Request, principal: Principal) -> web.StreamResponse
     collection = await _collection(request)
     return await _form_page(request, mode="edit", collection=collection, name=collection.name, type_=collection.type,
                             switches={s: getattr(collection, s) for s in SWITCHES},
-                            rows=[_row_of(spec) for spec in collection.fields], rules=_rules_of(collection.rules))
+                            rows=[_row_of(spec) for spec in collection.fields], rules=_rules_of(collection.rules),
+                            versions=str(collection.versions))
 
 
 @admin_page
@@ -286,8 +293,9 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
     name = str(form.get("name", "")).strip()
     rows, rules = _rows_of_form(form), _rules_of_form(form)
     switches: dict[str, Any] = {s: form.get(s) == "on" for s in SWITCHES}
+    versions = str(form.get("versions", "")).strip()
     body: dict[str, Any] = {"name": name, "schema": [_definition(r) for r in rows],
-                            **_rule_values(rules, auth=collection.type == "auth")}
+                            **_rule_values(rules, auth=collection.type == "auth"), **_versions_of_form(versions)}
     if collection.type == "auth":
         body.update(switches)
     try:
@@ -295,13 +303,13 @@ async def update(request: web.Request, principal: Principal) -> web.StreamRespon
         changed = await collections.update(
             principal, collection.id, name=loaded.get("name"), schema=loaded.get("schema"),
             otp_enabled=loaded.get("otp_enabled"), mfa_enabled=loaded.get("mfa_enabled"),
-            oauth_enabled=loaded.get("oauth_enabled"),
+            oauth_enabled=loaded.get("oauth_enabled"), versions=loaded.get("versions"),
             rules={rule: loaded[rule] for rule in FORM_RULES if rule in loaded})
     except CmsError as exc:
         if exc.status >= 500 or exc.status == 404:
             raise
         return await _form_page(request, mode="edit", collection=collection, name=name, type_=collection.type,
-                                switches=switches, rows=rows, rules=rules, error=exc)
+                                switches=switches, rows=rows, rules=rules, error=exc, versions=versions)
     return flash_redirect(request, f"{PREFIX}/collections/{changed.name}/edit", f"Collection {changed.name} saved")
 
 

@@ -31,7 +31,7 @@ from cms.admin_ui.common import (
     redirect,
     render,
 )
-from cms.admin_ui.views import records_live, relations, view_as
+from cms.admin_ui.views import record_versions, records_live, relations, view_as
 from cms.admin_ui.views.record_editor import create, edit, new, record_json_of, update
 from cms.admin_ui.views.relations import RelationTarget, chosen, expand_view, relation_targets
 from cms.errors import CmsError
@@ -252,5 +252,6 @@ def routes() -> list[web.RouteDef]:
         web.get(base + "/{record_id}/files/{file_id}", file),
         *relations.routes(),
         *view_as.routes(),
+        *record_versions.routes(),
     ]
 

@@ -35,6 +35,7 @@ from cms.api.schemas.records import (
     RecordListQuerySchema,
     RecordViewQuerySchema,
     RecordWriteSchema,
+    VersionListQuerySchema,
 )
 from cms.api.schemas.settings import SettingUpdateSchema
 from cms.api.schemas.webhooks import (
@@ -77,6 +78,7 @@ from cms.services.representation.records import (
     RecordPageSchema,
     RecordSchema,
 )
+from cms.services.representation.versions import RecordVersionPageSchema, RecordVersionSchema
 
 __all__ = [
     "AUTH_REGISTER_KEYS", "MAX_DELIVERY_SKIP", "NEW_PASSWORD_DOC",
@@ -89,9 +91,11 @@ __all__ = [
     "FileSchema", "ForgotPasswordSchema", "HealthSchema", "LoginResponseSchema", "MessageSchema",
     "OAuthCallbackSchema", "OAuthProviderSchema", "OAuthProvidersQuerySchema", "OtpRequestSchema", "OtpVerifySchema",
     "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordListQuerySchema", "RecordPageSchema",
-    "RecordSchema", "RecordViewQuerySchema", "RecordWriteSchema", "RecoveryCodesSchema", "RedeliverySchema",
+    "RecordSchema", "RecordVersionPageSchema", "RecordVersionSchema", "RecordViewQuerySchema", "RecordWriteSchema",
+    "RecoveryCodesSchema", "RedeliverySchema",
     "RefreshSchema",
     "RegisterResponseSchema", "RegisterSchema", "ResetPasswordSchema", "SessionSchema", "SettingSchema",
     "SettingUpdateSchema", "TokenBodySchema", "TokenSchema", "TwoFactorCodeSchema", "TwoFactorDisableSchema",
-    "TwoFactorSetupSchema", "WebhookCreateSchema", "WebhookListQuerySchema", "WebhookSchema", "WebhookUpdateSchema",
+    "TwoFactorSetupSchema", "VersionListQuerySchema",
+    "WebhookCreateSchema", "WebhookListQuerySchema", "WebhookSchema", "WebhookUpdateSchema",
 ]

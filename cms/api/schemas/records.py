@@ -48,6 +48,14 @@ class RecordListQuerySchema(RecordViewQuerySchema):
                                        "docs_examined, returned}; never cached; 400 when the server cannot explain"})
 
 
+class VersionListQuerySchema(Schema):
+    """Query of a record's versions: page (1-based) and per_page, as a record list's."""
+
+    page = fields.Integer(load_default=1, validate=validate.Range(min=1, max=1_000_000))
+    per_page = fields.Integer(load_default=DEFAULT_PER_PAGE, validate=validate.Range(min=1),
+                              metadata={"description": "1..100; larger values are clamped to 100"})
+
+
 # --- records: bulk and CSV (issue 4) ----------------------------------------------------------
 
 

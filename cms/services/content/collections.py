@@ -15,6 +15,7 @@ from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.content.indexes import check_indexes, managed_indexes, parse_indexes
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
+from cms.services.content.versions import check_versions
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
 from cms.store.backups import STAGING_PREFIX, staging_started
@@ -100,16 +101,17 @@ class CollectionService:
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
         rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None, indexes: Any = None,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0,
     ) -> Collection:
         """Create a collection of type `base` or `auth` with the schema (list or `{fields}`) and the
-        declared `indexes` (`[{fields, unique}]`, `content.indexes.parse_indexes`; None: none).
+        declared `indexes` (`[{fields, unique}]`, `content.indexes.parse_indexes`; None: none);
+        `versions`: versions kept per record (0..1000, `content.versions.check_versions`).
         Auth collections copy `otp_enabled`, `mfa_enabled` and `oauth_enabled` from the global
         settings unless given. `rules` maps
         `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
         takes the type's default (`models.default_rules`). Admins only.
-        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes), InvalidFilter (a
-        rule) or AlreadyExists (name taken)."""
+        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes, versions),
+        InvalidFilter (a rule) or AlreadyExists (name taken)."""
         principal = require_admin(principal)
         check_name(name)
         if type_ not in COLLECTION_TYPES:
@@ -127,7 +129,7 @@ class CollectionService:
         collection = Collection(
             id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled,
             mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled, rules=replace(default_rules(type_), **(rules or {})),
-            indexes=parse_indexes(indexes) if indexes is not None else (),
+            indexes=parse_indexes(indexes) if indexes is not None else (), versions=check_versions(versions),
         )
         check_rules(collection.rules, collection)
         check_indexes(collection)
@@ -153,11 +155,12 @@ class CollectionService:
     async def update(
         self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
         otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None, indexes: Any = None,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = None,
     ) -> Collection:
         """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled, access rules
-        (`rules`: the `<action>_rule`s given; the others are kept) and/or the declared `indexes`
-        (replaced as a whole). Fields dropped from the schema
+        (`rules`: the `<action>_rule`s given; the others are kept), the declared `indexes`
+        (replaced as a whole) and/or `versions` (kept versions stay until a record's next version
+        trims them, or its delete). Fields dropped from the schema
         are removed from every record; unique, text, automatic and declared indexes follow the new
         schema and rules (a declared index naming a dropped field is 422). Values of a
         changed field are converted to its new type or shape (`schema_changes`). Every rule must fit
@@ -187,6 +190,8 @@ class CollectionService:
             changed = replace(changed, rules=replace(changed.rules, **rules))
         if indexes is not None:
             changed = replace(changed, indexes=parse_indexes(indexes))
+        if versions is not None:
+            changed = replace(changed, versions=check_versions(versions))
         check_rules(changed.rules, changed)
         check_indexes(changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())

@@ -13,7 +13,9 @@ UI's editor (`RecordDraft`, files included). A create takes these steps, in this
 5. the deleted-collection guard: a collection deleted between the look-up and the insert (its
    records dropped before the insert recreated them) makes the write NotFound and its documents
    are dropped again (`RecordWriter.guard`);
-6. emit one `create` event per stored record (`emit_changed`), only once the guard passed.
+6. store the records' versions where the collection keeps them (`versions.RecordVersions.record`,
+   called from this one place for every create and update: `_committed`), then emit one `create`
+   event per stored record (`emit_changed`), only once the guard passed.
 
 Batches (decisions.md: Batch writes) run several writes in one MongoDB transaction by opening
 `EventBus.unit(transactions)` around them: the writer's own unit then nests into the caller's
@@ -40,8 +42,10 @@ from cms.services.access import VIEW, Access, check
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
 from cms.services.content.group_commit import InsertGroups, insert_refusal
-from cms.services.delivery.events import CREATE, DELETE, UPDATE, EventBus, RecordEvent
-from cms.services.representation import records as represent
+from cms.services.content.record_events import emit_changed, emit_deleted
+from cms.services.content.versions import RecordVersions
+from cms.services.delivery.events import CREATE, UPDATE, EventBus
+from cms.services.origin import current_origin
 from cms.store.bulk import InsertFailure
 from cms.store.records import RecordRepository
 from cms.store.transactions import Transactions, current_session
@@ -88,7 +92,8 @@ class RecordWriter:
     UI's drafts and every auth collection's `CollectionUsers` take it. `group_commit`: REST creates
     into one collection share inserts (`InsertGroups`). `transactions`: writes to a collection whose
     record events the bus's outbox wants (an active webhook, `EventBus.outbox_wants`) run in a
-    transaction with their outbox entries."""
+    transaction with their outbox entries. `versions`: where every committed create and update stores
+    its record's version (`_committed`) and every delete forgets them (None: no versions)."""
 
     def __init__(
         self,
@@ -99,6 +104,7 @@ class RecordWriter:
         clock: Clock = utcnow,
         transactions: Transactions | None = None,
         group_commit: bool = False,
+        versions: RecordVersions | None = None,
     ) -> None:
         self._catalog = catalog
         self._records = records
@@ -107,6 +113,7 @@ class RecordWriter:
         self.clock = clock
         """The clock that stamps every write (`created`, `updated`, the events' time)."""
         self._transactions = transactions
+        self._versions = versions
         self.groups = InsertGroups(records, after=self._after_group) if group_commit else None
         """The insert groups of REST creates, or None (shutdown drains them, tests watch them)."""
 
@@ -161,18 +168,31 @@ class RecordWriter:
         await self._undo(collection, None)
 
     async def emit_created(self, collection: Collection, records: Sequence[Record]) -> None:
-        """Step 6: one `create` event per record."""
-        await emit_changed(self._events, CREATE, collection, records, self.clock())
+        """Step 6: the records' versions, then one `create` event per record (`_committed`)."""
+        await self._committed(CREATE, collection, records)
 
     async def emit_updated(self, collection: Collection, records: Sequence[Record],
                            previous: Sequence[Record] = ()) -> None:
-        """One `update` event per changed record (bulk updates, relation releases, user changes);
-        `previous`: the records as they were before the change, matched by id (`emit_changed`)."""
-        await emit_changed(self._events, UPDATE, collection, records, self.clock(), previous)
+        """The changed records' versions, then one `update` event per record (`_committed`; bulk
+        updates, relation releases, user changes); `previous`: the records as they were before the
+        change, matched by id (`emit_changed`)."""
+        await self._committed(UPDATE, collection, records, previous)
+
+    async def _committed(self, kind: str, collection: Collection, records: Sequence[Record],
+                         previous: Sequence[Record] = ()) -> None:
+        """Where every create and update is committed, inside its write's event unit: the records'
+        versions (`RecordVersions.record`, written by the request's caller), then their events."""
+        if self._versions is not None:
+            await self._versions.record(collection, records, by=current_origin().user_id, previous=previous,
+                                        created=kind == CREATE)
+        await emit_changed(self._events, kind, collection, records, self.clock(), previous)
 
     async def emit_deleted(self, collection: Collection, record_ids: Sequence[str],
                            records: Sequence[Record] = ()) -> None:
-        """One `delete` event per deleted record id (`emit_deleted`)."""
+        """Forget the deleted records' versions, then one `delete` event per deleted record id
+        (`emit_deleted`)."""
+        if self._versions is not None:
+            await self._versions.forget(collection, record_ids)
         await emit_deleted(self._events, collection, record_ids, self.clock(), records)
 
     # --- whole writes -----------------------------------------------------------------------------
@@ -203,8 +223,10 @@ class RecordWriter:
                       undo: Undo | None) -> None:
         """Steps 4 to 6 of `create`."""
         transactional = await self._transactional(collection)
-        if store is None and self.groups is not None and not transactional and current_session() is None:
-            # grouped with concurrent creates; `_after_group` guards and emits before this returns
+        if (store is None and self.groups is not None and not transactional and current_session() is None
+                and not collection.versions):
+            # grouped with concurrent creates; `_after_group` guards and emits before this returns (a
+            # collection keeping versions is not grouped: each version names its own request's caller)
             await self.groups.insert(collection, record, epoch)
             return
         try:
@@ -361,25 +383,3 @@ class RecordWriter:
         await self.guard(collection, epoch)
         await self.emit_created(collection, stored)
 
-
-async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
-                       now: datetime, previous: Sequence[Record] = ()) -> None:
-    """The one way record events are made: one `create` or `update` event per record, carrying the
-    full record as the API shows it (`represent.written_record_json`: the write's answer shows the same
-    rendering, made once), stamped `now`. `previous` (updates):
-    the records as they were before the change, matched by id, any order; each rides along as
-    `RecordEvent.previous` (None for a record without one). Used by every service that writes
-    records (records, bulk, CSV import, auth-collection users)."""
-    before = {r.id: r for r in previous}
-    await events.emit([RecordEvent(kind, collection.name, r.id, represent.written_record_json(r), now, record=r,
-                                   previous=before.get(r.id))
-                       for r in records])
-
-
-async def emit_deleted(events: EventBus, collection: Collection, record_ids: Sequence[str],
-                       now: datetime, records: Sequence[Record] = ()) -> None:
-    """One `delete` event per record id, carrying `{id}`, stamped `now`; `records` are the deleted
-    records the writer read (they ride along as `RecordEvent.record`, for access rules)."""
-    known = {r.id: r for r in records}
-    await events.emit([RecordEvent(DELETE, collection.name, rid, {"id": rid}, now, record=known.get(rid))
-                       for rid in record_ids])

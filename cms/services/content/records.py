@@ -26,6 +26,7 @@ from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.content.files import FileService
 from cms.services.content.record_csv import CsvExport, RecordCsv
+from cms.services.content.record_events import emit_changed, emit_deleted
 from cms.services.content.record_reads import (
     DEFAULT_PER_PAGE,
     MAX_PER_PAGE,
@@ -34,12 +35,7 @@ from cms.services.content.record_reads import (
     permitted_record,
 )
 from cms.services.content.record_uploads import RecordDraft
-from cms.services.content.record_writer import (
-    MAX_RULE_ATTEMPTS,
-    RecordWriter,
-    emit_changed,
-    emit_deleted,
-)
+from cms.services.content.record_writer import MAX_RULE_ATTEMPTS, RecordWriter
 from cms.services.content.relations import RelationRelease
 from cms.services.operations.settings import RecordLimits, SettingsService
 from cms.services.representation import records as represent

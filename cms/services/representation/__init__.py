@@ -55,12 +55,14 @@ from cms.services.representation.records import (
     record_page,
     record_page_bytes,
 )
+from cms.services.representation.versions import record_version, record_version_page
 
 __all__ = [
     "ADMIN_USERS", "COLLECTION_USERS", "FULL", "RecordView", "UserShape", "admin_user", "api_key_created",
     "api_keys", "audit_page", "audit_statistics", "backup", "backups", "bulk_deleted", "bulk_updated", "collection",
     "collection_user", "collections", "csv_import", "deliveries", "event_body", "file", "health", "message",
     "oauth_providers", "read_record", "read_record_page", "record_bytes", "record_json", "record_page",
-    "record_page_bytes", "recovery_codes", "redelivery", "sessions", "setting", "settings", "token",
+    "record_page_bytes", "record_version", "record_version_page",
+    "recovery_codes", "redelivery", "sessions", "setting", "settings", "token",
     "two_factor_setup", "webhook", "webhooks",
 ]

@@ -85,6 +85,7 @@ class CollectionSchema(Representation):
     otp_enabled = fields.Boolean()
     mfa_enabled = fields.Boolean()
     oauth_enabled = fields.Boolean()
+    versions = fields.Integer(metadata={"description": "Versions kept per record (0: none)"})
     list_rule = _rule("list")
     view_rule = _rule("view")
     create_rule = _rule("create")
@@ -115,7 +116,7 @@ _FILE = FileSchema()
 
 
 def collection(c: Collection) -> dict[str, Any]:
-    """`{id, name, type, schema: {fields}, indexes, otp_enabled, mfa_enabled, oauth_enabled,
+    """`{id, name, type, schema: {fields}, indexes, otp_enabled, mfa_enabled, oauth_enabled, versions,
     <action>_rule x5, created, updated}`."""
     return dump_one(_COLLECTION, c)
 

@@ -206,6 +206,10 @@ class CollectionCreate(TypedDict, closed=True):
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    versions: NotRequired[int]
+    """
+    Versions kept per record (0: none): each create and update stores one, the newest are kept
+    """
     view_rule: NotRequired[str | None]
     """
     Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
@@ -250,6 +254,10 @@ class CollectionUpdate(TypedDict, closed=True):
     update_rule: NotRequired[str | None]
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    versions: NotRequired[int]
+    """
+    Versions kept per record (0: none): each create and update stores one, the newest are kept
     """
     view_rule: NotRequired[str | None]
     """
@@ -467,6 +475,35 @@ class RecordPage(TypedDict, closed=True):
     total: int
     """
     every match; -1 with skip_total
+    """
+
+
+class RecordVersion(TypedDict, closed=True):
+    by: str | None
+    """
+    the writer's user id; null for the system
+    """
+    created: str
+    """
+    when the write this version records happened
+    """
+    data: dict[str, Any]
+    """
+    the record's field values as that write left them (relation ids as they were), as the caller's field view rules show them
+    """
+    version: int
+    """
+    counts up from 1 per record
+    """
+
+
+class RecordVersionPage(TypedDict, closed=True):
+    items: list[RecordVersion]
+    page: int
+    per_page: int
+    total: int
+    """
+    every version kept
     """
 
 
@@ -765,6 +802,10 @@ class Collection(TypedDict, closed=True):
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
     updated: str
+    versions: int
+    """
+    Versions kept per record (0: none)
+    """
     view_rule: str | None
     """
     Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
