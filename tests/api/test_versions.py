@@ -16,6 +16,7 @@ from cms.app import create_app
 from cms.wiring import Services, open_services
 from tests.api.test_access_rules import customer
 from tests.api.test_batch import BATCH, patch, post
+from tests.api.test_group_commit import held_group
 from tests.conftest import (
     COLLECTIONS,
     Client,
@@ -25,6 +26,7 @@ from tests.conftest import (
     error_of,
     records_path,
 )
+from tests.fixtures import CommandLog, wait_until
 
 FIELDS = [{"name": "title", "type": "text", "validation": {"required": True}},
           {"name": "body", "type": "text"},
@@ -293,6 +295,29 @@ async def test_two_replicas_updating_one_record_at_once_get_distinct_numbers(
     assert body["total"] == 13
     assert [v["version"] for v in body["items"]] == list(range(13, 0, -1))
     assert sorted(v["data"].get("views", -1) for v in body["items"]) == [-1, *range(12)]
+
+
+async def test_grouped_creates_store_their_versions_together_each_naming_its_writer(
+        client, admin_token, user_token, services: Services, mongo_commands: CommandLog):
+    created = await create_collection(client, admin_token, "posts", FIELDS, versions=5)
+    tokens = [admin_token, user_token]
+    writers = [await admin_id(client, token) for token in tokens]
+    async with held_group(services, "posts") as hold:
+        first = asyncio.create_task(create_record(client, admin_token, "posts", {"title": "first"}))
+        await wait_until(hold.held.is_set, "the first create's group is held")
+        rest = [asyncio.create_task(create_record(client, tokens[n % 2], "posts", {"title": f"t{n}"}))
+                for n in range(1, 13)]
+        await wait_until(lambda: services.records.creates_waiting() == 11, "11 creates wait in a group")
+        hold.release()
+        records = [await first, *await asyncio.gather(*rest)]
+    assert mongo_commands.insert_sizes(created["id"]) == [1, 1, 11]  # grouped
+    version_inserts = [c.documents for c in mongo_commands.commands
+                       if c.name == "insert" and c.collection == "record_versions"]
+    assert sorted(version_inserts) == [1, 1, 11]  # a group's versions: one insert
+    for n, record in enumerate(records):
+        body = await versions_of(client, admin_token, "posts", record["id"])
+        assert [(v["version"], v["by"], v["data"]["title"]) for v in body["items"]] == [
+            (1, writers[n % 2], record["title"])]
 
 
 async def test_batches_bulk_updates_and_csv_imports_store_versions(client, admin_token):

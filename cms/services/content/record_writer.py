@@ -29,6 +29,7 @@ relation field, one ordered `insert_many`, one guard and one `emit` for the run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -114,6 +115,9 @@ class RecordWriter:
         """The clock that stamps every write (`created`, `updated`, the events' time)."""
         self._transactions = transactions
         self._versions = versions
+        self._grouped_writers: dict[str, str | None] = {}
+        """Record id -> writer id of each grouped create until its group stores its version (a group
+        spans requests; each version names its own create's caller)."""
         self.groups = InsertGroups(records, after=self._after_group) if group_commit else None
         """The insert groups of REST creates, or None (shutdown drains them, tests watch them)."""
 
@@ -179,12 +183,13 @@ class RecordWriter:
         await self._committed(UPDATE, collection, records, previous)
 
     async def _committed(self, kind: str, collection: Collection, records: Sequence[Record],
-                         previous: Sequence[Record] = ()) -> None:
+                         previous: Sequence[Record] = (), writers: Mapping[str, str | None] | None = None) -> None:
         """Where every create and update is committed, inside its write's event unit: the records'
-        versions (`RecordVersions.record`, written by the request's caller), then their events."""
+        versions (`RecordVersions.record`, written by the request's caller, or per record id by
+        `writers`), then their events."""
         if self._versions is not None:
             await self._versions.record(collection, records, by=current_origin().user_id, previous=previous,
-                                        created=kind == CREATE)
+                                        created=kind == CREATE, writers=writers)
         await emit_changed(self._events, kind, collection, records, self.clock(), previous)
 
     async def emit_deleted(self, collection: Collection, record_ids: Sequence[str],
@@ -223,11 +228,17 @@ class RecordWriter:
                       undo: Undo | None) -> None:
         """Steps 4 to 6 of `create`."""
         transactional = await self._transactional(collection)
-        if (store is None and self.groups is not None and not transactional and current_session() is None
-                and not collection.versions):
-            # grouped with concurrent creates; `_after_group` guards and emits before this returns (a
-            # collection keeping versions is not grouped: each version names its own request's caller)
-            await self.groups.insert(collection, record, epoch)
+        if store is None and self.groups is not None and not transactional and current_session() is None:
+            # grouped with concurrent creates; `_after_group` guards and emits before this returns
+            if collection.versions:
+                self._grouped_writers[record.id] = current_origin().user_id
+            try:
+                await self.groups.insert(collection, record, epoch)
+            except asyncio.CancelledError:
+                raise  # the group still stores the record: `_after_group` takes its writer
+            except BaseException:
+                self._grouped_writers.pop(record.id, None)
+                raise
             return
         try:
             async with self._unit(transactional):
@@ -381,5 +392,6 @@ class RecordWriter:
         create of the group looked the collection up under, if one): the guard, then the `create`
         events of the records it stored."""
         await self.guard(collection, epoch)
-        await self.emit_created(collection, stored)
+        writers = {record.id: self._grouped_writers.pop(record.id, None) for record in stored}
+        await self._committed(CREATE, collection, stored, writers=writers)
 

@@ -22,7 +22,7 @@ The numbering, the race between replicas and the trimming are the store's (`stor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cms.errors import ValidationFailed
@@ -64,13 +64,15 @@ class RecordVersions:
         return self._repository
 
     async def record(self, collection: Collection, records: Sequence[Record], *, by: str | None,
-                     previous: Sequence[Record] = (), created: bool = False) -> None:
+                     previous: Sequence[Record] = (), created: bool = False,
+                     writers: Mapping[str, str | None] | None = None) -> None:
         """Store one version of each of `records` (as stored after a write to `collection`, the
         definition the write used) when the collection keeps versions; `by` is the writer's user id
         (None: the system or an anonymous caller); each version is dated by its record's `updated`.
         `previous`: the records as they were before the write (matched by id): a record whose
         versioned values did not change stores none. `created`: the records were just created (their
-        first version is numbered 1 without a read). Then only each record's newest
+        first version is numbered 1 without a read). `writers`: per record id, its writer instead of `by`
+        (a group commit's creates come from several requests). Then only each record's newest
         `collection.versions` are kept. Joins the transaction open in this task, if one is. Drafts
         (issue 39): a publish calls this with the published copies. Raises BadRequest (400, retry) when
         another writer took a number inside a transaction."""
@@ -82,8 +84,9 @@ class RecordVersions:
             data = versioned_data(collection, record)
             if before.get(record.id, None) == data:
                 continue
+            writer = writers.get(record.id, by) if writers is not None else by
             versions.append(NewVersion(collection_id=collection.id, record_id=record.id, created=record.updated,
-                                       by=by, data=data, first=created))
+                                       by=writer, data=data, first=created))
         if versions:
             await self._repository.append(versions, keep=collection.versions)
 
