@@ -41,6 +41,7 @@ def create_app(config: Config, *, services: Services | None = None,
     `/_/`: this app's middlewares (request id, rate limit, principal) run first on its requests,
     then its own, which answer its failures with HTML pages. The built docs site in `guide_dir` (by
     default the package's `static/guide`) is served at `/docs/guide/` when it is there (cms.api.guide).
+    On start-up the record indexes of every collection are synced in the background (`_index_sync_ctx`).
     With tracing on, a first middleware opens each request's server span (cms.observability.tracing)."""
     app = web.Application(
         middlewares=[*tracing.server_middlewares(), request_middleware, rate_limit_middleware, principal_middleware],
@@ -51,6 +52,7 @@ def create_app(config: Config, *, services: Services | None = None,
         app[SERVICES] = services
     else:
         app.cleanup_ctx.append(_services_ctx(config))
+    app.cleanup_ctx.append(_index_sync_ctx)
     app.cleanup_ctx.append(_realtime_ctx)
     app.cleanup_ctx.append(_recording_ctx)
     add_routes(app)
@@ -81,6 +83,17 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
             yield
 
     return ctx
+
+
+async def _index_sync_ctx(app: web.Application) -> AsyncIterator[None]:
+    """At start-up, every collection's record indexes are synced in the background, by one replica at
+    a time (cms.services.content.index_sync); at clean-up the sync ends after its current collection."""
+    sync = app[SERVICES].index_sync
+    sync.start()
+    try:
+        yield
+    finally:
+        await sync.stop()
 
 
 async def _realtime_ctx(app: web.Application) -> AsyncIterator[None]:

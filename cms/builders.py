@@ -28,7 +28,10 @@ from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.collections import CollectionService
 from cms.services.content.files import FileService
+from cms.services.content.index_sync import IndexSync
 from cms.services.content.record_writer import RecordWriter
+from cms.services.content.slow_queries import SlowQueryService, SlowQueryWatch
+from cms.services.content.slow_query_board import SlowQueryBoard
 from cms.services.content.versions import RecordVersions
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
@@ -166,7 +169,8 @@ async def build_platform(infra: Infra) -> Platform:
 @dataclass(frozen=True)
 class Content:
     """Collections (look-ups in the catalog, writes in the service), the records' store and the one
-    record writer (REST, register, CSV import, the admin UI)."""
+    record writer (REST, register, CSV import, the admin UI), the slow query watch on that store and
+    the admins' view of it, and the start-up sync of record indexes."""
 
     record_repository: RecordRepository
     transactions: Transactions
@@ -175,22 +179,31 @@ class Content:
     catalog: Catalog
     collections: CollectionService
     definitions: DefinitionCache
+    slow_query_watch: SlowQueryWatch
+    slow_queries: SlowQueryService
+    index_sync: IndexSync
 
 
 async def build_content(infra: Infra, platform: Platform) -> Content:
     """The collection service on the records' store and the one record writer (its writes run in a
     transaction when the bus's outbox wants the collection's events, where the server has them);
     fills in default access rules of collections stored before rules existed. The writer stores record
-    versions (`RecordVersions`), which forget a deleted collection's versions (event subscriber)."""
-    record_repository = RecordRepository(infra.db, infra.capabilities, scans=ScanLine(
-        infra.config.list_scan_slots, max_per_client=infra.config.list_scan_per_client))
+    versions (`RecordVersions`), which forget a deleted collection's versions (event subscriber). The
+    store's list queries past SLOW_QUERY_MS go to the slow query board in the queue's Redis; the index
+    sync's lock is there too."""
+    config, capabilities = infra.config, infra.capabilities
     definitions = platform.definitions
     collection_repository = CollectionRepository(infra.db)
     catalog = Catalog(collection_repository, definitions)
+    board = SlowQueryBoard(infra.redis, config.mongodb_db)
+    watch = SlowQueryWatch(board, catalog, platform.signals, threshold_ms=config.slow_query_ms,
+                           index_sorts=capabilities.index_sorts)
+    record_repository = RecordRepository(infra.db, capabilities, scans=ScanLine(
+        config.list_scan_slots, max_per_client=config.list_scan_per_client), watch=watch)
     collections = CollectionService(collection_repository, record_repository, platform.settings,
                                     platform.events, catalog=catalog, clock=infra.clock)
     await collections.fill_default_rules()
-    transactions = Transactions(infra.mongo, enabled=infra.capabilities.transactions)
+    transactions = Transactions(infra.mongo, enabled=capabilities.transactions)
     version_repository = RecordVersionRepository(infra.db)
     await version_repository.ensure_indexes()
     versions = RecordVersions(version_repository)
@@ -198,7 +211,11 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
                           transactions=transactions, group_commit=True, versions=versions)
     return Content(record_repository=record_repository, transactions=transactions, writer=writer,
-                   versions=versions, catalog=catalog, collections=collections, definitions=definitions)
+                   versions=versions, catalog=catalog, collections=collections, definitions=definitions,
+                   slow_query_watch=watch,
+                   slow_queries=SlowQueryService(board, catalog, collections, index_sorts=capabilities.index_sorts,
+                                                 clock=infra.clock),
+                   index_sync=IndexSync(collections, SharedLock(infra.redis, keys.index_sync_lock(config.mongodb_db))))
 
 
 def build_read_cache(infra: Infra, platform: Platform) -> tuple[ReadCache, ResultSetCache]:

@@ -29,6 +29,9 @@ holds) takes more than 250 ms on a 2-core machine: measured by `scripts/bench/be
 (docs/performance.md, The embedded server's envelope). Past it, `cms serve` warns at start-up and the
 admin UI's records page says so (cms.services.content.envelope)."""
 METRICS_TOKEN_MIN_LENGTH = 16
+SLOW_QUERY_MS = 200
+"""`SLOW_QUERY_MS` when unset: list queries of records that take longer are slow (issue 38, item 3)."""
+MAX_SLOW_QUERY_MS = 600_000
 PASSWORD_HASH_MAX_MEMORY_KIB = 4 * 1024 * 1024
 """The most memory one password hash may take (4 GiB): a bound on a typing slip, not a recommendation."""
 
@@ -126,6 +129,10 @@ class Config:
     password_parallelism: int = DEFAULT_PARALLELISM
     """argon2id lanes (threads) of a new password hash (`PASSWORD_HASH_PARALLELISM`, 1..64). Hashes made
     with other parameters verify, and are rehashed with these at the user's next successful login."""
+    slow_query_ms: int = SLOW_QUERY_MS
+    """A list query of records that takes longer than this many milliseconds is slow (`SLOW_QUERY_MS`,
+    0..MAX_SLOW_QUERY_MS; 0: every one): logged once per shape an hour, counted in `/metrics`, listed for
+    admins with a suggested index (cms.services.content.slow_queries)."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
 
@@ -213,6 +220,7 @@ class Config:
             **_metrics_settings(env),
             list_scan_slots=_int(env, "LIST_SCAN_SLOTS", 4, 1, 64),
             list_scan_per_client=_int(env, "LIST_SCAN_PER_CLIENT", 8, 1, 80),
+            slow_query_ms=_int(env, "SLOW_QUERY_MS", SLOW_QUERY_MS, 0, MAX_SLOW_QUERY_MS),
             **_password_settings(env),
         )
 

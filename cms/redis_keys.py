@@ -130,3 +130,21 @@ def request_log_routes(db: str) -> str:
     """The route templates seen in the request log of database `db` (a sorted set scored by when each
     was last seen): `cms:obs:<db>:routes`."""
     return f"{ROOT}:obs:{db}:routes"
+
+
+def slow_queries(db: str) -> str:
+    """The slow query shapes of database `db` that every replica reports (cms.services.content.slow_queries):
+    a hash of entry id -> JSON entry, on the queue's Redis: `cms:slowq:<db>`."""
+    return f"{ROOT}:slowq:{db}"
+
+
+def slow_queries_seen(db: str) -> str:
+    """When each entry of `slow_queries(db)` was last seen (a sorted set of entry ids scored by epoch
+    seconds), which bounds the hash by dropping the oldest: `cms:slowq:<db>:seen`."""
+    return f"{slow_queries(db)}:seen"
+
+
+def index_sync_lock(db: str) -> str:
+    """The lock the replica that syncs every collection's record indexes at start-up holds, on the
+    queue's Redis (`cms.services.operations.shared_lock`): `cms:indexes:lock:<db>`."""
+    return f"{ROOT}:indexes:lock:{db}"

@@ -43,7 +43,9 @@ from cms.services.content.batch import BatchService
 from cms.services.content.collections import CollectionService
 from cms.services.content.envelope import Envelope
 from cms.services.content.files import FileService
+from cms.services.content.index_sync import IndexSync
 from cms.services.content.records import RecordService
+from cms.services.content.slow_queries import SlowQueryService, SlowQueryWatch
 from cms.services.content.version_history import VersionService
 from cms.services.delivery.events import EventBus
 from cms.services.delivery.realtime import RealtimeHub
@@ -92,6 +94,12 @@ class Services:
     """What this process reports about itself, for metrics, the dashboard and the request log."""
     envelope: Envelope
     """Which collections are large for the embedded server (start-up warning, admin UI notice)."""
+    slow_queries: SlowQueryService
+    """The slow query board every replica reports to (admins list it, create its suggested indexes)."""
+    slow_query_watch: SlowQueryWatch
+    """This process's watch of slow list queries (tests wait for it to record: `idle`)."""
+    index_sync: IndexSync
+    """The sync of every collection's record indexes; started by the web app (`IndexSync.start`)."""
     metrics: PrometheusMetrics | None = None
     """The Prometheus sink on `signals` (`GET /metrics`), or None when METRICS_ENABLED is false."""
 
@@ -148,10 +156,15 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             envelope=Envelope(content.catalog, content.record_repository, embedded=config.embedded,
                               threshold=config.embedded_cold_page_records, clock=infra.clock),
             metrics=build_metrics(infra, webhook_outbox),
+            slow_queries=content.slow_queries,
+            slow_query_watch=content.slow_query_watch,
+            index_sync=content.index_sync,
         )
         try:
             yield services
         finally:
+            await content.index_sync.stop()
+            await content.slow_query_watch.close()
             await backups.wait_idle()  # a restore whose caller went away ends before the clients close
 
 

@@ -60,9 +60,13 @@ def started(value: object) -> int:
     (keys.dashboard_minute("db1", 29_000_000), "cms:obs:db1:m:29000000"),
     (keys.request_log("db1"), "cms:obs:db1:log"),
     (keys.request_log_routes("db1"), "cms:obs:db1:routes"),
+    (keys.slow_queries("db1"), "cms:slowq:db1"),
+    (keys.slow_queries_seen("db1"), "cms:slowq:db1:seen"),
+    (keys.index_sync_lock("db1"), "cms:indexes:lock:db1"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry", "rc-ids",
         "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
-        "backup-lock", "dashboard-minute", "request-log", "request-log-routes"])
+        "backup-lock", "dashboard-minute", "request-log", "request-log-routes", "slow-queries",
+        "slow-queries-seen", "index-sync-lock"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
 

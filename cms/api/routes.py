@@ -25,6 +25,7 @@ from cms.api import (
     realtime,
     records,
     settings,
+    slow_queries,
     system,
     user_auth,
     versions,
@@ -153,6 +154,17 @@ ROUTES: tuple[Route, ...] = (
           policy=ADMIN, body=ws.CollectionUpdateSchema, response=s.CollectionSchema),
     Route("DELETE", V1 + "/collections/{collection_id}", collections.delete_collection,
           "Delete a collection and its records", "collections", policy=ADMIN, status=204),
+    # --- slow queries (issue 38): list queries over SLOW_QUERY_MS, with the index that would serve each
+    Route("GET", V1 + "/slow-queries", slow_queries.list_slow_queries,
+          "Slow query shapes every replica reported (field names and operators, never values), the most "
+          "recently seen first, each with the index that would serve it", "collections", policy=ADMIN,
+          response=s.SlowQuerySchema, many=True),
+    Route("POST", V1 + "/slow-queries/{slow_query_id}/index", slow_queries.create_suggested_index,
+          "Add the entry's suggested index to its collection's `indexes` (as a PATCH would) and drop the entry",
+          "collections", policy=ADMIN, response=s.CollectionSchema),
+    Route("DELETE", V1 + "/slow-queries/{slow_query_id}", slow_queries.dismiss_slow_query,
+          "Drop a slow query entry (it comes back if the query is slow again)", "collections", policy=ADMIN,
+          status=204),
     # --- audit, settings (issue 9)
     Route("GET", V1 + "/audit", audit.list_audit,
           "Audit log entries, newest first (limit, offset, event_type, severity, user_id, ip_address, "

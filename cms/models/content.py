@@ -175,6 +175,39 @@ class QueryPlan:
 
 
 @dataclass(frozen=True)
+class QueryShape:
+    """The shape of one record query (issue 38, item 3): its filter's field names and operators and its
+    sort, never a value. `text` shows it (`{status: $eq, views: $gte} sort -created`); `equality`
+    names the fields the query pins (`$eq`, `$in`) and `ranges` those it bounds (`$gt`, `$gte`, `$lt`,
+    `$lte`) in its top-level conjunction, `sort` the sort keys (`-created`, `-id`: `id` for `_id`),
+    the index advice's ESR inputs (cms.services.content.index_advice)."""
+
+    text: str
+    equality: tuple[str, ...] = ()
+    ranges: tuple[str, ...] = ()
+    sort: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SlowQuery:
+    """One query shape of a collection that took longer than SLOW_QUERY_MS, as every replica reported
+    it (cms.services.content.slow_queries): `id` (stable for the collection and shape), `count` of slow
+    runs, the longest and the last duration in milliseconds, when it was last seen, and
+    `suggested_index`, the declared index that would serve it (None when an index already does, or no
+    index can)."""
+
+    id: str
+    collection_id: str
+    collection: str
+    shape: QueryShape
+    count: int
+    max_ms: float
+    last_ms: float
+    last_seen: datetime
+    suggested_index: IndexDeclaration | None = None
+
+
+@dataclass(frozen=True)
 class StoredFile:
     """A file attached to a record (spec: Files), its bytes in GridFS.
 

@@ -12,12 +12,17 @@ What is exposed (prefix `cms_`, units in the names):
 - `cms_rate_limited_total{limit}`: refusals by limit name (`general`, `auth:login`, `mail:otp_request`);
 - `cms_realtime_connections` (streams held) and `cms_realtime_events_sent_total`;
 - `cms_mongodb_command_duration_seconds{command}` and `cms_mongodb_command_failures_total{command}`;
+- `cms_slow_queries_total{collection,shape}` and `cms_slow_query_duration_seconds{collection}`: list
+  queries over SLOW_QUERY_MS by collection name and query shape (field names and operators, never
+  values), at most MAX_SLOW_COLLECTIONS collections and MAX_SLOW_SHAPES shapes per collection per
+  process, the rest under `other`;
 - `cms_job_queue_depth` and `cms_webhook_outbox_backlog`: read from Redis and MongoDB when scraped;
 - `cms_processes` (processes whose metrics the scrape covers), `cms_build_info{version}` and
   prometheus-client's `process_*`.
 
 Labels only ever take values from fixed sets (route templates, method names, status codes, the
-names above): never ids, emails, query strings or path-parameter values.
+names above) or bounded ones (collection names and query shapes, as said): never ids, emails, query
+strings, values or path-parameter values.
 
 With `multiprocess_dir` (`cms serve --workers N` sets PROMETHEUS_MULTIPROC_DIR for its children),
 prometheus-client keeps every process's values in files there, and a scrape through any process
@@ -51,6 +56,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 MONGO_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 WEBHOOK_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SLOW_QUERY_BUCKETS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+MAX_SLOW_COLLECTIONS = 50
+"""Collections a process counts slow queries of under their own name; later ones count as `other`."""
+MAX_SLOW_SHAPES = 20
+"""Query shapes a process counts under their own text per collection; later ones count as `other`."""
 SAMPLE_TIMEOUT_S = 2.0
 """Seconds a scrape waits for each figure it reads from Redis or MongoDB; one that takes longer is
 left out of that scrape (and logged)."""
@@ -176,6 +186,12 @@ class PrometheusMetrics(Sink):
                                 buckets=MONGO_BUCKETS_S, registry=r)
         self._mongo_failures = Counter("cms_mongodb_command_failures", "MongoDB commands that failed, by name",
                                        ("command",), registry=r)
+        self._slow = Counter("cms_slow_queries", "List queries slower than SLOW_QUERY_MS, by collection and "
+                             "query shape (field names and operators)", ("collection", "shape"), registry=r)
+        self._slow_latency = Histogram("cms_slow_query_duration_seconds",
+                                       "Time of list queries slower than SLOW_QUERY_MS, by collection (seconds)",
+                                       ("collection",), buckets=SLOW_QUERY_BUCKETS_S, registry=r)
+        self._slow_shapes: dict[str, set[str]] = {}
         processes = Gauge("cms_processes", "Processes whose metrics this scrape covers", multiprocess_mode="livesum",
                           registry=r)
         processes.set(1)
@@ -236,6 +252,21 @@ class PrometheusMetrics(Sink):
         child.observe(duration_s)
         if not ok:
             self._mongo_failures.labels(command if command in MONGO_COMMANDS else OTHER).inc()
+
+    def slow_query(self, collection: str, shape: str, duration_s: float) -> None:
+        """Count a slow query by collection and shape and observe its duration (labels bounded by
+        MAX_SLOW_COLLECTIONS and MAX_SLOW_SHAPES: past them, `other`)."""
+        shapes = self._slow_shapes.get(collection)
+        if shapes is None:
+            if len(self._slow_shapes) >= MAX_SLOW_COLLECTIONS:
+                collection, shape = OTHER, OTHER
+            shapes = self._slow_shapes.setdefault(collection, set())
+        if shape not in shapes:
+            if len(shapes) >= MAX_SLOW_SHAPES:
+                shape = OTHER
+            shapes.add(shape)
+        self._slow.labels(collection, shape).inc()
+        self._slow_latency.labels(collection).observe(duration_s)
 
     # --- scrapes ---------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """Signals: the one place where the service says what it did, for every sink that records it.
 
 Call sites (the request frame, the read, definition and session caches, the webhook outbox's
-delivery step, the rate limits, the realtime hub, the MongoDB driver's command monitoring) report
+delivery step, the rate limits, the realtime hub, the MongoDB driver's command monitoring, the slow
+query watch) report
 facts through the process's `Signals` (`Services.signals`, made with the process's clients in
 `cms.infra`); sinks (Prometheus metrics, the dashboard's per-minute counters in Redis, the request
 log) subscribe with `Signals.add`. A call site never knows which sinks exist, and a sink that fails
@@ -69,6 +70,11 @@ class Sink:
         """The MongoDB driver finished the command named `command` (`find`, `insert`, ...: the
         driver's command name, never its arguments) after `duration_s` seconds; `ok` is False when
         it failed."""
+
+    def slow_query(self, collection: str, shape: str, duration_s: float) -> None:
+        """A list query of `collection` (its name) took `duration_s` seconds, past SLOW_QUERY_MS;
+        `shape` is its filter's and sort's shape (field names and operators, never values:
+        cms.store.query_shapes)."""
 
 
 class Signals:
@@ -154,3 +160,11 @@ class Signals:
                 sink.mongo_command(command, duration_s, ok)
             except Exception:
                 self._failure(sink, "mongo_command")
+
+    def slow_query(self, collection: str, shape: str, duration_s: float) -> None:
+        """Dispatch `Sink.slow_query` to every sink."""
+        for sink in self._sinks:
+            try:
+                sink.slow_query(collection, shape, duration_s)
+            except Exception:
+                self._failure(sink, "slow_query")

@@ -9,6 +9,7 @@ from datetime import UTC
 from typing import Any
 
 from pymongo import AsyncMongoClient
+from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.asynchronous.database import AsyncDatabase
 from pymongo.errors import OperationFailure, PyMongoError
 from pymongo.monitoring import (
@@ -34,6 +35,10 @@ class Capabilities:
     background_index_builds: bool = False
     """`createIndexes` accepts `background: true`: MongoDB before 4.2 then builds without blocking
     writes (4.2 and later build so whatever the option, and accept it)."""
+    index_sorts: bool = False
+    """The server walks an index for the sort of a filtered query (`{a: 1}` sorted by `b` over an index
+    `{a: 1, b: 1}` has no blocking SORT stage in its plan): MongoDB does, the embedded SecantusDB sorts
+    in memory. The index advice puts sort keys in a suggested index only then."""
 
 
 class DriverTrouble(ServerListener):
@@ -123,6 +128,7 @@ async def detect_capabilities(db: Database) -> Capabilities:
         background_index_builds = True
     except OperationFailure:
         background_index_builds = False
+    index_sorts = await _sorts_with_index(db, probe)
     try:
         async with db.client.start_session() as session:
             await session.start_transaction()
@@ -133,10 +139,38 @@ async def detect_capabilities(db: Database) -> Capabilities:
         transactions = False
     finally:
         await probe.drop()
-    log.info("MongoDB capabilities: text_index=%s transactions=%s background_index_builds=%s", text_index,
-             transactions, background_index_builds)
+    log.info("MongoDB capabilities: text_index=%s transactions=%s background_index_builds=%s index_sorts=%s",
+             text_index, transactions, background_index_builds, index_sorts)
     return Capabilities(text_index=text_index, transactions=transactions,
-                        background_index_builds=background_index_builds)
+                        background_index_builds=background_index_builds, index_sorts=index_sorts)
+
+
+async def _sorts_with_index(db: Database, probe: AsyncCollection[dict[str, Any]]) -> bool:
+    """Whether the server's plan of `{a: 1}` sorted by `b`, over an index `{a: 1, b: 1}` of the probe
+    collection, has no blocking SORT stage (`Capabilities.index_sorts`); False when it cannot tell."""
+    try:
+        await probe.create_index([("a", 1), ("b", 1)], name="probe_sort")
+        answer = await db.command("explain", {"find": probe.name, "filter": {"a": 1}, "sort": {"b": 1}},
+                                  verbosity="queryPlanner")
+    except OperationFailure:
+        return False
+    winning = (answer.get("queryPlanner") or {}).get("winningPlan")
+    return isinstance(winning, dict) and "SORT" not in plan_stages(winning)
+
+
+def plan_stages(plan: Any) -> set[str]:
+    """Every `stage` name in an explain plan tree, in whatever nesting the server uses."""
+    stages: set[str] = set()
+    nodes: list[Any] = [plan]
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, list):
+            nodes.extend(node)
+        elif isinstance(node, dict):
+            if isinstance(node.get("stage"), str):
+                stages.add(node["stage"])
+            nodes.extend(v for v in node.values() if isinstance(v, dict | list))
+    return stages
 
 
 async def ensure_indexes(db: Database) -> None:

@@ -70,7 +70,21 @@ async def sync_managed(mongo_coll: AsyncCollection[dict[str, Any]], existing: Ma
             raise
     for index_name in existing:
         if index_name.startswith(MANAGED_PREFIXES) and index_name not in names:
-            await mongo_coll.drop_index(index_name)
+            await drop_index_if_there(mongo_coll, index_name)
+
+
+INDEX_NOT_FOUND = 27
+"""The server's code for dropping an index that is not there."""
+
+
+async def drop_index_if_there(mongo_coll: AsyncCollection[dict[str, Any]], index_name: str) -> None:
+    """Drop the index `index_name`; one already gone (dropped meanwhile by another process syncing the
+    same collection: the start-up sync, another replica) is no error."""
+    try:
+        await mongo_coll.drop_index(index_name)
+    except OperationFailure as exc:
+        if exc.code != INDEX_NOT_FOUND:
+            raise
 
 
 def _duplicates(spec: IndexSpec, exc: OperationFailure) -> ValidationFailed:

@@ -9,32 +9,66 @@ converts their documents); ids are looked up a chunk at a time (bulk.py).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure
 
 from cms.errors import BadRequest
-from cms.models import QueryPlan, Record
+from cms.models import QueryPlan, QueryShape, Record
 from cms.store.bulk import chunks
 from cms.store.client import Capabilities, Database
 from cms.store.documents import record_from_document, records_mongo_name
 from cms.store.errors import translate_query_errors
+from cms.store.query_shapes import shape_of
 from cms.store.scan_line import ScanLine
 from cms.store.transactions import current_session
+
+
+class QueryWatch(Protocol):
+    """Who is told of list queries that took longer than `threshold_ms` milliseconds (issue 38, item 3:
+    cms.services.content.slow_queries). `slow` runs on the query's path (the event loop): it must be
+    cheap, must not block and must not raise."""
+
+    @property
+    def threshold_ms(self) -> float:
+        """Queries that take longer than this many milliseconds are slow."""
+        ...
+
+    def slow(self, collection_id: str, shape: QueryShape, duration_ms: float) -> None:
+        """A list query of `collection_id`'s records of `shape` took `duration_ms` milliseconds."""
 
 
 class RecordQueries:
     """The reads of the records of every collection; callers pass the collection id and a prepared
     query. List queries (`find`, `find_ids`, `find_related`, `count`) take a slot of `scans`, the
-    process's line of scans (503 when it is full); point reads do not."""
+    process's line of scans (503 when it is full); point reads do not. `watch` is told of each list
+    query that took longer than its threshold (from its slot to its last document; the wait in line
+    is not counted), by its shape (`query_shapes.shape_of`: never a value)."""
 
-    def __init__(self, db: Database, capabilities: Capabilities, *, scans: ScanLine | None = None) -> None:
+    def __init__(self, db: Database, capabilities: Capabilities, *, scans: ScanLine | None = None,
+                 watch: QueryWatch | None = None) -> None:
         self._db = db
         self.capabilities = capabilities
         self.scans = scans or ScanLine()
+        self.watch = watch
+
+    @asynccontextmanager
+    async def _timed(self, collection_id: str, query: Mapping[str, Any],
+                     sort: Sequence[tuple[str, int]] = ()) -> AsyncIterator[None]:
+        """Time the block (a list query): past `watch.threshold_ms`, tell `watch` (not when it raised)."""
+        watch = self.watch
+        if watch is None:
+            yield
+            return
+        started = time.perf_counter()
+        yield
+        duration_ms = (time.perf_counter() - started) * 1000
+        if duration_ms > watch.threshold_ms:
+            watch.slow(collection_id, shape_of(query, sort), duration_ms)
 
     def _scan_slot(self, client: str | None) -> AbstractAsyncContextManager[None]:
         """One slot of the process's scan line in `client`'s share (`ScanLine.slot`). Raises
@@ -113,7 +147,7 @@ class RecordQueries:
         """Records matching `query` in `sort` order, `skip` then at most `limit` of them, in `client`'s
         share of the scan line. Raises InvalidFilter when the server refuses the query (see
         `translate_query_errors`) and ServiceUnavailable (the line is full)."""
-        async with self._scan_slot(client), translate_query_errors():
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
             cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
             return [record_from_document(d) async for d in cursor]
 
@@ -124,7 +158,7 @@ class RecordQueries:
         second pass). The server sorts before it projects, so no sort key travels. In `client`'s share
         of the scan line. Raises InvalidFilter when the server refuses the query and ServiceUnavailable
         (the line is full)."""
-        async with self._scan_slot(client), translate_query_errors():
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
             cursor = self._mongo_coll(collection_id).find(query, projection={"_id": 1}, sort=sort or None,
                                                           limit=limit, batch_size=limit)
             return [d["_id"] async for d in cursor]
@@ -135,7 +169,7 @@ class RecordQueries:
         in `sort` order, at most `limit` (0: all), in the current transaction if any (a batch sees
         what it wrote), in `client`'s share of the scan line. Raises InvalidFilter when the server
         refuses the query and ServiceUnavailable (the line is full)."""
-        async with self._scan_slot(client), translate_query_errors():
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
             cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, limit=limit,
                                                           session=current_session())
             return [record_from_document(d) async for d in cursor]
@@ -169,7 +203,7 @@ class RecordQueries:
         its collection metadata (`estimated_document_count`: no scan on MongoDB; issue "Fast
         reads", item 4). In `client`'s share of the scan line. Raises InvalidFilter when the server
         refuses the query and ServiceUnavailable (the line is full)."""
-        async with self._scan_slot(client), translate_query_errors():
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query):
             if not query:
                 return await self._mongo_coll(collection_id).estimated_document_count()
             return await self._mongo_coll(collection_id).count_documents(query)

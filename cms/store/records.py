@@ -29,7 +29,7 @@ from cms.store.documents import (
     record_to_document,
 )
 from cms.store.errors import translate_errors
-from cms.store.record_indexes import IndexSpec, sync_managed
+from cms.store.record_indexes import IndexSpec, drop_index_if_there, sync_managed
 from cms.store.record_queries import RecordQueries
 from cms.store.transactions import current_session
 
@@ -207,7 +207,7 @@ class RecordRepository(RecordQueries):
                 raise
         for index_name in existing:
             if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted:
-                await mongo_coll.drop_index(index_name)
+                await drop_index_if_there(mongo_coll, index_name)
         await sync_managed(mongo_coll, existing, managed, background=self.capabilities.background_index_builds)
         if self.capabilities.text_index:
             await self._sync_text_index(mongo_coll, existing, text_fields)

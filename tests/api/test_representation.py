@@ -20,6 +20,7 @@ import pyotp
 from openapi_schema_validator import OAS30Validator
 
 from cms.api.routes import ROUTES
+from cms.store.query_shapes import shape_of
 from tests.api.test_collection_auth import mail_with_subject
 from tests.api.test_oauth import configure, provider, providers_value  # noqa: F401
 from tests.api.test_read_cache import queries_of
@@ -194,6 +195,12 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     await c.call("POST", V1 + "/webhooks/deliveries/{delivery_id}/redeliver", admin_token,
                  args={"delivery_id": log["items"][0]["id"]})
     await c.call("POST", RECORDS + "/bulk-delete", admin_token, args=posts_args, json={"record_ids": [record["id"]]})
+    # a slow query (as the store reports one past SLOW_QUERY_MS), listed, its index created
+    services.slow_query_watch.slow(posts["id"], shape_of({"views": {"$gte": 1}}), 250.0)
+    await services.slow_query_watch.idle()
+    (slow,) = await c.call("GET", V1 + "/slow-queries", admin_token)
+    assert slow["suggested_index"] == {"fields": ["views"], "unique": False}
+    await c.call("POST", V1 + "/slow-queries/{slow_query_id}/index", admin_token, args={"slow_query_id": slow["id"]})
 
     # API keys, audit, settings, health, backups
     await c.call("POST", V1 + "/api-keys", admin_token, json={"name": "ci", "scopes": ["read"]})

@@ -45,7 +45,7 @@ from cms.api.schemas.webhooks import (
     WebhookListQuerySchema,
     WebhookUpdateSchema,
 )
-from cms.services.representation.content import CollectionSchema, FileSchema
+from cms.services.representation.content import CollectionSchema, FileSchema, SlowQuerySchema
 from cms.services.representation.delivery import DeliveryPageSchema, RedeliverySchema, WebhookSchema
 from cms.services.representation.identity import (
     AdminUserSchema,
@@ -95,7 +95,7 @@ __all__ = [
     "RecoveryCodesSchema", "RedeliverySchema",
     "RefreshSchema",
     "RegisterResponseSchema", "RegisterSchema", "ResetPasswordSchema", "SessionSchema", "SettingSchema",
-    "SettingUpdateSchema", "TokenBodySchema", "TokenSchema", "TwoFactorCodeSchema", "TwoFactorDisableSchema",
-    "TwoFactorSetupSchema", "VersionListQuerySchema",
+    "SettingUpdateSchema", "SlowQuerySchema", "TokenBodySchema", "TokenSchema", "TwoFactorCodeSchema",
+    "TwoFactorDisableSchema", "TwoFactorSetupSchema", "VersionListQuerySchema",
     "WebhookCreateSchema", "WebhookListQuerySchema", "WebhookSchema", "WebhookUpdateSchema",
 ]

@@ -35,6 +35,8 @@ RESTORE_STAGING_MAX_S = 3600.0
 leftovers of an interrupted one: they no longer hold `sweep_orphans` back."""
 
 COLLECTION_TYPES = ("base", "auth")
+RESYNC_ATTEMPTS = 3
+"""Times `resync_indexes` syncs a collection whose definition keeps changing meanwhile."""
 
 
 AUTH_SWITCHES = {"otp_enabled": "Only auth collections have OTP login.",
@@ -220,6 +222,23 @@ class CollectionService:
     async def _sync_indexes(self, collection: Collection) -> None:
         await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection),
                                          managed_indexes(collection))
+
+    async def resync_indexes(self, collection_id: str) -> bool:
+        """Make the record indexes of a stored collection match its stored definition (missing ones
+        created, stale `unique_*`, `auto_*` and `idx_*` ones dropped: the start-up sync,
+        cms.services.content.index_sync). When the definition changed while its indexes were synced (an
+        update raced), it is read and synced again, at most RESYNC_ATTEMPTS times. Returns False when
+        the collection no longer exists. Raises ValidationFailed (records hold duplicates of a unique
+        index that is missing) and driver errors."""
+        for _ in range(RESYNC_ATTEMPTS):
+            stored = await self._collections.get(collection_id)
+            if stored is None:
+                return False
+            await self._sync_indexes(stored)
+            again = await self._collections.get(collection_id)
+            if again is None or again.version == stored.version:
+                return again is not None
+        return True
 
     async def _restore_indexes(self, collection_id: str) -> None:
         stored = await self._collections.get(collection_id)

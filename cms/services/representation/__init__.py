@@ -6,7 +6,7 @@ Each fixed shape is a `Representation` schema (base.py) that both dumps the mode
 `/openapi.json` documents (cms/api/routes.py names the same classes), so the document and the
 bytes cannot drift; tests/api/test_representation.py validates real answers against the document.
 Modules per group: identity (users, login and register answers, tokens, sessions, 2FA, OAuth2
-providers, API keys), content (collections, files), records (records, their pages and cached bytes,
+providers, API keys), content (collections, files, slow queries), records (records, their pages and cached bytes,
 record events as delivered, bulk and CSV answers), delivery (webhooks, deliveries), operations
 (audit, settings, backups, health, `{message}`).
 
@@ -16,7 +16,7 @@ record events as delivered, bulk and CSV answers), delivery (webhooks, deliverie
 
 from __future__ import annotations
 
-from cms.services.representation.content import collection, collections, file
+from cms.services.representation.content import collection, collections, file, slow_queries, slow_query
 from cms.services.representation.delivery import deliveries, redelivery, webhook, webhooks
 from cms.services.representation.identity import (
     ADMIN_USERS,
@@ -63,6 +63,6 @@ __all__ = [
     "collection_user", "collections", "csv_import", "deliveries", "event_body", "file", "health", "message",
     "oauth_providers", "read_record", "read_record_page", "record_bytes", "record_json", "record_page",
     "record_page_bytes", "record_version", "record_version_page",
-    "recovery_codes", "redelivery", "sessions", "setting", "settings", "token",
+    "recovery_codes", "redelivery", "sessions", "setting", "settings", "slow_queries", "slow_query", "token",
     "two_factor_setup", "webhook", "webhooks",
 ]

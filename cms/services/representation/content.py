@@ -8,7 +8,7 @@ from typing import Any
 
 from marshmallow import fields
 
-from cms.models import Collection, StoredFile
+from cms.models import Collection, SlowQuery, StoredFile
 from cms.services.representation.base import Representation, SameObject, Timestamp, dump_many, dump_one
 
 FIELD_TYPES = ["text", "editor", "bool", "email", "url", "number", "date", "select", "json", "relation", "file"]
@@ -97,6 +97,26 @@ class CollectionSchema(Representation):
     updated = Timestamp()
 
 
+class SlowQuerySchema(Representation):
+    """A slow query shape every replica reported (issue 38): `{id, collection, collection_id, shape,
+    count, max_ms, last_ms, last_seen, suggested_index}`."""
+
+    id = fields.String()
+    collection = fields.String(metadata={"description": "collection name"})
+    collection_id = fields.String()
+    shape = fields.String(attribute="shape.text",
+                          metadata={"description": "the query's filter and sort: field names and operators, "
+                                                   "never values, e.g. `{status: $eq, views: $gte} sort -created`"})
+    count = fields.Integer(metadata={"description": "slow runs seen (every replica)"})
+    max_ms = fields.Float(metadata={"description": "the longest run (milliseconds)"})
+    last_ms = fields.Float(metadata={"description": "the last run (milliseconds)"})
+    last_seen = Timestamp()
+    suggested_index = fields.Nested(IndexDeclarationSchema, allow_none=True,
+                                    metadata={"description": "the declared index that would serve the query "
+                                                             "(ESR rule); null when an index already does or "
+                                                             "none can"})
+
+
 class FileSchema(Representation):
     """A stored file: `{id, filename, content_type, size, collection, record_id, created}`."""
 
@@ -113,6 +133,7 @@ class FileSchema(Representation):
 
 _COLLECTION = CollectionSchema()
 _FILE = FileSchema()
+_SLOW_QUERY = SlowQuerySchema()
 
 
 def collection(c: Collection) -> dict[str, Any]:
@@ -129,3 +150,14 @@ def collections(items: Sequence[Collection]) -> list[dict[str, Any]]:
 def file(f: StoredFile) -> dict[str, Any]:
     """`{id, filename, content_type, size (bytes), collection (name), record_id, created}`."""
     return dump_one(_FILE, f)
+
+
+def slow_query(entry: SlowQuery) -> dict[str, Any]:
+    """`{id, collection, collection_id, shape, count, max_ms, last_ms, last_seen, suggested_index:
+    {fields, unique} or null}`."""
+    return dump_one(_SLOW_QUERY, entry)
+
+
+def slow_queries(items: Sequence[SlowQuery]) -> list[dict[str, Any]]:
+    """Each entry as `slow_query` shows it, in order."""
+    return dump_many(_SLOW_QUERY, items)
