@@ -22,16 +22,19 @@ from cms.admin_ui.views import (
     backups,
     collections,
     dashboard,
+    indexes,
     logs,
     records,
     settings,
+    slow_queries,
     users,
     webhooks,
 )
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = PREFIX + "/static"
-SCREENS = (dashboard, collections, records, users, webhooks, api_keys, settings, audit, logs, backups)
+SCREENS = (dashboard, collections, indexes, records, users, webhooks, api_keys, settings, audit, logs,
+           slow_queries, backups)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; frame-ancestors 'none'; base-uri 'none'; "

@@ -11,6 +11,8 @@ changes and deletes them.
   shown next to the field row, rule (a field's rule: beside it in its row) or input it names, and nothing
   is stored.
 - `GET|POST /_/collections/{name}/delete`: a confirmation page (type the name), then the delete.
+- The edit page also shows the collection's indexes, each with why it exists; declared ones are added and
+  removed by views/indexes.py.
 
 Rows are added and removed by static/collections.js (a `<template>` clone); the rules get a
 `<datalist>` of the collection's field names and the `@request.auth.*` names.
@@ -30,6 +32,7 @@ from cms.errors import CmsError, InvalidFilter, ValidationFailed
 from cms.filters.rules import AUTH_VARIABLES, DATA_ACTIONS
 from cms.models import Collection, FieldSpec, Principal, default_rules
 from cms.services.content.fields import FIELD_TYPES, MULTI_TYPES, SYSTEM_FIELDS, TEXT_TYPES
+from cms.services.content.index_advice import kept_indexes
 from cms.web.context import load, services
 from cms.web.schemas import CollectionCreateSchema, CollectionUpdateSchema
 from cms.web.uploads import read_form
@@ -198,10 +201,15 @@ def _suggestions(field_names: list[str]) -> list[str]:
 
 async def _form_page(request: web.Request, *, mode: str, collection: Collection | None, name: str, type_: str,
                      switches: Mapping[str, Any], rows: list[Row], rules: Mapping[str, Mapping[str, Any]],
-                     error: CmsError | None = None, versions: str = "0") -> web.Response:
+                     error: CmsError | None = None, versions: str = "0", index_error: CmsError | None = None,
+                     index_form: Mapping[str, Any] | None = None) -> web.Response:
     every = await services(request).collections.list()
+    failed = error or index_error
     return await render(
-        request, "collections/form.html", status=error.status if error else 200, nav_collections=every,
+        request, "collections/form.html", status=failed.status if failed else 200, nav_collections=every,
+        kept_indexes=kept_indexes(collection) if collection else [],
+        index_error=error_message(index_error) if index_error else None,
+        index_form=index_form or {"fields": "", "unique": False},
         targets=[(c.id, c.name) for c in every], mode=mode, collection=collection,
         name=name, type=type_, versions=versions, switches=switches, rows=rows, rules=rules, rule_names=FORM_RULES,
         data_rules=[f"{a}_rule" for a in DATA_ACTIONS], field_types=FIELD_TYPES, text_types=sorted(TEXT_TYPES),
@@ -276,11 +284,17 @@ async def _collection(request: web.Request) -> Collection:
 @admin_page
 async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
     """GET /_/collections/{name}/edit: the collection in the form."""
-    collection = await _collection(request)
+    return await edit_page(request, await _collection(request))
+
+
+async def edit_page(request: web.Request, collection: Collection, *, index_error: CmsError | None = None,
+                    index_form: Mapping[str, Any] | None = None) -> web.Response:
+    """The edit page of `collection` as stored, with its indexes section (views/indexes.py) showing
+    `index_error` (its status is the page's) and the add form filled with `index_form` (`fields`, `unique`)."""
     return await _form_page(request, mode="edit", collection=collection, name=collection.name, type_=collection.type,
                             switches={s: getattr(collection, s) for s in SWITCHES},
                             rows=[_row_of(spec) for spec in collection.fields], rules=_rules_of(collection.rules),
-                            versions=str(collection.versions))
+                            versions=str(collection.versions), index_error=index_error, index_form=index_form)
 
 
 @admin_page
