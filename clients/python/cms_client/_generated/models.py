@@ -594,6 +594,36 @@ class SettingUpdate(TypedDict, closed=True):
     """
 
 
+class SlowQuery(TypedDict, closed=True):
+    collection: str
+    """
+    collection name
+    """
+    collection_id: str
+    count: int
+    """
+    slow runs seen (every replica)
+    """
+    id: str
+    last_ms: float
+    """
+    the last run (milliseconds)
+    """
+    last_seen: str
+    max_ms: float
+    """
+    the longest run (milliseconds)
+    """
+    shape: str
+    """
+    the query's filter and sort: field names and operators, never values, e.g. `{status: $eq, views: $gte} sort -created`
+    """
+    suggested_index: IndexDeclaration | dict[str, Any]
+    """
+    the declared index that would serve the query (ESR rule); null when an index already does or none can
+    """
+
+
 class Token(TypedDict, closed=True):
     access_token: str
     expires_in: int
