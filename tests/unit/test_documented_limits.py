@@ -13,10 +13,10 @@ import pytest
 
 from cms.admin_ui.views import relations as ui_relations
 from cms.api import realtime as realtime_api
-from cms.config import Config
+from cms.config import SLOW_QUERY_MS, Config
 from cms.filters import mongo
 from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
-from cms.observability import recorder, request_log, timeline
+from cms.observability import metrics, recorder, request_log, timeline
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache, result_sets
@@ -27,8 +27,11 @@ from cms.services.content import (
     envelope,
     expansion,
     group_commit,
+    index_sync,
     records,
     relations,
+    slow_queries,
+    slow_query_board,
 )
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.delivery.realtime import connections as realtime_connections
@@ -38,7 +41,7 @@ from cms.services.identity import otp
 from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
 from cms.services.representation import record_view
-from cms.store import scan_line
+from cms.store import query_shapes, scan_line
 from workers import liveness
 from workers import settings as worker_settings
 
@@ -122,6 +125,15 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "request-log-50-a-page": (request_log.PER_PAGE, 50),
     "dashboard-flush-every-5-s": (recorder.FLUSH_INTERVAL_S, 5),
     "dashboard-minutes-kept-24-h": (timeline.WINDOW_MINUTES, 24 * 60),
+    # docs/concepts/indexes.md (issue 38)
+    "slow-query-200-ms": ((SLOW_QUERY_MS, Config.__dataclass_fields__["slow_query_ms"].default), (200, 200)),
+    "slow-queries-200-entries-7-days": ((slow_query_board.MAX_SLOW_QUERIES, slow_query_board.SLOW_QUERY_RETENTION_S),
+                                        (200, 7 * 24 * 3600)),
+    "slow-query-logged-once-an-hour-64-at-a-time": ((slow_queries.LOG_WINDOW_S, slow_queries.MAX_PENDING_NOTES),
+                                                    (3600, 64)),
+    "slow-query-labels-50-collections-20-shapes": ((metrics.MAX_SLOW_COLLECTIONS, metrics.MAX_SLOW_SHAPES), (50, 20)),
+    "query-shape-400-chars": (query_shapes.MAX_SHAPE_LENGTH, 400),
+    "index-sync-3-attempts-stops-within-5-s": ((collections.RESYNC_ATTEMPTS, index_sync.STOP_GRACE_S), (3, 5)),
     # docs/performance.md, The embedded server's envelope
     "embedded-cold-page-1000-records": (Config.__dataclass_fields__["embedded_cold_page_records"].default, 1_000),
     "envelope-250-ms-estimate-5-minutes-2-s": (

@@ -26,6 +26,9 @@ from cms.services.operations.shared_lock import SharedLock
 
 log = logging.getLogger("cms.indexes")
 
+STOP_GRACE_S = 5.0
+"""Seconds a stopping process waits for the background sync to end after its current collection."""
+
 
 @dataclass(frozen=True)
 class IndexSyncReport:
@@ -50,7 +53,7 @@ class IndexSync:
         """Sync every collection's record indexes holding the lock, and report; None when another
         replica holds it or Redis does not answer (logged: the sync is skipped, not retried)."""
         try:
-            return await self._lock.run("index sync", self._sync_all)
+            return await self._lock.run("index sync", self._sync_all, shield=False)
         except BadRequest:
             log.info("index sync: another replica is syncing the record indexes; skipped here")
         except ServiceUnavailable:
@@ -98,7 +101,14 @@ class IndexSync:
             return None
 
     async def stop(self) -> None:
-        """Let a background sync end after the collection it is syncing, and wait for it (shutdown)."""
+        """Let a background sync end after the collection it is syncing, and wait for it (shutdown);
+        one still running STOP_GRACE_S seconds later (a database that does not answer) is cancelled,
+        which releases the lock (what it did stands; the next start does the rest)."""
         self._stopping = True
-        if self._task is not None:
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is None:
+            return
+        done, _ = await asyncio.wait({self._task}, timeout=STOP_GRACE_S)
+        if not done:
+            self._task.cancel()
+            log.warning("index sync: cancelled at shutdown after %.0f s", STOP_GRACE_S)
+        await asyncio.gather(self._task, return_exceptions=True)

@@ -60,13 +60,14 @@ class SharedLock:
         self._release = redis.register_script(_RELEASE)
         self._running: set[asyncio.Task[object]] = set()  # strong references: a task outlives its caller
 
-    async def run(self, what: str, work: Callable[[], Awaitable[T]]) -> T:
+    async def run(self, what: str, work: Callable[[], Awaitable[T]], *, shield: bool = True) -> T:
         """Run `work()` holding the lock, in a task of its own, and return its result (or raise its error).
 
         `what` names the work ("backup", "restore") to whoever is refused meanwhile. Raises BadRequest
         (400 `bad_request`, "A restore is running ...") when another holder has the lock, and
         ServiceUnavailable when Redis does not answer. If the caller is cancelled, the work goes on
-        and the lock is released when it ends."""
+        and the lock is released when it ends; with `shield` False (work that may stop anywhere, such
+        as the start-up index sync), the work is cancelled with it and the lock released."""
         value = f"{what}:{secrets.token_hex(16)}".encode()
         try:
             taken = await self._redis.set(self._key, value, nx=True, px=self._ttl_ms)
@@ -80,7 +81,7 @@ class SharedLock:
         task = asyncio.create_task(self._hold(value, work))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-        return await asyncio.shield(task)
+        return await (asyncio.shield(task) if shield else task)
 
     async def _hold(self, value: bytes, work: Callable[[], Awaitable[T]]) -> T:
         renewing = asyncio.create_task(self._keep(value))
