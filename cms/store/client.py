@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any
@@ -155,22 +155,20 @@ async def _sorts_with_index(db: Database, probe: AsyncCollection[dict[str, Any]]
     except OperationFailure:
         return False
     winning = (answer.get("queryPlanner") or {}).get("winningPlan")
-    return isinstance(winning, dict) and "SORT" not in plan_stages(winning)
+    return isinstance(winning, dict) and not any(node.get("stage") == "SORT" for node in plan_nodes(winning))
 
 
-def plan_stages(plan: Any) -> set[str]:
-    """Every `stage` name in an explain plan tree, in whatever nesting the server uses."""
-    stages: set[str] = set()
+def plan_nodes(plan: Any) -> Iterator[dict[str, Any]]:
+    """Every object of an explain plan tree, in whatever nesting the server uses (stages under
+    `inputStage`, `inputStages`, `queryPlan`, `shards`, ...), depth first, each before what it holds."""
     nodes: list[Any] = [plan]
     while nodes:
         node = nodes.pop()
         if isinstance(node, list):
-            nodes.extend(node)
+            nodes.extend(reversed(node))
         elif isinstance(node, dict):
-            if isinstance(node.get("stage"), str):
-                stages.add(node["stage"])
-            nodes.extend(v for v in node.values() if isinstance(v, dict | list))
-    return stages
+            yield node
+            nodes.extend(reversed([v for v in node.values() if isinstance(v, dict | list)]))
 
 
 async def ensure_indexes(db: Database) -> None:

@@ -20,7 +20,7 @@ from pymongo.errors import OperationFailure
 from cms.errors import BadRequest
 from cms.models import QueryPlan, QueryShape, Record
 from cms.store.bulk import chunks
-from cms.store.client import Capabilities, Database
+from cms.store.client import Capabilities, Database, plan_nodes
 from cms.store.documents import record_from_document, records_mongo_name
 from cms.store.errors import translate_query_errors
 from cms.store.query_shapes import shape_of
@@ -267,16 +267,10 @@ def query_plan(answer: dict[str, Any]) -> QueryPlan | None:
         return None
     indexes: list[str] = []
     scans = False
-    nodes: list[Any] = [winning]
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, list):
-            nodes.extend(reversed(node))
-        elif isinstance(node, dict):
-            scans = scans or node.get("stage") == "COLLSCAN"
-            if isinstance(node.get("indexName"), str):
-                indexes.append(node["indexName"])
-            nodes.extend(reversed([v for v in node.values() if isinstance(v, dict | list)]))
+    for node in plan_nodes(winning):
+        scans = scans or node.get("stage") == "COLLSCAN"
+        if isinstance(node.get("indexName"), str):
+            indexes.append(node["indexName"])
     stats = answer.get("executionStats") or {}
     return QueryPlan(index=indexes[0] if indexes else None, collection_scan=scans,
                      docs_examined=int(stats.get("totalDocsExamined", 0)), returned=int(stats.get("nReturned", 0)))

@@ -24,11 +24,15 @@ from cms.services.content.indexes import (
     AUTO_RELATION_PREFIX,
     AUTO_RULE_PREFIX,
     MAX_INDEX_FIELDS,
+    SERVICE_KEYS,
     managed_indexes,
 )
+from cms.store.documents import UNIQUE_PREFIX
 
 Keys = tuple[tuple[str, int], ...]
 """An index's key pattern in the API's names (`id`, not `_id`): ((name, 1 | -1), ...)."""
+SERVICE_REASONS = {"_id_": "every record's id", "created_id": "the default sort (created), walked both ways"}
+"""Why each index of `SERVICE_KEYS` exists, in words."""
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,12 @@ def kept_indexes(collection: Collection) -> list[KeptIndex]:
     `created_id`, `unique_<field>`), then the automatic and the declared ones as `managed_indexes`
     lists them. The text index (`search_text`, where the server has one) is left out: it serves
     `search` only."""
-    kept = [KeptIndex("_id_", (("id", 1),), True, "service", "every record's id"),
-            KeptIndex("created_id", (("created", 1), ("id", 1)), False, "service",
-                      "the default sort (created), walked both ways")]
-    kept += [KeptIndex(f"unique_{spec.name}", ((spec.name, 1),), True, "service",
+    kept = [KeptIndex(name, _named(keys), name == "_id_", "service", SERVICE_REASONS[name])
+            for keys, name in SERVICE_KEYS.items()]
+    kept += [KeptIndex(f"{UNIQUE_PREFIX}{spec.name}", ((spec.name, 1),), True, "service",
                        f"field {spec.name} is unique") for spec in collection.fields if spec.validation.unique]
     for spec in managed_indexes(collection):
-        keys = tuple(("id" if path == "_id" else path, direction) for path, direction in spec.keys)
+        keys = _named(spec.keys)
         field_name = keys[0][0]
         if spec.name.startswith(AUTO_RELATION_PREFIX):
             kept.append(KeptIndex(spec.name, keys, False, "automatic",
@@ -72,6 +75,11 @@ def kept_indexes(collection: Collection) -> list[KeptIndex]:
         else:
             kept.append(KeptIndex(spec.name, keys, spec.unique, "declared", "declared in the collection's indexes"))
     return kept
+
+
+def _named(keys: tuple[tuple[str, int], ...]) -> Keys:
+    """A key pattern of document paths in the API's names (`_id` is `id`)."""
+    return tuple(("id" if path == "_id" else path, direction) for path, direction in keys)
 
 
 def suggest_index(collection: Collection, shape: QueryShape, *, index_sorts: bool) -> IndexDeclaration | None:

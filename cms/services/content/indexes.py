@@ -31,7 +31,7 @@ AUTO_RELATION_PREFIX = "auto_relation_"
 AUTO_RULE_PREFIX = "auto_rule_"
 DECLARED_PREFIX = "idx_"
 _PATHS = {"id": "_id", "created": "created", "updated": "updated"}
-_SERVICE_KEYS = {(("created", 1), ("_id", 1)): "created_id", (("_id", 1),): "_id_"}
+SERVICE_KEYS = {(("_id", 1),): "_id_", (("created", 1), ("_id", 1)): "created_id"}
 """Key patterns of indexes every records collection has (a declared copy would clash with them)."""
 
 
@@ -76,7 +76,7 @@ def check_indexes(collection: Collection) -> None:
     `unique_<field>`). Raises ValidationFailed under `indexes.<i>.fields` or `indexes.<i>`."""
     names = {spec.name for spec in collection.fields} | SYSTEM_FIELDS
     service_kept: dict[tuple[tuple[str, int], ...], str] = {
-        **_SERVICE_KEYS, **{((spec.name, 1),): f"unique_{spec.name}" for spec in collection.fields
+        **SERVICE_KEYS, **{((spec.name, 1),): f"unique_{spec.name}" for spec in collection.fields
                             if spec.validation.unique}}
     errors: dict[str, list[str]] = {}
     seen: dict[tuple[str, ...], int] = {}
