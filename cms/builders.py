@@ -194,7 +194,7 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     config, capabilities = infra.config, infra.capabilities
     definitions = platform.definitions
     collection_repository = CollectionRepository(infra.db)
-    catalog = Catalog(collection_repository, definitions)
+    catalog = Catalog(collection_repository, definitions, locales=platform.settings.stored_locales)
     board = SlowQueryBoard(infra.redis, config.mongodb_db)
     watch = SlowQueryWatch(board, catalog, platform.signals, threshold_ms=config.slow_query_ms,
                            index_sorts=capabilities.index_sorts)
@@ -202,6 +202,7 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
         config.list_scan_slots, max_per_client=config.list_scan_per_client), watch=watch)
     collections = CollectionService(collection_repository, record_repository, platform.settings,
                                     platform.events, catalog=catalog, clock=infra.clock)
+    platform.settings.on_change("locales", collections.locales_changed)
     await collections.fill_default_rules()
     transactions = Transactions(infra.mongo, enabled=capabilities.transactions)
     version_repository = RecordVersionRepository(infra.db)

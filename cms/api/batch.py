@@ -32,8 +32,8 @@ from cms.web.context import load, load_body, parse_body, services
 
 RECORD_URL = re.compile(r"^/api/v1/collections/(?P<collection>[^/{}]+)/records(?:/(?P<record_id>[^/{}]+))?$")
 """The paths a batch may write to (aiohttp's `{name}` matches `[^{}/]+` alike)."""
-VIEW_PARAMETERS = frozenset({"expand", "fields"})
-"""The query parameters a request may carry: how its answer shows the record."""
+VIEW_PARAMETERS = frozenset({"expand", "fields", "locale"})
+"""The query parameters a request may carry: how its answer shows the record, and the locale it writes."""
 ACTIONS = {"POST": actions.CREATE, "PATCH": actions.UPDATE, "DELETE": actions.DELETE}
 
 BATCH_BODY = BatchSchema()
@@ -90,9 +90,10 @@ def _read(item: Any) -> BatchRequest:
     parameters = parse_qsl(parts.query, keep_blank_values=True)
     others = sorted({name for name, _ in parameters} - VIEW_PARAMETERS)
     if others:
-        raise _unsupported("url", f"Query parameters other than expand and fields are refused: {', '.join(others)}.")
+        raise _unsupported("url", "Query parameters other than expand, fields and locale are refused: "
+                                  f"{', '.join(others)}.")
     first = {name: value for name, value in reversed(parameters)}  # the first of repeats, as alone
-    view = view_of(first.get("expand"), first.get("fields"))
+    view = view_of(first.get("expand"), first.get("fields"), first.get("locale"))
     record_id = unquote(match["record_id"]) if match["record_id"] is not None else None
     action = ACTIONS[method]
     data = None if action == actions.DELETE else load_body(fields.get("body"), RECORD_WRITE)["data"]

@@ -15,6 +15,7 @@ from cms.api.schemas import (
     RecordListQuerySchema,
     RecordWriteSchema,
 )
+from cms.errors import BadRequest
 from cms.services import representation as represent
 from cms.services.caching.read_cache import CachedBody
 from cms.services.representation.record_view import RecordView, view_of
@@ -31,6 +32,8 @@ RECORD_WRITE = RecordWriteSchema()
 SHARED_CACHE_CONTROL = "public, max-age=0, must-revalidate"
 PRIVATE_CACHE_CONTROL = "private, max-age=0, must-revalidate"
 PRIVATE_VARY = "Authorization, X-API-Key"
+MAX_LOCALE_PARAMETER = 100
+"""Longest `?locale=` read, in characters (a locale code has at most 35)."""
 
 
 async def list_records(request: web.Request) -> web.StreamResponse:
@@ -69,9 +72,13 @@ async def get_record(request: web.Request) -> web.StreamResponse:
 
 
 def record_view(request: web.Request) -> RecordView:
-    """The view the `expand` and `fields` query parameters ask for (`FULL` without them; read
-    straight from the query, so a read without them costs no schema load). Raises InvalidFilter."""
-    return view_of(request.query.get("expand"), request.query.get("fields"))
+    """The view the `expand`, `fields` and `locale` query parameters ask for (`FULL` without them; read
+    straight from the query, so a read without them costs no schema load). Raises InvalidFilter, or
+    BadRequest for a `locale` over 100 characters."""
+    locale = request.query.get("locale")
+    if locale is not None and len(locale) > MAX_LOCALE_PARAMETER:
+        raise BadRequest(f"locale: at most {MAX_LOCALE_PARAMETER} characters")
+    return view_of(request.query.get("expand"), request.query.get("fields"), locale)
 
 
 def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
@@ -83,6 +90,8 @@ def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
         headers = {"ETag": cached.etag, "Cache-Control": SHARED_CACHE_CONTROL}
     else:
         headers = {"ETag": cached.etag, "Cache-Control": PRIVATE_CACHE_CONTROL, "Vary": PRIVATE_VARY}
+    if cached.language is not None:
+        headers["Content-Language"] = cached.language
     if etag_matches(request.headers.get("If-None-Match"), cached.etag):
         return web.Response(status=304, headers=headers)
     return web.Response(body=cached.body, content_type="application/json", headers=headers)
@@ -93,9 +102,10 @@ async def create_record(request: web.Request) -> web.Response:
     principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
     name = request.match_info["collection_name"]
-    present = await services(request).records.presenter(name, record_view(request), principal)
-    record = await services(request).records.create(principal, name, body["data"])
-    return json_response(await present(record), status=201)
+    view = record_view(request)
+    present = await services(request).records.presenter(name, view, principal)
+    record = await services(request).records.create(principal, name, body["data"], locale=view.locale)
+    return json_response(await present(record), status=201, headers={"Content-Language": present.language})
 
 
 async def update_record(request: web.Request) -> web.Response:
@@ -103,9 +113,11 @@ async def update_record(request: web.Request) -> web.Response:
     principal = principal_of(request)
     body = await parse_body(request, RECORD_WRITE)
     name = request.match_info["collection_name"]
-    present = await services(request).records.presenter(name, record_view(request), principal)
-    record = await services(request).records.update(principal, name, request.match_info["record_id"], body["data"])
-    return json_response(await present(record))
+    view = record_view(request)
+    present = await services(request).records.presenter(name, view, principal)
+    record = await services(request).records.update(principal, name, request.match_info["record_id"], body["data"],
+                                                    locale=view.locale)
+    return json_response(await present(record), headers={"Content-Language": present.language})
 
 
 async def delete_record(request: web.Request) -> web.Response:
@@ -135,7 +147,8 @@ async def bulk_update_records(request: web.Request) -> web.Response:
     principal = signed_in_principal(request)
     body = await parse_body(request, BulkUpdateSchema())
     updated = await services(request).records.bulk_update(
-        principal, request.match_info["collection_name"], body["record_ids"], body["data"]
+        principal, request.match_info["collection_name"], body["record_ids"], body["data"],
+        locale=record_view(request).locale,
     )
     return json_response(represent.bulk_updated(updated))
 
@@ -147,13 +160,14 @@ async def export_records_csv(request: web.Request) -> web.StreamResponse:
     query = parse_query(request, RecordExportQuerySchema())
     export = await services(request).records.export_csv(
         principal, request.match_info["collection_name"],
-        sort=query["sort"], filter_expr=query["filter"], search=query["search"],
+        sort=query["sort"], filter_expr=query["filter"], search=query["search"], locale=query["locale"],
     )
     response = web.StreamResponse(headers={
         "Content-Type": "text/csv; charset=utf-8",
         "Content-Disposition": f'attachment; filename="{export.filename}"',
         "Cache-Control": "no-store",
         "X-Request-Id": request[REQUEST_ID],
+        **({"Content-Language": export.language} if export.language else {}),
     })
     try:
         await response.prepare(request)

@@ -225,7 +225,7 @@ ROUTES: tuple[Route, ...] = (
           policy=PRINCIPAL, body=s.BulkDeleteSchema, response=s.BulkDeletedSchema),
     Route("POST", RECORDS + "/bulk-update", records.bulk_update_records,
           "Set the same fields on up to 1,000 records, all or nothing", "records",
-          policy=PRINCIPAL, body=s.BulkUpdateSchema, response=s.BulkUpdatedSchema),
+          policy=PRINCIPAL, query=s.RecordLocaleQuerySchema, body=s.BulkUpdateSchema, response=s.BulkUpdatedSchema),
     Route("GET", RECORDS + "/export/csv", records.export_records_csv,
           "Download the records (filter, sort, search) as CSV", "records",
           policy=PRINCIPAL, query=s.RecordExportQuerySchema, produces="text/csv"),

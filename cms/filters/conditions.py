@@ -121,11 +121,57 @@ def _fold(kind: type[AllOf] | type[AnyOf], items: tuple[Cond, ...], decisive: Co
 class ResolvedField:
     """Where and how a field is stored: `path` is the document key (e.g. "_id" for `id`), `type`
     one of FIELD_TYPES; `guard` the condition under which the caller may see the field's value
-    (its bound field view rule; None: everywhere)."""
+    (its bound field view rule; None: everywhere); `locales` for a localized field, the locale chain
+    its value resolves through (decisions.md, Localized fields: the value at `path.<code>` of the
+    first code that holds one; empty: not localized)."""
 
     path: str
     type: str
     guard: Cond | None = None
+    locales: tuple[str, ...] = ()
+
+    @property
+    def sort_path(self) -> str | tuple[str, ...]:
+        """What a sort on this field orders by: `path`; for a localized field `path.<code>` (one
+        locale) or the tuple of those paths, the first that holds a value (a fallback chain)."""
+        if not self.locales:
+            return self.path
+        paths = tuple(f"{self.path}.{code}" for code in self.locales)
+        return paths[0] if len(paths) == 1 else paths
+
+    def term(self, op: str, value: Any, pattern: re.Pattern[str] | None = None) -> Cond:
+        """`field OP value` on this field's value as answers show it: one Term, or for a localized
+        field `localized_term`; not joined to the guard."""
+        if not self.locales:
+            return Term(self.path, self.type, op, value, pattern)
+        return localized_term(self, op, value, pattern)
+
+
+def localized_term(field: ResolvedField, op: str, value: Any, pattern: re.Pattern[str] | None = None) -> Cond:
+    """`field OP value` on a localized field's resolved value (its chain's first value, else null), as
+    terms on the stored paths: for the chain de -> en, `title = x` is `title.de = x || (title.de = null
+    && title.en = x)`. Each branch is an equality or a range on one stored path beside nulls of the
+    paths before it, so an index on `title.<code>` serves it (no `$expr`). Where null satisfies the
+    comparison (`!=`, `!~`), a branch also needs its path to hold a value, but for the last one, whose
+    term is true on null as well. Raises nothing."""
+    paths = [f"{field.path}.{code}" for code in field.locales]
+
+    def absent(path: str) -> Term:
+        return Term(path, field.type, "=", None)
+
+    if value is None and op in ("=", "!="):
+        if op == "=":
+            return all_of(*(absent(path) for path in paths))
+        return any_of(*(Term(path, field.type, "!=", None) for path in paths))
+    null_holds = values.compare(values.MISSING, op, value, pattern)
+    branches: list[Cond] = []
+    for index, path in enumerate(paths):
+        parts: list[Cond] = [absent(before) for before in paths[:index]]
+        if null_holds and index < len(paths) - 1:
+            parts.append(Term(path, field.type, "!=", None))
+        parts.append(Term(path, field.type, op, value, pattern))
+        branches.append(all_of(*parts))
+    return any_of(*branches)
 
 
 class FieldResolver(Protocol):
@@ -183,7 +229,7 @@ def term(node: Compare, resolver: FieldResolver) -> Cond:
                 f"value of '{node.field}' is too long for '{node.op}': at most {MAX_REGEX_LENGTH} characters "
                 f"(special characters count double, NUL four) at position {node.value.position}")
         pattern = re.compile(escaped, re.IGNORECASE)
-    made = Term(resolved.path, resolved.type, node.op, value, pattern)
+    made = resolved.term(node.op, value, pattern)
     return made if resolved.guard is None else all_of(resolved.guard, made)
 
 
@@ -233,12 +279,13 @@ def search(text: str, fields: list[ResolvedField]) -> Cond:
     """`search`: every whitespace-separated word of `text` occurs (case-insensitive substring) in at
     least one of `fields` where the caller may see it (each field's guard joins its term). No words:
     TRUE; no fields: FALSE. Raises InvalidFilter for more than MAX_SEARCH_WORDS words, a word over
-    MAX_REGEX_LENGTH once escaped, or a text over MAX_FILTER_LENGTH characters."""
+    MAX_REGEX_LENGTH once escaped, or a text over MAX_FILTER_LENGTH characters. A localized field is
+    searched in its resolved value (`localized_term`)."""
     words = search_words(text)
     clauses: list[Cond] = []
     for word in words:
         pattern = re.compile(escape_regex(word), re.IGNORECASE)
-        found = [(f.guard, Term(f.path, f.type, "~", word, pattern)) for f in fields]
+        found = [(f.guard, f.term("~", word, pattern)) for f in fields]
         clauses.append(any_of(*(t if guard is None else all_of(guard, t) for guard, t in found)))
     return all_of(*clauses)
 
@@ -341,15 +388,7 @@ def _expects(node: Compare, what: str) -> InvalidFilter:
     return InvalidFilter(f"field '{node.field}' expects {what}, got {node.value.raw!r} at position {node.position}")
 
 
-def fields_named(cond: Cond) -> frozenset[str]:
-    """The document paths `cond` reads (what a document needs for `predicate.evaluate`)."""
-    if isinstance(cond, Term):
-        return frozenset((cond.path,))
-    if isinstance(cond, (AllOf, AnyOf)):
-        return frozenset().union(*(fields_named(item) for item in cond.items))
-    return frozenset()
-
-
 def document_value(document: Mapping[str, Any], path: str) -> Any:
-    """The value at `path` of a stored document, `values.MISSING` when it has none."""
-    return document.get(path, values.MISSING)
+    """The value at `path` of a stored document, `values.MISSING` when it has none (`values.lookup`:
+    a dotted path reads into objects, a localized field's `title.de`)."""
+    return values.lookup(document, path)

@@ -85,17 +85,19 @@ def to_mongo_query(node: Node, resolver: FieldResolver) -> dict[str, Any]:
     return query_of(build(node, resolver))
 
 
-def to_mongo_sort(keys: list[SortKey], resolver: FieldResolver) -> list[tuple[str, int]]:
-    """Translate sort keys into pymongo's sort spec `[(path, 1 | -1), ...]`, in order.
+def to_mongo_sort(keys: list[SortKey], resolver: FieldResolver) -> list[tuple[str | tuple[str, ...], int]]:
+    """Translate sort keys into a records sort spec `[(path, 1 | -1), ...]`, in order: pymongo's, but
+    a localized field read through a fallback chain sorts by a tuple of paths, the first that holds a
+    value (`ResolvedField.sort_path`; the store sorts it with `$ifNull` in an aggregation).
 
     The caller appends its `_id` tie-breaker. Raises InvalidFilter("unknown sort field 'x'")
     when the resolver does not know a field."""
-    spec: list[tuple[str, int]] = []
+    spec: list[tuple[str | tuple[str, ...], int]] = []
     for key in keys:
         resolved = resolver.resolve(key.field)
         if resolved is None:
             raise InvalidFilter(f"unknown sort field '{key.field}'")
-        spec.append((resolved.path, -1 if key.descending else 1))
+        spec.append((resolved.sort_path, -1 if key.descending else 1))
     return spec
 
 

@@ -20,7 +20,7 @@ def evaluate(cond: Cond, document: Mapping[str, Any]) -> bool:
     `cond`; a field the document lacks reads as missing (null for `=` / `!=`). Raises TypeError for
     something that is not a `Cond` (a programming error)."""
     if isinstance(cond, Term):
-        return values.compare(document.get(cond.path, values.MISSING), cond.op, cond.value, cond.pattern)
+        return values.compare(values.lookup(document, cond.path), cond.op, cond.value, cond.pattern)
     if isinstance(cond, AllOf):
         return all(evaluate(item, document) for item in cond.items)
     if isinstance(cond, AnyOf):
@@ -59,18 +59,32 @@ def sort_key(value: Any, descending: bool) -> tuple[Any, ...]:
     return _sort_rank(value)
 
 
-def sort_documents(documents: Sequence[Mapping[str, Any]], order: Sequence[tuple[str, int]],
-                   guards: Mapping[str, Cond]) -> list[int]:
-    """The positions of `documents` in `order` (pymongo's sort spec, `[(path, 1 | -1), ...]`), with
-    MongoDB's sort semantics, where a path of `guards` reads as null on a document its guard does
-    not hold on (a value the caller may not see sorts as if it were not there). Raises nothing."""
+def sort_value(document: Mapping[str, Any], path: str | tuple[str, ...]) -> Any:
+    """The value a sort key `path` reads on a stored document: the value at a (dotted) path, or for a
+    tuple of paths the first that holds one (not null or missing; a localized field's fallback chain,
+    what `$ifNull` gives MongoDB's sort)."""
+    if isinstance(path, str):
+        return values.lookup(document, path)
+    for candidate in path:
+        value = values.lookup(document, candidate)
+        if value is not None and value is not values.MISSING:
+            return value
+    return values.MISSING
+
+
+def sort_documents(documents: Sequence[Mapping[str, Any]], order: Sequence[tuple[str | tuple[str, ...], int]],
+                   guards: Mapping[str | tuple[str, ...], Cond]) -> list[int]:
+    """The positions of `documents` in `order` (a records sort spec, `[(path, 1 | -1), ...]`, a path
+    as `sort_value` reads it), with MongoDB's sort semantics, where a path of `guards` reads as null on
+    a document its guard does not hold on (a value the caller may not see sorts as if it were not
+    there). Raises nothing."""
     positions = list(range(len(documents)))
 
-    def value(document: Mapping[str, Any], path: str) -> Any:
+    def value(document: Mapping[str, Any], path: str | tuple[str, ...]) -> Any:
         guard = guards.get(path)
         if guard is not None and not evaluate(guard, document):
             return None
-        return document.get(path, values.MISSING)
+        return sort_value(document, path)
 
     for path, direction in reversed(order):  # stable sorts, least significant key first
         descending = direction < 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,22 @@ ORDERINGS: dict[str, Callable[[Any, Any], Any]] = {
     ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le,
 }
 """The ordering operators of the grammar."""
+
+
+def lookup(document: Mapping[str, Any], path: str) -> Any:
+    """The value at `path` of a stored document, MISSING when there is none: a dotted path (a localized
+    field's `title.de`) reads into objects, as MongoDB's does (a step into anything but an object finds
+    nothing)."""
+    if "." not in path:
+        return document.get(path, MISSING)
+    value: Any = document
+    for key in path.split("."):
+        if not isinstance(value, Mapping):
+            return MISSING
+        value = value.get(key, MISSING)
+        if value is MISSING:
+            return MISSING
+    return value
 
 
 def is_number(value: Any) -> bool:

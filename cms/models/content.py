@@ -6,9 +6,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 T = TypeVar("T")
+
+SortPath: TypeAlias = str | tuple[str, ...]
+"""One key of a records sort: a document path (`title`, `title.de`), or a tuple of paths meaning the
+first of them that holds a value (not null or missing): a localized field read through its locale's
+fallback chain (decisions.md, Localized fields)."""
+SortSpec: TypeAlias = list[tuple[SortPath, int]]
+"""A records sort, most significant key first: (path, 1 ascending | -1 descending), as pymongo's sort
+spec but for the tuple paths."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,51 @@ class FieldSpec:
     cascade_delete: bool = False
     view_rule: str | None = ""
     write_rule: str | None = ""
+    localized: bool = False
+    """decisions.md, Localized fields: the stored value is an object of locale code to value."""
+
+
+@dataclass(frozen=True)
+class Locale:
+    """One entry of the `locales` setting: a BCP 47 `code` and the locale whose value is shown where
+    this one has none (`fallback`; None: none)."""
+
+    code: str
+    fallback: str | None = None
+
+
+@dataclass(frozen=True)
+class Locales:
+    """The `locales` setting (decisions.md, Localized fields): its `entries` in order, the first the
+    default locale; fallbacks form chains without cycles (`cms.services.content.locales` checks a
+    new value)."""
+
+    entries: tuple[Locale, ...] = (Locale("en"),)
+
+    @property
+    def default(self) -> str:
+        """The default locale's code: what a read or write without `?locale=` means."""
+        return self.entries[0].code
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        """Every configured code, in order."""
+        return tuple(entry.code for entry in self.entries)
+
+    def chain(self, code: str) -> tuple[str, ...]:
+        """`code` and its fallbacks in the order they are tried (`de` -> `("de", "en")`); a fallback
+        that is not configured, or one already in the chain, ends it. `code` need not be configured
+        (then it is alone)."""
+        fallbacks = {entry.code: entry.fallback for entry in self.entries}
+        chain = [code]
+        while (following := fallbacks.get(chain[-1])) is not None and following in fallbacks \
+                and following not in chain:
+            chain.append(following)
+        return tuple(chain)
+
+
+DEFAULT_LOCALES = Locales()
+"""The `locales` setting's default, `[{"code": "en"}]`."""
 
 
 SIGNED_IN_RULE = '@request.auth.id != ""'
@@ -120,10 +173,19 @@ class Collection:
     rules: AccessRules = BASE_RULES
     indexes: tuple[IndexDeclaration, ...] = ()
     versions: int = 0
+    locales: Locales = DEFAULT_LOCALES
+    """Not stored with the collection: the `locales` setting as of the catalog epoch the definition was
+    looked up under (the catalog attaches it, `caching.catalog`), so a definition and the locales it
+    is read with change together on every replica."""
 
     def field(self, name: str) -> FieldSpec | None:
         """The schema field called `name`, or None."""
         return next((f for f in self.fields if f.name == name), None)
+
+    @property
+    def localized_fields(self) -> tuple[str, ...]:
+        """The names of the fields with `localized: true`, in schema order."""
+        return tuple(spec.name for spec in self.fields if spec.localized)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ from cms.store.repository import Repository
 
 def _field_document(spec: FieldSpec) -> dict[str, Any]:
     doc = dataclasses.asdict(spec)
-    if not spec.cascade_delete:
-        del doc["cascade_delete"]
+    for flag in ("cascade_delete", "localized"):
+        if not doc[flag]:
+            del doc[flag]
     for rule in ("view_rule", "write_rule"):
         if doc[rule] == "":
             del doc[rule]
@@ -37,6 +38,7 @@ def _field_from_document(doc: dict[str, Any]) -> FieldSpec:
         cascade_delete=bool(doc.get("cascade_delete", False)),
         view_rule=_rule_from_document(doc.get("view_rule", "")),
         write_rule=_rule_from_document(doc.get("write_rule", "")),
+        localized=bool(doc.get("localized", False)),
     )
 
 

@@ -69,10 +69,22 @@ def record_to_document(record: Record) -> dict[str, Any]:
 
 def record_after_update(record: Record, set_values: Mapping[str, Any], unset: Iterable[str]) -> Record:
     """`record` as MongoDB stores it after `{"$set": set_values, "$unset": unset}` (top-level
-    names; `updated` in `set_values` stamps the record, any other name is a field value), computed
-    in memory: the one place that replays an update on a record read before it (single and bulk
-    record updates, auth-collection user updates)."""
-    cleared = set(unset)
-    doc = {k: v for k, v in record_to_document(record).items() if k not in cleared}
-    doc.update(set_values)
+    names, or `field.key` inside an object, a localized field's locale; `updated` in `set_values`
+    stamps the record, any other name is a field value), computed in memory: the one place that
+    replays an update on a record read before it (single and bulk record updates, auth-collection
+    user updates)."""
+    doc = record_to_document(record)
+    for name in unset:
+        parent, _, key = name.partition(".")
+        if not key:
+            doc.pop(name, None)
+        elif isinstance(doc.get(parent), dict):
+            doc[parent] = {k: v for k, v in doc[parent].items() if k != key}
+    for name, value in set_values.items():
+        parent, _, key = name.partition(".")
+        if not key:
+            doc[name] = value
+        else:
+            nested = doc.get(parent)
+            doc[parent] = {**(nested if isinstance(nested, dict) else {}), key: value}
     return record_from_document(doc)

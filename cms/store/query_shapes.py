@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cms.models import QueryShape
+from cms.models import QueryShape, SortPath
 
 MAX_SHAPE_LENGTH = 400
 """Most characters of a shape's text (a filter is at most MAX_FILTER_LENGTH long; rules add to it)."""
@@ -34,8 +34,9 @@ RANGE_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
 _GROUPS = ("$or", "$nor")
 
 
-def shape_of(query: Mapping[str, Any], sort: Sequence[tuple[str, int]] = ()) -> QueryShape:
-    """The shape of `query` sorted by `sort` (pymongo's `[(path, 1 | -1)]`): see the module docstring.
+def shape_of(query: Mapping[str, Any], sort: Sequence[tuple[SortPath, int]] = ()) -> QueryShape:
+    """The shape of `query` sorted by `sort` (pymongo's `[(path, 1 | -1)]`; a localized field's fallback
+    chain, a tuple of paths, shows as `title.de|title.en`): see the module docstring.
     `equality` and `ranges` come from the top-level conjunction only (a field inside an `$or` cannot
     lead an index for the whole query), each in name order; a field with an equality operator is an
     equality field even if it is bounded too."""
@@ -53,7 +54,9 @@ def shape_of(query: Mapping[str, Any], sort: Sequence[tuple[str, int]] = ()) -> 
                       ranges=tuple(ranges[:MAX_SHAPE_FIELDS]), sort=tuple(keys[:MAX_SHAPE_FIELDS]))
 
 
-def _name(path: str) -> str:
+def _name(path: SortPath) -> str:
+    if not isinstance(path, str):
+        return "|".join(path)
     return "id" if path == "_id" else path
 
 

@@ -18,7 +18,7 @@ from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import OperationFailure
 
 from cms.errors import BadRequest
-from cms.models import QueryPlan, QueryShape, Record
+from cms.models import QueryPlan, QueryShape, Record, SortSpec
 from cms.store.bulk import chunks
 from cms.store.client import Capabilities, Database, plan_nodes
 from cms.store.documents import record_from_document, records_mongo_name
@@ -26,6 +26,44 @@ from cms.store.errors import translate_query_errors
 from cms.store.query_shapes import shape_of
 from cms.store.scan_line import ScanLine
 from cms.store.transactions import current_session
+
+COMPUTED_SORT_KEY = "_sort_"
+"""The prefix of the keys an aggregation adds to sort by a tuple path (`_sort_0`, ...): no schema field
+starts with `_`."""
+
+
+def sort_stages(sort: SortSpec) -> list[dict[str, Any]] | None:
+    """The `$addFields` and `$sort` stages of a sort holding tuple paths (models.SortPath: the first path
+    that holds a value, a localized field's fallback chain): each tuple becomes an added key valued
+    `{$ifNull: [path1, {$ifNull: [path2, ...]}]}`, and the sort is done on it. None when every path is a
+    plain one (a `find` sorts it)."""
+    if all(isinstance(path, str) for path, _ in sort):
+        return None
+    added: dict[str, Any] = {}
+    order: dict[str, int] = {}
+    for index, (path, direction) in enumerate(sort):
+        if isinstance(path, str):
+            order[path] = direction
+            continue
+        expression: Any = f"${path[-1]}"
+        for candidate in reversed(path[:-1]):
+            expression = {"$ifNull": [f"${candidate}", expression]}
+        added[f"{COMPUTED_SORT_KEY}{index}"] = expression
+        order[f"{COMPUTED_SORT_KEY}{index}"] = direction
+    return [{"$addFields": added}, {"$sort": order}]
+
+
+def _pipeline(query: dict[str, Any], stages: list[dict[str, Any]], skip: int, limit: int,
+              projection: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """A `find` as an aggregation sorted by `stages` (`sort_stages`): match, sort, skip, limit, then
+    the added keys dropped (or `projection` kept)."""
+    pipeline: list[dict[str, Any]] = [{"$match": query}, *stages]
+    if skip:
+        pipeline.append({"$skip": skip})
+    if limit:
+        pipeline.append({"$limit": limit})
+    pipeline.append({"$project": projection or {name: 0 for name in stages[0]["$addFields"]}})
+    return pipeline
 
 
 class QueryWatch(Protocol):
@@ -58,7 +96,7 @@ class RecordQueries:
 
     @asynccontextmanager
     async def _timed(self, collection_id: str, query: Mapping[str, Any],
-                     sort: Sequence[tuple[str, int]] = ()) -> AsyncIterator[None]:
+                     sort: SortSpec | Sequence[tuple[str, int]] = ()) -> AsyncIterator[None]:
         """Time the block (a list query): past `watch.threshold_ms`, tell `watch` (not when it raised)."""
         watch = self.watch
         if watch is None:
@@ -128,11 +166,18 @@ class RecordQueries:
         return [record_from_document(d) async for d in cursor]
 
     async def stream(
-        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], *, batch_size: int
+        self, collection_id: str, query: dict[str, Any], sort: SortSpec, *, batch_size: int
     ) -> AsyncGenerator[Record, None]:
         """Every record matching `query` in `sort` order, fetched from the server `batch_size` documents
         at a time, so memory stays flat however many match."""
-        cursor = self._mongo_coll(collection_id).find(query, sort=sort or None).batch_size(batch_size)
+        stages = sort_stages(sort)
+        mongo_coll = self._mongo_coll(collection_id)
+        cursor: Any
+        if stages is None:
+            cursor = mongo_coll.find(query, sort=_plain(sort)).batch_size(batch_size)
+        else:
+            async with translate_query_errors():
+                cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, 0, None), batchSize=batch_size)
         try:
             async with translate_query_errors():
                 async for doc in cursor:
@@ -141,51 +186,69 @@ class RecordQueries:
             await cursor.close()
 
     async def find(
-        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int, *,
+        self, collection_id: str, query: dict[str, Any], sort: SortSpec, skip: int, limit: int, *,
         client: str | None = None,
     ) -> list[Record]:
         """Records matching `query` in `sort` order, `skip` then at most `limit` of them, in `client`'s
-        share of the scan line. Raises InvalidFilter when the server refuses the query (see
-        `translate_query_errors`) and ServiceUnavailable (the line is full)."""
+        share of the scan line (an aggregation when the sort holds a tuple path, `sort_stages`). Raises
+        InvalidFilter when the server refuses the query (see `translate_query_errors`) and
+        ServiceUnavailable (the line is full)."""
+        stages = sort_stages(sort)
         async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
-            cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, skip=skip, limit=limit)
-            return [record_from_document(d) async for d in cursor]
+            mongo_coll = self._mongo_coll(collection_id)
+            if stages is not None:
+                cursor = await mongo_coll.aggregate(_pipeline(query, stages, skip, limit, None))
+                return [record_from_document(d) async for d in cursor]
+            found = mongo_coll.find(query, sort=_plain(sort), skip=skip, limit=limit)
+            return [record_from_document(d) async for d in found]
 
-    async def find_ids(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
+    async def find_ids(self, collection_id: str, query: dict[str, Any], sort: SortSpec,
                        limit: int, *, client: str | None = None) -> list[Any]:
         """The `_id`s of the records matching `query` in `sort` order, at most `limit` (> 0): one scan
         that sends back only the ids, in one batch (a cursor's later batches cost the embedded server a
         second pass). The server sorts before it projects, so no sort key travels. In `client`'s share
         of the scan line. Raises InvalidFilter when the server refuses the query and ServiceUnavailable
         (the line is full)."""
+        stages = sort_stages(sort)
         async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
-            cursor = self._mongo_coll(collection_id).find(query, projection={"_id": 1}, sort=sort or None,
-                                                          limit=limit, batch_size=limit)
-            return [d["_id"] async for d in cursor]
+            mongo_coll = self._mongo_coll(collection_id)
+            if stages is not None:
+                cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, limit, {"_id": 1}), batchSize=limit)
+                return [d["_id"] async for d in cursor]
+            found = mongo_coll.find(query, projection={"_id": 1}, sort=_plain(sort), limit=limit, batch_size=limit)
+            return [d["_id"] async for d in found]
 
-    async def find_related(self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]],
+    async def find_related(self, collection_id: str, query: dict[str, Any], sort: SortSpec,
                            limit: int, *, client: str | None = None) -> list[Record]:
         """Records matching `query` (the related records of a page, by `_id` or relation field `$in`)
         in `sort` order, at most `limit` (0: all), in the current transaction if any (a batch sees
         what it wrote), in `client`'s share of the scan line. Raises InvalidFilter when the server
         refuses the query and ServiceUnavailable (the line is full)."""
+        stages = sort_stages(sort)
         async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
-            cursor = self._mongo_coll(collection_id).find(query, sort=sort or None, limit=limit,
-                                                          session=current_session())
-            return [record_from_document(d) async for d in cursor]
+            mongo_coll = self._mongo_coll(collection_id)
+            if stages is not None:
+                cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, limit, None),
+                                                    session=current_session())
+                return [record_from_document(d) async for d in cursor]
+            found = mongo_coll.find(query, sort=_plain(sort), limit=limit, session=current_session())
+            return [record_from_document(d) async for d in found]
 
     async def explain_find(
-        self, collection_id: str, query: dict[str, Any], sort: list[tuple[str, int]], skip: int, limit: int, *,
+        self, collection_id: str, query: dict[str, Any], sort: SortSpec, skip: int, limit: int, *,
         client: str | None = None,
     ) -> QueryPlan:
         """How the server runs `find` (the arguments of `find`) by its `explain` command (verbosity
-        `executionStats`: the query is run), summarised; in `client`'s share of the scan line.
+        `executionStats`: the query is run), summarised; in `client`'s share of the scan line. A sort
+        holding a tuple path (an aggregation, `sort_stages`) is explained without that key: the index
+        the `$match` uses is the same.
         Raises BadRequest when the server has no `explain` for `find` (refuses the command or answers
         without a plan), InvalidFilter when it refuses the query, ServiceUnavailable (the line is full)."""
         command: dict[str, Any] = {"find": records_mongo_name(collection_id), "filter": query, "skip": skip,
                                    "limit": limit}
-        if sort:
-            command["sort"] = dict(sort)
+        plain = _plain([(path, direction) for path, direction in sort if isinstance(path, str)])
+        if plain:
+            command["sort"] = dict(plain)
         async with self._scan_slot(client), translate_query_errors():
             try:
                 answer = await self._db.command("explain", command, verbosity="executionStats")
@@ -252,6 +315,11 @@ class RecordQueries:
         maintenance that needs the database to itself for a moment, and for tests that hold queries
         (issue "Fast reads", items 3 and 6)."""
         return self.scans.hold()
+
+
+def _plain(sort: SortSpec) -> list[tuple[str, int]] | None:
+    """A sort without tuple paths as pymongo takes it (None: no sort)."""
+    return [(path, direction) for path, direction in sort if isinstance(path, str)] or None
 
 
 EXPLAIN_MISSING_CODES = frozenset({59, 115, 238})

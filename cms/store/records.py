@@ -174,12 +174,14 @@ class RecordRepository(RecordQueries):
             await self._mongo_coll(collection_id).update_many({}, {"$unset": {n: "" for n in names}})
 
     async def sync_indexes(self, collection_id: str, unique_fields: Sequence[str], text_fields: Sequence[str],
-                           managed: Sequence[IndexSpec] = ()) -> None:
+                           managed: Sequence[IndexSpec] = (), *, kept_unique: Sequence[str] = ()) -> None:
         """Make the record indexes match the schema: `created` for the default sort, one unique
-        index per unique field (partial: absent values do not collide), where the server
-        supports it one text index over the text fields, and the `managed` indexes (automatic and
-        declared ones, `record_indexes.sync_managed`), each built with `background` where the
-        server accepts it.
+        index per unique path (`unique_<path>`; a localized field's `title.de`; partial: absent values
+        do not collide), where the server supports it one text index over the text fields, and the
+        `managed` indexes (automatic and declared ones, `record_indexes.sync_managed`), each built with
+        `background` where the server accepts it. The unique indexes of the paths under a name of
+        `kept_unique` stay even when not wanted (a localized unique field keeps the index of a locale
+        removed from the setting, whose values stay too).
 
         Raises ValidationFailed when existing records already hold duplicates of a new unique field
         or a new unique managed index."""
@@ -205,8 +207,9 @@ class RecordRepository(RecordQueries):
                         errors={field_name: ["Existing records hold duplicate values"]},
                     ) from None
                 raise
+        kept = tuple(f"{UNIQUE_PREFIX}{name}." for name in kept_unique)
         for index_name in existing:
-            if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted:
+            if index_name.startswith(UNIQUE_PREFIX) and index_name not in wanted and not index_name.startswith(kept):
                 await drop_index_if_there(mongo_coll, index_name)
         await sync_managed(mongo_coll, existing, managed, background=self.capabilities.background_index_builds)
         if self.capabilities.text_index:

@@ -6,6 +6,12 @@ does not limit the files): the CSRF token first, then the field values and file 
 order. The handler only parses the form; writing is one service operation (`RecordService.draft`,
 record_uploads.py): each file is stored as it arrives, the values are saved last through the one
 record writer, and a refused save leaves neither file nor record behind.
+
+A collection with localized fields (decisions.md, Localized fields) is edited one locale at a time:
+a switcher names each configured locale and how many localized fields it fills (`?locale=<code>`,
+default: the default locale); the localized inputs show that locale's values, and an empty one shows,
+greyed, the value its fallback chain answers instead. Saving writes that locale's values only (an
+emptied input removes the locale's value, so the fallback shows again).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +38,7 @@ from cms.admin_ui.common import (
     streamed_admin_page,
 )
 from cms.admin_ui.session import CSRF_FIELD, CSRF_HEADER, csrf_token_matches
+from cms.admin_ui.views.record_locales import editor_locale, fallback_of, locale_tabs
 from cms.admin_ui.views.relations import (
     MAX_PICK_QUERY_CHARS,
     Chosen,
@@ -44,6 +51,7 @@ from cms.errors import CmsError, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, FieldSpec, Principal
 from cms.services.content.fields import is_multi, value_list
 from cms.services.content.files import FormPart
+from cms.services.content.locales import ALL, Localization, localization
 from cms.services.representation.record_view import FULL, RecordView
 from cms.web.context import services
 from cms.web.uploads import form_parts
@@ -68,14 +76,19 @@ class EditorField:
     multi: bool = False
     target: RelationTarget | None = None
     chosen: list[Chosen] = field(default_factory=list)
+    localized: bool = False
+    fallback: str | None = None
+    """A localized field: the value its fallback chain answers, as text (None: none)."""
+    fallback_locale: str | None = None
 
 
 def widget_of(spec: FieldSpec) -> str:
-    """The input used for a field type."""
+    """The input used for a field type (a localized bool: a choice of true, false or unset, so a locale
+    can fall back)."""
     if spec.type in ("editor", "json"):
         return "textarea"
     if spec.type == "bool":
-        return "checkbox"
+        return "boolselect" if spec.localized else "checkbox"
     if spec.type == "select":
         return "select"
     if spec.type == "number":
@@ -114,10 +127,21 @@ def shown_value(spec: FieldSpec, value: Any) -> Any:
     return value
 
 
+def _as_text(shown: Any) -> str:
+    """A value as `shown_value` gives it, as one line of text."""
+    if isinstance(shown, list):
+        return ", ".join(str(item) for item in shown)
+    return str(shown).lower() if isinstance(shown, bool) else str(shown)
+
+
 def parse_field(spec: FieldSpec, raw: list[str], *, creating: bool) -> tuple[bool, Any]:
     """(present, value) of one field from the form's strings. Empty means "leave out" when creating
     and "clear" (None) when editing; what does not parse is passed on as given, for the service to
     refuse with its own message (a number field's `abc`). Raises ValueError for invalid JSON."""
+    if spec.type == "bool" and spec.localized:
+        if not raw or raw[-1] not in ("true", "false"):
+            return (False, None) if creating else (True, None)
+        return True, raw[-1] == "true"
     if spec.type == "bool":
         return True, bool(raw) and raw[-1] in ("on", "true", "1")
     if spec.type == "select":
@@ -179,23 +203,32 @@ async def _file_info(request: web.Request, principal: Principal, file_id: str) -
 
 async def editor_fields(request: web.Request, principal: Principal, collection: Collection,
                         values: dict[str, Any], errors: dict[str, list[str]], *, shown: bool = False,
-                        record: dict[str, Any] | None = None) -> list[EditorField]:
-    """The editor's fields: `values` are API JSON values (or, with `shown`, the form's own strings);
-    the files listed are those of the stored `record`, the relations labelled from its `expand`."""
+                        record: dict[str, Any] | None = None, editing: Localization | None = None) -> list[EditorField]:
+    """The editor's fields: `values` are API JSON values (localized ones as objects; or, with `shown`,
+    the form's own strings); the files listed are those of the stored `record` (its localized values as
+    objects), the relations labelled from its `expand`; localized fields in the locale `editing`."""
     targets = await relation_targets(services(request), collection)
+    editing = editing or localization(collection, None)
     out = []
     for spec in collection.fields:
         value: Any = values.get(spec.name)
+        stored = (record or {}).get(spec.name)
+        fallback, fallback_locale = fallback_of(stored, editing) if spec.localized else (None, None)
+        if spec.localized:
+            stored = stored.get(editing.locale) if isinstance(stored, dict) else None
+            if not shown:
+                value = value.get(editing.locale) if isinstance(value, dict) else None
         if not shown:
             shown_val = shown_value(spec, value)
+            if spec.type == "bool" and spec.localized:
+                shown_val = "" if value is None else str(bool(value)).lower()
         elif spec.type == "select":
             shown_val = list(value or [])
-        elif spec.type == "bool":
+        elif spec.type == "bool" and not spec.localized:
             shown_val = bool(value) and list(value)[-1] in ("on", "true", "1")
         else:
             shown_val = list(value)[-1] if value else ""
         files: list[dict[str, Any]] = []
-        stored = (record or {}).get(spec.name)
         if spec.type == "file" and stored:
             for file_id in (stored if isinstance(stored, list) else [stored])[:20]:
                 files.append(await _file_info(request, principal, str(file_id)))
@@ -207,7 +240,8 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
         out.append(EditorField(spec=spec, widget=widget_of(spec), value=shown_val,
                                errors=errors.get(spec.name, []) + errors.get(f"data.{spec.name}", []),
                                files=files, multi=is_multi(spec), target=target,
-                               chosen=labelled))
+                               chosen=labelled, localized=spec.localized, fallback_locale=fallback_locale,
+                               fallback=None if fallback is None else _as_text(shown_value(spec, fallback))))
     return out
 
 
@@ -223,11 +257,14 @@ def _other_errors(collection: Collection, error: ErrorMessage | None) -> ErrorMe
 async def _editor(request: web.Request, principal: Principal, collection: Collection, record: dict[str, Any] | None,
                   values: dict[str, Any], *, error: ErrorMessage | None = None, status: int = 200,
                   shown: bool = False) -> web.Response:
+    editing = editor_locale(request, collection)
     fields = await editor_fields(request, principal, collection, values,
-                                 error.fields if error else {}, shown=shown, record=record)
+                                 error.fields if error else {}, shown=shown, record=record, editing=editing)
+    tabs = locale_tabs(collection, editing, record)
     return await render(request, "records/editor.html", status=status, collection=collection, record=record,
                         fields=fields, error=_other_errors(collection, error),
-                        file_prefix=FILE_INPUT_PREFIX, max_pick=MAX_PICK_QUERY_CHARS)
+                        file_prefix=FILE_INPUT_PREFIX, max_pick=MAX_PICK_QUERY_CHARS, locale_tabs=tabs,
+                        editing_locale=editing.locale if tabs else None, fallbacks=editing.chain[1:])
 
 
 async def record_json_of(request: web.Request, principal: Principal, collection: Collection,
@@ -239,8 +276,9 @@ async def record_json_of(request: web.Request, principal: Principal, collection:
 
 async def labelled_record(request: web.Request, principal: Principal, collection: Collection,
                           record_id: str) -> dict[str, Any]:
-    """`record_json_of` with its relations expanded (the editor's labels). Raises like it."""
-    view = expand_view(await relation_targets(services(request), collection))
+    """`record_json_of` with its relations expanded (the editor's labels) and localized fields as objects
+    (`?locale=*`). Raises like it."""
+    view = replace(expand_view(await relation_targets(services(request), collection)), locale=ALL)
     return await record_json_of(request, principal, collection, record_id, view)
 
 
@@ -292,6 +330,7 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
     what it stored, and the editor is shown again with the error."""
     svc = services(request)
     collection = await svc.catalog.by_name(request.match_info["collection_name"])
+    editing = editor_locale(request, collection)
     creating = record_id is None
     existing = None if creating else await labelled_record(request, principal, collection, record_id or "")
     if request.content_type != "multipart/form-data":
@@ -307,7 +346,7 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
             raise PageRefused(403, CSRF_REFUSED)
     form: dict[str, list[str]] = {}
     try:
-        async with svc.records.draft(principal, collection.name, record_id) as draft:
+        async with svc.records.draft(principal, collection.name, record_id, locale=editing.locale) as draft:
             async for part in parts:
                 if part.filename is None:
                     form.setdefault(part.name, []).append(await _read_text(part, budget))
@@ -327,7 +366,8 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
         await _drain(parts)
         return await _editor(request, principal, collection, existing, form, error=error_message(exc),
                              status=exc.status, shown=True)
-    response = redirect(f"{PREFIX}/collections/{collection.name}/records/{record.id}", request)
+    shown_locale = f"?locale={editing.locale}" if collection.localized_fields else ""
+    response = redirect(f"{PREFIX}/collections/{collection.name}/records/{record.id}{shown_locale}", request)
     flash(response, request, "Record created" if creating else "Record saved", "success")
     return response
 

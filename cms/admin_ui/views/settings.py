@@ -19,7 +19,7 @@ from cms.web.uploads import read_form
 
 CATEGORY_TITLES = {
     "auth": "Authentication", "security": "Security", "files": "Files", "limits": "Limits",
-    "performance": "Performance",
+    "performance": "Performance", "content": "Content",
 }
 
 HELP = {
@@ -47,6 +47,8 @@ HELP = {
     "realtime_max_connections": "Realtime streams one server process holds (past it: 503; 0 turns realtime off).",
     "read_cache_enabled": "The Redis cache of record reads (off: every read queries MongoDB).",
     "request_log_size": "Requests kept for the request log (/_/logs) across replicas (0 turns the log off).",
+    "locales": 'The locales of localized fields: a JSON list of {"code", "fallback"?}, the first the default '
+               '(e.g. [{"code": "en"}, {"code": "de", "fallback": "en"}]); fallbacks may not form a cycle.',
 }
 """A line of help under each setting's name."""
 

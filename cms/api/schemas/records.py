@@ -14,9 +14,23 @@ class RecordWriteSchema(Schema):
     data = fields.Dict(required=True, metadata={"description": "Field values of the record"})
 
 
-class RecordViewQuerySchema(Schema):
-    """How the records of an answer are shown (decisions.md, Relations in one request): `expand`
-    and `fields`, on record list, view, create and update (and a batch request's URL)."""
+LOCALE_DESCRIPTION = ("decisions.md, Localized fields: the locale localized fields answer (their value there, else "
+                      "the first value along its fallback chain, else null; default: the default locale), or `*` for "
+                      "objects of locale code to value; on writes, the locale the values are for (`*`: objects that "
+                      "replace the stored ones). Filters, sorts and searches read the same values. A locale that is "
+                      "not configured is 400 `bad_request`; the answer's `Content-Language` names the locale")
+
+
+class RecordLocaleQuerySchema(Schema):
+    """`?locale=` (decisions.md, Localized fields)."""
+
+    locale = fields.String(load_default=None, validate=validate.Length(max=100),
+                           metadata={"description": LOCALE_DESCRIPTION, "example": "de"})
+
+
+class RecordViewQuerySchema(RecordLocaleQuerySchema):
+    """How the records of an answer are shown (decisions.md, Relations in one request; Localized fields):
+    `expand`, `fields` and `locale`, on record list, view, create and update (and a batch request's URL)."""
 
     expand = fields.String(load_default=None, metadata={
         "description": "Relation paths whose records are embedded under each record's `expand`: field names joined "
@@ -75,8 +89,8 @@ class BulkUpdateSchema(BulkDeleteSchema):
     data = fields.Dict(required=True, metadata={"description": "Field values set on every record"})
 
 
-class RecordExportQuerySchema(Schema):
-    """Query of a CSV export: sort, filter, search."""
+class RecordExportQuerySchema(RecordLocaleQuerySchema):
+    """Query of a CSV export: sort, filter, search, locale (`*`: a column per locale, `title:de`)."""
 
     sort = fields.String(load_default=None, metadata={"description": "e.g. `-created,title`"})
     filter = fields.String(load_default=None, metadata={"description": "e.g. `status=published && views>10`"})

@@ -97,12 +97,14 @@ EVERY_FIELD = FieldView()
 
 class CallerFields:
     """The fields of a collection as one caller may name them (a `FieldResolver`): the system fields,
-    and each schema field with its guard (`FieldView.guard`); null-rule fields are unknown."""
+    and each schema field with its guard (`FieldView.guard`); null-rule fields are unknown. Localized
+    fields resolve through `chain` (the locale asked and its fallbacks; None: the default locale's)."""
 
-    def __init__(self, collection: Collection, view: FieldView) -> None:
+    def __init__(self, collection: Collection, view: FieldView, chain: tuple[str, ...] | None = None) -> None:
         self._fields = {spec.name: spec for spec in collection.fields}
         self._auth = CollectionFields(collection)
         self._view = view
+        self._chain = chain if chain is not None else collection.locales.chain(collection.locales.default)
 
     def resolve(self, name: str) -> ResolvedField | None:
         """The field called `name` as this caller sees it, or None (no such field, or a null rule)."""
@@ -115,7 +117,8 @@ class CallerFields:
             return None if auth is None else ResolvedField(auth.path, auth.type, self._view.guard(name))
         if name in self._view.unknown:
             return None
-        return ResolvedField(path=name, type=spec.type, guard=self._view.guard(name))
+        return ResolvedField(path=name, type=spec.type, guard=self._view.guard(name),
+                             locales=self._chain if spec.localized else ())
 
 
 def has_field_rules(collection: Collection) -> bool:
@@ -133,7 +136,8 @@ def field_view(principal: Principal | None, collection: Collection) -> FieldView
     and, on an auth collection, `email_view_rule`, bound to the caller. A rule that no longer fits
     the collection hides its field (and is logged). Raises nothing.
 
-    Binding is a pure function of the fields (names, types, view rules), the collection's type and
+    Binding is a pure function of the fields (names, types, view rules, localized), the default
+    locale's chain (what rules read localized fields through), the collection's type and
     `email_view_rule`, and the caller's `@request.auth.*` values, so the view is remembered under
     exactly those (FIELD_VIEWS_KEPT of them): a warm read binds nothing. A changed rule or schema is
     another key, never a stale view."""
@@ -141,7 +145,8 @@ def field_view(principal: Principal | None, collection: Collection) -> FieldView
         return EVERY_FIELD
     context = request_context(principal)
     key = (collection.type, collection.rules.email_view_rule if collection.type == AUTH_TYPE else "",
-           tuple((spec.name, spec.type, spec.view_rule) for spec in collection.fields),
+           tuple((spec.name, spec.type, spec.view_rule, spec.localized) for spec in collection.fields),
+           collection.locales.chain(collection.locales.default),
            context.auth_id, context.auth_collection, context.auth_role, context.auth_verified, context.auth_email)
     view = _field_views.get(key)
     if view is not None:

@@ -15,7 +15,7 @@ from cms.filters.mongo import query_of, render, text_search_query, to_mongo_sort
 from cms.filters.predicate import evaluate, sort_documents
 from cms.filters.rules import ACTIONS, RequestContext, check_rule, fields_compared_with_auth
 from cms.filters.sort import parse_sort
-from cms.models import AccessRules, Collection, FieldSpec, Principal, Record
+from cms.models import AccessRules, Collection, FieldSpec, Principal, Record, SortPath, SortSpec
 from cms.services.access.fields import (
     EVERY_FIELD,
     CallerFields,
@@ -27,7 +27,8 @@ from cms.services.access.fields import (
     request_context,
 )
 from cms.services.access.policies import AUTH_TYPE, CREATE, DELETE, LIST, UPDATE, VIEW, acts_as_admin
-from cms.services.content.fields import TEXT_TYPES, CollectionFields, value_list
+from cms.services.content.fields import TEXT_TYPES, CollectionFields, held_values
+from cms.services.content.locales import Localization, localization
 
 _VERBS = {LIST: "list", VIEW: "view", CREATE: "create", UPDATE: "change", DELETE: "delete"}
 
@@ -37,7 +38,9 @@ class Access:
     """The answer to "may `principal` do `action` in `collection`?": `condition` is TRUE (on every
     record), FALSE (refused outright) or the condition a record must meet; `fields` is what the caller
     sees of each record; `context` the request variables it was bound with (the submitted data of a
-    create or update)."""
+    create or update); `locale` the localization asked (decisions.md, Localized fields; None: the
+    default locale), which answers (`redact`), filters, sorts and searches all read localized fields
+    through."""
 
     principal: Principal | None
     collection: Collection
@@ -45,6 +48,12 @@ class Access:
     condition: Cond
     fields: FieldView = EVERY_FIELD
     context: RequestContext = RequestContext()
+    locale: Localization | None = None
+
+    @property
+    def localization(self) -> Localization:
+        """The localization this decision reads localized fields with (`locale`, else the default)."""
+        return self.locale if self.locale is not None else localization(self.collection, None)
 
     @property
     def refused(self) -> bool:
@@ -70,9 +79,13 @@ class Access:
         return self.collection.rules.rule(self.action) == "" and not has_field_rules(self.collection)
 
     def key_parts(self) -> list[Any]:
-        """What distinguishes this decision in a read cache key: the condition and the field view, rendered."""
-        rendered = render(self.condition)
-        return [rendered, self.fields.key_parts()] if self.fields.guards else [rendered]
+        """What distinguishes this decision in a read cache key: the condition, the field view and the
+        localization (for a collection with localized fields), rendered."""
+        parts: list[Any] = [render(self.condition)]
+        if self.fields.guards:
+            parts.append(self.fields.key_parts())
+        localized = self.localization.key_parts()
+        return [*parts, localized] if localized else parts
 
     def visible_query(self, name: str) -> dict[str, Any] | None:
         """As `query`, for records whose field `name` the caller may see as well (a back-relation
@@ -94,8 +107,9 @@ class Access:
         return evaluate(self.condition, document)
 
     def redact(self, record: Record) -> Record:
-        """`record` as this caller may see it: without the values its field rules hide."""
-        return self.fields.redact(record)
+        """`record` as this caller may see it: without the values its field rules hide (decided on the
+        record as stored), its localized fields as the localization answers them."""
+        return self.localization.localize(self.fields.redact(record))
 
     def hides_file(self, record: Record | None, file_id: str) -> bool:
         """Whether the file `file_id` is held only by file fields of `record` that this caller may not
@@ -103,13 +117,14 @@ class Access:
         if record is None:
             return False
         holders = [spec.name for spec in self.collection.fields
-                   if spec.type == "file" and file_id in value_list(record.data.get(spec.name))]
+                   if spec.type == "file" and file_id in held_values(spec, record.data.get(spec.name))]
         shown = self.redact(record)
         return bool(holders) and not any(name in shown.data for name in holders)
 
     def resolver(self) -> CallerFields:
-        """The collection's fields as this caller may name them in a filter or sort."""
-        return CallerFields(self.collection, self.fields)
+        """The collection's fields as this caller may name them in a filter or sort, localized fields
+        read through the localization's chain."""
+        return CallerFields(self.collection, self.fields, self.localization.chain)
 
     def filter(self, filter_expr: str) -> Cond:
         """The client's filter text over the fields this caller may name, each term joined to its
@@ -118,9 +133,9 @@ class Access:
 
     def list_query(self, *, filter_expr: str | None, search_text: str | None, text_index: bool) -> dict[str, Any]:
         """The MongoDB query of a list: this rule, the filter and the search (each optional). With
-        `text_index` (the server has one) and no guarded text field, the search is `$text`; else
-        each word must be found in a text field where the caller sees it. Raises InvalidFilter, or
-        `refusal()` when the rule refuses outright."""
+        `text_index` (the server has one) and no guarded or localized text field, the search is `$text`;
+        else each word must be found in a text field where the caller sees it (a localized one: in its
+        resolved value). Raises InvalidFilter, or `refusal()` when the rule refuses outright."""
         self.require()
         parts: list[Cond] = [self.condition]
         if filter_expr and filter_expr.strip():
@@ -130,7 +145,7 @@ class Access:
             resolver = self.resolver()
             texts = [resolved for spec in self.collection.fields if spec.type in TEXT_TYPES
                      if (resolved := resolver.resolve(spec.name)) is not None]
-            if text_index and texts and all(t.guard is None for t in texts):
+            if text_index and texts and all(t.guard is None and not t.locales for t in texts):
                 text_query = text_search_query(search_text)
             else:
                 parts.append(search(search_text, texts))
@@ -139,10 +154,10 @@ class Access:
             return {"$and": [query, text_query]} if query else text_query
         return query
 
-    def sort(self, sort_text: str) -> list[tuple[str, int]]:
-        """The client's `sort` over the fields this caller may name, as pymongo's sort spec; a key on
-        a field hidden from the caller on every record is left out (all its values sort as null).
-        Raises InvalidFilter (unknown field)."""
+    def sort(self, sort_text: str) -> SortSpec:
+        """The client's `sort` over the fields this caller may name, as a records sort spec (a localized
+        field by its resolved value: `ResolvedField.sort_path`); a key on a field hidden from the caller
+        on every record is left out (all its values sort as null). Raises InvalidFilter (unknown field)."""
         keys = parse_sort(sort_text)
         resolver = self.resolver()
         spec = to_mongo_sort(keys, resolver)
@@ -150,15 +165,15 @@ class Access:
                 if (resolved := resolver.resolve(key.field)) is None or resolved.guard != FALSE]
         return kept or [("_id", spec[0][1])]
 
-    def sort_guards(self, order: list[tuple[str, int]]) -> dict[str, Cond]:
+    def sort_guards(self, order: SortSpec) -> dict[SortPath, Cond]:
         """Path -> guard of the keys of `order` (a spec from `sort`) on fields the caller sees on some
         records only: such a sort is done in memory (`arrange`), hidden values as null."""
         if not self.fields.guards:
             return {}
         guards = dict(self.fields.guards)
-        return {path: guards[path] for path, _ in order if path in guards}
+        return {path: guards[_field_of(path)] for path, _ in order if _field_of(path) in guards}
 
-    def arrange(self, records: Sequence[Record], order: list[tuple[str, int]]) -> list[Record]:
+    def arrange(self, records: Sequence[Record], order: SortSpec) -> list[Record]:
         """`records` in `order` as MongoDB would sort them, with the values the caller may not see
         sorting as null (`predicate.sort_documents`)."""
         documents = [record_document(r) for r in records]
@@ -221,16 +236,24 @@ class Access:
             raise self.refusal()
 
 
+def _field_of(path: SortPath) -> str:
+    """The field a sort path reads (`title` of `title.de` or of a fallback chain's paths)."""
+    return (path if isinstance(path, str) else path[0]).split(".", 1)[0]
+
+
 def check(principal: Principal | None, collection: Collection, action: str,
-          data: Mapping[str, Any] | None = None) -> Access:
+          data: Mapping[str, Any] | None = None, *, locale: str | None = None) -> Access:
     """May `principal` (None: no credentials) do `action` (list, view, create, update, delete) on
     records of `collection`? `data` is the submitted record values of a create or update (what
-    `@request.data` reads, and which field `write_rule`s apply). Admins bypass the rules. A stored
-    rule that no longer fits the collection refuses (and is logged), so a broken rule never opens a
-    collection. Raises nothing."""
+    `@request.data` reads, and which field `write_rule`s apply); `locale` the `?locale=` asked (None:
+    the default locale; `*`: objects), which answers, filters, sorts and searches read localized fields
+    with (rules always read the default locale's). Admins bypass the rules. A stored rule that no
+    longer fits the collection refuses (and is logged), so a broken rule never opens a collection.
+    Raises BadRequest for a locale that is not configured, nothing else."""
     context = request_context(principal, data)
+    asked = localization(collection, locale)
     if acts_as_admin(principal):
-        return Access(principal, collection, action, TRUE, EVERY_FIELD, context)
+        return Access(principal, collection, action, TRUE, EVERY_FIELD, context, asked)
     rule = collection.rules.rule(action)
     if rule is None:
         condition: Cond = FALSE
@@ -238,7 +261,7 @@ def check(principal: Principal | None, collection: Collection, action: str,
         condition = TRUE
     else:
         condition = bound_rule(rule, collection, context, f"{action} rule")
-    return Access(principal, collection, action, condition, field_view(principal, collection), context)
+    return Access(principal, collection, action, condition, field_view(principal, collection), context, asked)
 
 
 @dataclass(frozen=True)
@@ -258,10 +281,12 @@ class Condition:
         return evaluate(self.cond, document)
 
 
-def compile_filter(collection: Collection, filter_expr: str, principal: Principal | None = None) -> Condition:
+def compile_filter(collection: Collection, filter_expr: str, principal: Principal | None = None, *,
+                   locale: str | None = None) -> Condition:
     """The filter text `filter_expr` over `collection`, for `principal` (field rules decide which fields
-    it may name and on which records). Raises InvalidFilter (syntax, unknown field, bad value)."""
-    return Condition(check(principal, collection, VIEW).filter(filter_expr))
+    it may name and on which records), localized fields read as `locale` answers them (None: the
+    default locale). Raises InvalidFilter (syntax, unknown field, bad value), BadRequest (locale)."""
+    return Condition(check(principal, collection, VIEW, locale=locale).filter(filter_expr))
 
 
 def refused(principal: Principal | None, collection: Collection, action: str) -> Access:

@@ -13,6 +13,12 @@ current, else from one MongoDB look-up. How current a look-up by name must be is
   with the one its read cache's `MGET` returns anyway, and looks up again with `by_name(name,
   epoch=...)` when they differ, so a warm read is one Redis round trip and no MongoDB round trip.
 
+Each definition carries the `locales` setting as of the same epoch (`Collection.locales`, decisions.md,
+Localized fields): the catalog loads the setting from MongoDB once per epoch (`locales`) and attaches it
+to every definition it loads, and a change of the setting moves the epoch
+(`CollectionService.locales_changed`), so every replica reads records with the new locales from its next
+request on, and the read cache's entries made with the old ones are stale.
+
 Existence is checked apart (`exists`), never from the cache: one `_id` look-up, or none at all when
 the catalog epoch read now is still the one the caller looked the collection up under (every path
 that drops a collection's records moves the epoch first).
@@ -21,10 +27,11 @@ that drops a collection's records moves the epoch first).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from enum import Enum
 
 from cms.errors import NotFound
-from cms.models import Collection
+from cms.models import DEFAULT_LOCALES, Collection, Locales
 from cms.services.caching.definition_cache import DefinitionCache
 from cms.store.collections import CollectionRepository
 
@@ -41,16 +48,30 @@ class Fresh(Enum):
 class Catalog:
     """Look-ups of collection definitions over `collections` (the repository), through `cache`
     (the definition cache of the catalog epoch; None: every look-up reads MongoDB and no epoch is
-    ever known)."""
+    ever known). `locales` reads the `locales` setting from MongoDB (`SettingsService.stored_locales`;
+    None: the default, `[{"code": "en"}]`)."""
 
-    def __init__(self, collections: CollectionRepository, cache: DefinitionCache | None = None) -> None:
+    def __init__(self, collections: CollectionRepository, cache: DefinitionCache | None = None, *,
+                 locales: Callable[[], Awaitable[Locales]] | None = None) -> None:
         self._collections = collections
         self._cache = cache
+        self._load_locales = locales
 
     async def all(self) -> list[Collection]:
         """Every collection, by name (one query, never cached: for the rare paths that scan the
-        catalog, such as the relations pointing at a collection)."""
-        return await self._collections.list()
+        catalog, such as the relations pointing at a collection), with the current locales."""
+        locales = await self.locales()
+        return [replace(c, locales=locales) for c in await self._collections.list()]
+
+    async def locales(self, epoch: str | None = None) -> Locales:
+        """The `locales` setting as of the request's catalog epoch (or `epoch`): loaded from MongoDB
+        once per epoch and process."""
+        load = self._load_locales
+        if load is None:
+            return DEFAULT_LOCALES
+        if self._cache is None:
+            return await load()
+        return await self._cache.get(("locales",), load, epoch=epoch)
 
     async def by_id(self, collection_id: str) -> Collection:
         """The collection with this id, as of the request's catalog epoch. Raises NotFound
@@ -125,6 +146,10 @@ class Catalog:
 
     async def _cached(self, key: tuple[str, str], load: Callable[[], Awaitable[Collection | None]],
                       epoch: str | None = None) -> Collection | None:
+        async def with_locales() -> Collection | None:
+            collection = await load()
+            return None if collection is None else replace(collection, locales=await self.locales(epoch))
+
         if self._cache is None:
-            return await load()
-        return await self._cache.get(key, load, epoch=epoch)
+            return await with_locales()
+        return await self._cache.get(key, with_locales, epoch=epoch)

@@ -53,12 +53,14 @@ served, not stored)."""
 @dataclass(frozen=True)
 class CachedBody:
     """A response body: `body` (JSON bytes), `etag` (a strong ETag, quoted, derived from the key and
-    the stamp, so it changes with every write to the collection) and `shared` (True when every
-    caller gets this body for this request: proxies may cache it)."""
+    the stamp, so it changes with every write to the collection), `shared` (True when every
+    caller gets this body for this request: proxies may cache it) and `language`, the locale its
+    localized fields answer (the `Content-Language`; decisions.md, Localized fields)."""
 
     body: bytes
     etag: str
     shared: bool
+    language: str | None = None
 
 
 def canonical(value: Any) -> str:

@@ -31,7 +31,7 @@ from cms.errors import BadRequest, CmsError, ValidationFailed
 from cms.models import Principal
 from cms.services import access as actions
 from cms.services.access import Access, check
-from cms.services.content.record_reads import Present
+from cms.services.content.record_reads import Presenter
 from cms.services.content.record_writer import CreateFailed, RecordWriter
 from cms.services.content.records import RecordService
 from cms.services.delivery.events import EventBus
@@ -154,7 +154,7 @@ class BatchService:
 
         # how each answer is shown (its own `expand`/`fields`), asked before anything is written: a
         # bad path fails its own request, after the creates before it (the first failure in order)
-        presents: list[Present] = []
+        presents: list[Presenter] = []
         refused: CmsError | None = None
         for request in run:
             try:
@@ -162,8 +162,9 @@ class BatchService:
             except CmsError as exc:
                 refused = exc
                 break
-        records = await self._writer.create_all(collection, [r.data for r in run[:len(presents)]], rule,
-                                                epoch=epoch) if presents else []
+        ran = run[:len(presents)]
+        records = await self._writer.create_all(collection, [r.data for r in ran], rule, epoch=epoch,
+                                                locales=[r.view.locale for r in ran]) if presents else []
         if refused is not None:
             raise CreateFailed(len(presents), refused)
         return [BatchAnswer(201, await present(record)) for present, record in zip(presents, records, strict=True)]
@@ -179,7 +180,7 @@ class BatchService:
         if request.action == actions.UPDATE:
             present = await self._records.presenter(name, request.view, principal)
             return BatchAnswer(200, await present(await self._records.update(principal, name, request.record_id,
-                                                                             request.data)))
+                                                                             request.data, locale=request.view.locale)))
         if request.action == actions.DELETE:
             await self._records.delete(principal, name, request.record_id)
             return BatchAnswer(204, None)

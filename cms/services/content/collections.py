@@ -220,8 +220,25 @@ class CollectionService:
         return stored
 
     async def _sync_indexes(self, collection: Collection) -> None:
+        collection = replace(collection, locales=await self._catalog.locales())
         await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection),
-                                         managed_indexes(collection))
+                                         managed_indexes(collection), kept_unique=[
+                                             f.name for f in collection.fields if f.localized and f.validation.unique])
+
+    async def locales_changed(self, _value: Any = None) -> None:
+        """After the `locales` setting changed (a settings listener): move the catalog epoch, so every
+        replica reads records with the new locales from its next request on (and the read cache's
+        entries made with the old ones are stale), then give every localized unique field the unique
+        index of each new locale (decisions.md, Localized fields). An index that cannot be made is
+        logged, not raised: the setting is stored."""
+        await self._catalog.move_epoch()
+        for collection in await self._catalog.all():
+            if any(f.localized and f.validation.unique for f in collection.fields):
+                try:
+                    await self._sync_indexes(collection)
+                except Exception:
+                    log.exception("collection %s: the unique indexes of the new locales could not be made",
+                                  collection.name)
 
     async def resync_indexes(self, collection_id: str) -> bool:
         """Make the record indexes of a stored collection match its stored definition (missing ones

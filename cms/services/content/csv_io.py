@@ -35,7 +35,14 @@ from marshmallow import Schema, ValidationError
 from cms.errors import ValidationFailed, flatten_errors
 from cms.models import Collection, FieldSpec, Record
 from cms.security.json_input import MAX_JSON_INT_DIGITS, JsonInputError, decode_json
-from cms.services.content.fields import SYSTEM_FIELDS, TEXT_TYPES, build_record_schema, is_multi, to_json_value
+from cms.services.content.fields import (
+    ALL_LOCALES,
+    SYSTEM_FIELDS,
+    TEXT_TYPES,
+    build_record_schema,
+    is_multi,
+    to_json_value,
+)
 
 MAX_IMPORT_BYTES = 10 * 1024 * 1024
 MAX_IMPORT_ROWS = 50_000
@@ -78,9 +85,24 @@ def unescape_formula(text: str) -> str:
 # --- export -----------------------------------------------------------------------------------
 
 
-def csv_header(collection: Collection) -> list[str]:
-    """`id, created, updated`, then the schema fields in schema order."""
-    return [*SYSTEM_COLUMNS, *(spec.name for spec in collection.fields)]
+LOCALE_SEPARATOR = ":"
+"""A column `title:de` holds the `de` value of the localized field `title` (decisions.md, Localized fields)."""
+
+
+def csv_header(collection: Collection, codes: Sequence[str] = ()) -> list[str]:
+    """`id, created, updated`, then the schema fields in schema order; with `codes` (an export with
+    `?locale=*`) a localized field has one column per code, `title:en`, `title:de`."""
+    return [*SYSTEM_COLUMNS, *(f"{spec.name}{LOCALE_SEPARATOR}{code}" if code else spec.name
+                               for spec, code in _cells(collection, codes))]
+
+
+def _cells(collection: Collection, codes: Sequence[str]) -> Iterator[tuple[FieldSpec, str]]:
+    """(field, locale code or "") of each column after the system ones (`csv_header`)."""
+    for spec in collection.fields:
+        if spec.localized and codes:
+            yield from ((spec, code) for code in codes)
+        else:
+            yield spec, ""
 
 
 def render_cell(spec: FieldSpec, value: Any) -> str:
@@ -99,10 +121,15 @@ def render_cell(spec: FieldSpec, value: Any) -> str:
     return escape_formula(text)
 
 
-def render_row(collection: Collection, record: Record) -> list[str]:
-    """The cells of one record, in `csv_header` order."""
+def render_row(collection: Collection, record: Record, codes: Sequence[str] = ()) -> list[str]:
+    """The cells of one record, in `csv_header(collection, codes)` order (with `codes`, a localized
+    field's value is its object, one cell per code)."""
     cells = [record.id, to_json_value(record.created), to_json_value(record.updated)]
-    cells.extend(render_cell(spec, record.data.get(spec.name)) for spec in collection.fields)
+    for spec, code in _cells(collection, codes):
+        value = record.data.get(spec.name)
+        if code:
+            value = value.get(code) if isinstance(value, dict) else None
+        cells.append(render_cell(spec, value))
     return cells
 
 
@@ -189,14 +216,16 @@ class CsvImport:
     so nothing is stored, when: the file is empty or not UTF-8; the header has an empty, duplicate
     or unknown column (a file without a header shows up as unknown columns); a required field has
     no column; a row breaks CSV quoting; or there are more than MAX_IMPORT_ROWS data rows.
-    Columns `id`, `created` and `updated` are ignored. Blank lines are skipped and not counted."""
+    Columns `id`, `created` and `updated` are ignored. Blank lines are skipped and not counted. A
+    localized field's column `title` holds the default locale's value, `title:de` the `de` value
+    (decisions.md, Localized fields)."""
 
     def __init__(self, collection: Collection, content: bytes, *, max_rows: int = MAX_IMPORT_ROWS) -> None:
         self.collection = collection
         self._text = decode_csv(content)
         reader = _reader(self._text)
         header = self._header(reader)
-        self.columns: list[FieldSpec | None] = [collection.field(name) for name in header]
+        self.columns: list[tuple[FieldSpec, str | None] | None] = [self._column(name) for name in header]
         self.row_count = 0
         while True:
             try:
@@ -213,6 +242,15 @@ class CsvImport:
             if self.row_count > max_rows:
                 raise file_error(f"The file has more than {max_rows:,} data rows; split it into smaller files")
 
+    def _column(self, name: str) -> tuple[FieldSpec, str | None] | None:
+        """The field a header cell names and, for a localized field, the locale (`title` is the default
+        locale's); None for a system column or an unknown name."""
+        field_name, _, code = name.partition(LOCALE_SEPARATOR)
+        spec = self.collection.field(field_name)
+        if spec is None or code and (not spec.localized or code not in self.collection.locales.codes):
+            return None
+        return spec, (code or self.collection.locales.default) if spec.localized else None
+
     def _header(self, reader: Any) -> list[str]:
         try:
             first = next((cells for cells in reader if cells), None)
@@ -221,21 +259,27 @@ class CsvImport:
         if first is None:
             raise file_error("The file is empty; its first row must be a header naming the fields")
         header = [cell.strip() for cell in first]
-        known = {spec.name for spec in self.collection.fields}
         problems: list[str] = []
         if any(not name for name in header):
             problems.append("every column of the header row needs a name")
-        duplicates = sorted({name for name in header if name and header.count(name) > 1})
+        named = [self._column(name) for name in header]
+        values = [(spec.name, code) for spec, code in (column for column in named if column is not None)]
+        duplicates = sorted({name for name, column in zip(header, named, strict=True)
+                             if name and (header.count(name) > 1 or column is not None
+                                          and values.count((column[0].name, column[1])) > 1)})
         if duplicates:
             problems.append(f"duplicate columns: {', '.join(duplicates)}")
-        unknown = [name for name in header if name and name not in known and name not in SYSTEM_FIELDS]
+        unknown = [name for name, column in zip(header, named, strict=True)
+                   if name and column is None and name not in SYSTEM_FIELDS]
         if unknown:
             expected = ", ".join([*SYSTEM_COLUMNS, *(spec.name for spec in self.collection.fields)])
             problems.append(
                 f"unknown columns: {', '.join(unknown)} (the first row must be a header naming fields of "
                 f"'{self.collection.name}': {expected})"
             )
-        missing = [s.name for s in self.collection.fields if s.validation.required and s.name not in header]
+        default = self.collection.locales.default
+        missing = [s.name for s in self.collection.fields if s.validation.required
+                   and (s.name, default if s.localized else None) not in values]
         if missing:
             problems.append(f"no column for the required fields: {', '.join(missing)}")
         if problems:
@@ -245,7 +289,8 @@ class CsvImport:
     def batches(self, size: int) -> Iterator[tuple[list[ParsedRow], list[RowFailure]]]:
         """The data rows in file order, `size` at a time: (valid rows, failed rows) per batch.
         Each row is parsed by field type and validated against the schema."""
-        schema = build_record_schema(self.collection)  # own instance: this may run in a worker thread
+        # own instance: this may run in a worker thread; localized fields are read as objects
+        schema = build_record_schema(self.collection, ALL_LOCALES)
         reader = _reader(self._text)
         next((cells for cells in reader if cells), None)  # the header, checked already
         valid: list[ParsedRow] = []
@@ -272,15 +317,18 @@ class CsvImport:
                 f"The row has {len(cells)} cells; the header has {len(self.columns)}."]})
         data: dict[str, Any] = {}
         errors: dict[str, list[str]] = {}
-        for spec, cell in zip(self.columns, cells, strict=True):
-            if spec is None:  # id, created, updated
+        for column, cell in zip(self.columns, cells, strict=True):
+            if column is None:  # id, created, updated
                 continue
+            spec, code = column
             try:
                 value = parse_cell(spec, cell)
             except CellError as exc:
-                errors[spec.name] = [str(exc)]
+                errors[spec.name if code is None else f"{spec.name}.{code}"] = [str(exc)]
                 continue
-            if value is not None:
+            if value is not None and code is not None:
+                data.setdefault(spec.name, {})[code] = value
+            elif value is not None:
                 data[spec.name] = value
         try:
             values: dict[str, Any] = schema.load(data, partial=False)

@@ -7,7 +7,8 @@ the collections: a segment is a relation field of the collection it is read in (
 of `<collection>` whose relation field `<field>` points at this collection and holds the record's
 id; an array, newest first, at most MAX_BACK_RELATIONS per record). Paths sharing a prefix share
 its segment. Each segment carries the view rule of its collection bound to the caller
-(`access.check`), so only the records the caller may view are loaded.
+(`access.check`), so only the records the caller may view are loaded, their localized fields answered
+in the view's locale.
 
 `Expansion.load(records, parents)` loads them for a whole page at once: one database query per
 segment (forward: one `_id $in` of every id the page's records hold; back: one query on the
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cms.errors import InvalidFilter, NotFound
-from cms.models import Collection, Principal, Record
+from cms.models import Collection, Principal, Record, SortSpec
 from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
@@ -40,7 +41,7 @@ MAX_EXPANDED_RECORDS = 10_000
 400 `invalid_filter` (six levels of multi-relations would otherwise multiply without bound)."""
 BACK_RELATION = "_via_"
 """What joins `<collection>` and `<field>` in a back-relation segment."""
-NEWEST_FIRST: list[tuple[str, int]] = [("created", -1), ("_id", -1)]
+NEWEST_FIRST: SortSpec = [("created", -1), ("_id", -1)]
 
 
 @dataclass(frozen=True)
@@ -135,17 +136,17 @@ async def resolve(catalog: Catalog, collection: Collection, view: RecordView,
         level = tree
         for segment in path:
             level = level.setdefault(segment, {})
-    return Expansion(await _resolve_level(catalog, collection, tree, principal, ()))
+    return Expansion(await _resolve_level(catalog, collection, tree, principal, (), view.locale))
 
 
-async def _resolve_level(catalog: Catalog, parent: Collection, tree: dict[str, Any],
-                         principal: Principal | None, prefix: tuple[str, ...]) -> tuple[Segment, ...]:
+async def _resolve_level(catalog: Catalog, parent: Collection, tree: dict[str, Any], principal: Principal | None,
+                         prefix: tuple[str, ...], locale: str | None) -> tuple[Segment, ...]:
     segments = []
     for name, deeper in tree.items():
         target, field_name, back, many = await _relation(catalog, parent, name, prefix)
-        children = await _resolve_level(catalog, target, deeper, principal, (*prefix, name))
-        segments.append(Segment(name, target, field_name, back, many, check(principal, target, actions.VIEW),
-                                children))
+        children = await _resolve_level(catalog, target, deeper, principal, (*prefix, name), locale)
+        segments.append(Segment(name, target, field_name, back, many,
+                                check(principal, target, actions.VIEW, locale=locale), children))
     return tuple(segments)
 
 
@@ -185,7 +186,8 @@ async def _load(records: RecordRepository, segment: Segment, parents: Sequence[R
         related = await _back(records, segment, parents, budget)
     else:
         related = await _forward(records, segment, parents, budget)
-    if segment.access.fields.guards:  # what the caller may not see of the related records is left out
+    if segment.access.fields.guards or segment.access.localization.fields:
+        # what the caller may not see of the related records is left out; localized fields resolved
         shown = {r.id: segment.access.redact(r) for found in related.values() for r in found}
         related = {pid: [shown[r.id] for r in found] for pid, found in related.items()}
     children: tuple[Expanded, ...] = ()

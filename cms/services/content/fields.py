@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from typing import Any
 
@@ -19,11 +20,12 @@ from marshmallow import RAISE, Schema, ValidationError, fields, validate
 from cms.errors import ValidationFailed, flatten_errors
 from cms.filters.conditions import ResolvedField
 from cms.filters.grammar import MAX_FILTER_LENGTH
-from cms.models import Collection, FieldSpec, Validation
+from cms.models import Collection, FieldSpec, Locales, Validation
 from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
 from cms.services.content.value_fields import (
     IsoDateTime,
     JsonValue,
+    LocalizedValues,
     StrictBoolean,
     StrictNumber,
     check_unicode,
@@ -69,19 +71,20 @@ class _FieldDefinition(Schema):
     cascade_delete = fields.Boolean(load_default=False)
     view_rule = fields.String(allow_none=True, load_default="", validate=_RULE_TEXT)
     write_rule = fields.String(allow_none=True, load_default="", validate=_RULE_TEXT)
+    localized = fields.Boolean(load_default=False)
 
 
 def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
     """Parse a schema given as a list of field definitions or as `{"fields": [...]}`.
 
     Each definition is `{name, type, validation?: {required, min, max, pattern, unique},
-    values?, max_select?, collection_id?, cascade_delete?}`. Raises ValidationFailed (422) with
-    `errors: {"schema": [...]}` on any problem, or dotted keys for a bad definition
+    values?, max_select?, collection_id?, cascade_delete?, view_rule?, write_rule?, localized?}`. Raises
+    ValidationFailed (422) with `errors: {"schema": [...]}` on any problem, or dotted keys for a bad definition
     (`{"schema.0.name": [...]}`, `{"schema.1.validation.min": [...]}`; `cascade_delete` applies to relations and is
     ignored elsewhere): bad shape, unknown type, invalid or duplicate
     name, reserved name (`id`, `created`, `updated`; in auth collections also `password`,
     `email`, `verified`), a select without `values`, a relation without `collection_id`, a bad
-    regex pattern, or `min` above `max`.
+    regex pattern, `min` above `max`, or a localized relation.
     """
     if isinstance(raw, dict):
         if set(raw) - {"fields"}:
@@ -128,6 +131,8 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         raise _schema_error(f"{where}: a relation field needs 'collection_id'")
     if v["unique"] and kind in ("bool", "json"):
         raise _schema_error(f"{where}: {kind} fields cannot be unique")
+    if d["localized"] and kind == "relation":
+        raise _schema_error(f"{where}: a relation field cannot be localized")
     return FieldSpec(
         name=d["name"],
         type=kind,
@@ -138,6 +143,7 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         cascade_delete=d["cascade_delete"] if kind == "relation" else False,
         view_rule=d["view_rule"],
         write_rule=d["write_rule"],
+        localized=d["localized"],
     )
 
 
@@ -159,10 +165,13 @@ AUTH_RESOLUTIONS = {"email": ResolvedField(path="email", type="email"),
 
 class CollectionFields:
     """FieldResolver over a collection: system fields plus schema fields (and, in an auth collection,
-    `email` and `verified`), nothing else."""
+    `email` and `verified`), nothing else. A localized field resolves through `chain` (a locale and its
+    fallbacks; default: the default locale's chain, what rules read)."""
 
-    def __init__(self, collection: Collection) -> None:
-        self._fields = {f.name: ResolvedField(path=f.name, type=f.type) for f in collection.fields}
+    def __init__(self, collection: Collection, chain: tuple[str, ...] | None = None) -> None:
+        locales = chain if chain is not None else collection.locales.chain(collection.locales.default)
+        self._fields = {f.name: ResolvedField(path=f.name, type=f.type, locales=locales if f.localized else ())
+                        for f in collection.fields}
         if collection.type == "auth":  # a user's address and flag are fields of its record
             self._fields.update(AUTH_RESOLUTIONS)
 
@@ -172,13 +181,24 @@ class CollectionFields:
 
 
 def text_field_names(collection: Collection) -> list[str]:
-    """Names of the fields `search` looks in: text, editor, email and url."""
-    return [f.name for f in collection.fields if f.type in TEXT_TYPES]
+    """Names of the fields a text index covers: text, editor, email and url, not localized (a `search`
+    over a localized field resolves its locale, which no text index can)."""
+    return [f.name for f in collection.fields if f.type in TEXT_TYPES and not f.localized]
 
 
 def unique_field_names(collection: Collection) -> list[str]:
-    """Names of the fields with `validation.unique`."""
-    return [f.name for f in collection.fields if f.validation.unique]
+    """The paths that unique indexes hold (decisions.md, Localized fields: `unique` holds per locale):
+    each field with `validation.unique`, a localized one as `<name>.<code>` for every configured code."""
+    return [path for f in collection.fields if f.validation.unique
+            for path in ([f"{f.name}.{code}" for code in collection.locales.codes] if f.localized else [f.name])]
+
+
+def held_values(spec: FieldSpec, value: Any) -> list[Any]:
+    """The values a stored field value holds, as a list (`value_list`); a localized field's object gives
+    the values of every locale."""
+    if spec.localized and isinstance(value, dict):
+        return [item for held in value.values() for item in value_list(held)]
+    return value_list(value)
 
 
 def value_list(value: Any) -> list[Any]:
@@ -265,11 +285,29 @@ def record_field(spec: FieldSpec) -> fields.Field[Any]:
     return item
 
 
-def build_record_schema(collection: Collection) -> Schema:
-    """A marshmallow schema validating the `data` of a record of `collection` (unknown keys raise)."""
-    declared = {spec.name: record_field(spec) for spec in collection.fields}
+DEFAULT_LOCALE, OTHER_LOCALE, ALL_LOCALES = "default", "other", "*"
+"""How a write's values of localized fields are read (decisions.md, Localized fields): values of the
+default locale (`required` holds), of another locale (never required: null removes that locale's
+value), or objects of locale to value (`?locale=*`)."""
+
+
+def build_record_schema(collection: Collection, mode: str = DEFAULT_LOCALE) -> Schema:
+    """A marshmallow schema validating the `data` of a record of `collection` (unknown keys raise),
+    its localized fields read as `mode` says (DEFAULT_LOCALE, OTHER_LOCALE or ALL_LOCALES)."""
+    declared = {spec.name: _localized_field(spec, collection, mode) if spec.localized else record_field(spec)
+                for spec in collection.fields}
     schema_class = Schema.from_dict(declared, name=f"Record_{collection.name}")
     return schema_class(unknown=RAISE)
+
+
+def _localized_field(spec: FieldSpec, collection: Collection, mode: str) -> fields.Field[Any]:
+    if mode == DEFAULT_LOCALE:
+        return record_field(spec)
+    optional = record_field(replace(spec, validation=replace(spec.validation, required=False)))
+    if mode == OTHER_LOCALE:
+        return optional
+    locales = collection.locales
+    return LocalizedValues(optional, locales.codes, locales.default, required=spec.validation.required)
 
 
 class RecordSchemas:
@@ -280,15 +318,15 @@ class RecordSchemas:
     """
 
     def __init__(self, size: int = SCHEMA_CACHE_SIZE) -> None:
-        self._cache: OrderedDict[tuple[str, int], Schema] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int, Locales, str], Schema] = OrderedDict()
         self._size = size
 
-    def schema_for(self, collection: Collection) -> Schema:
-        """The schema of this collection version, built once."""
-        key = (collection.id, collection.version)
+    def schema_for(self, collection: Collection, mode: str = DEFAULT_LOCALE) -> Schema:
+        """The schema of this collection version, locales and `mode` (`build_record_schema`), built once."""
+        key = (collection.id, collection.version, collection.locales, mode)
         schema = self._cache.get(key)
         if schema is None:
-            schema = build_record_schema(collection)
+            schema = build_record_schema(collection, mode)
             self._cache[key] = schema
             if len(self._cache) > self._size:
                 self._cache.popitem(last=False)
@@ -296,18 +334,28 @@ class RecordSchemas:
             self._cache.move_to_end(key)
         return schema
 
-    def load(self, collection: Collection, data: Any, *, partial: bool) -> dict[str, Any]:
-        """Validate `data` (an object of field values); `partial` for updates.
+    def load(self, collection: Collection, data: Any, *, partial: bool, mode: str = DEFAULT_LOCALE) -> dict[str, Any]:
+        """Validate `data` (an object of field values); `partial` for updates; localized fields read as
+        `mode` says (`build_record_schema`).
 
-        Returns the values ready to store, with None for fields to clear. Raises ValidationFailed
-        with `errors: {field: [message]}` (unknown fields, wrong types, rule violations)."""
+        Returns the validated values (a localized field's as given: one locale's value, or its object),
+        with None for fields to clear. Raises ValidationFailed with `errors: {field: [message]}` (unknown
+        fields, wrong types, rule violations; `field.<code>` for a locale of an object), also for a
+        create in another locale than the default of a collection with a required localized field."""
         if not isinstance(data, dict):
             raise ValidationFailed("'data' must be an object", errors={"data": ["Must be an object."]})
         try:
-            loaded: dict[str, Any] = self.schema_for(collection).load(data, partial=partial)
+            loaded: dict[str, Any] = self.schema_for(collection, mode).load(data, partial=partial)
         except ValidationError as exc:
             raise ValidationFailed("Record validation failed",
                                    errors=flatten_errors(exc.messages, root_key="data")) from None
+        if mode == OTHER_LOCALE and not partial:
+            missing = {spec.name: [f"Missing data for required field: a value in the default locale "
+                                   f"({collection.locales.default}) is required; create the record with that "
+                                   "locale or ?locale=*."]
+                       for spec in collection.fields if spec.localized and spec.validation.required}
+            if missing:
+                raise ValidationFailed("Record validation failed", errors=missing)
         return loaded
 
 

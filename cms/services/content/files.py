@@ -31,7 +31,7 @@ from cms.errors import BadRequest, Forbidden, NotFound, PayloadTooLarge, Unautho
 from cms.models import Collection, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
 from cms.services.caching.catalog import Catalog
-from cms.services.content.record_reads import checked_record, permitted_record
+from cms.services.content.record_checks import checked_record, permitted_record
 from cms.services.delivery.events import DELETE, CollectionEvent, RecordEvent
 from cms.services.operations.settings import SettingsService
 from cms.store.files import FileReader, FileRepository, FileUpload

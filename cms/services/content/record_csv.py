@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import PayloadTooLarge
-from cms.models import Collection, Record
+from cms.models import Collection, Record, SortSpec
 from cms.services.content.csv_io import (
     MAX_IMPORT_BYTES,
     MAX_IMPORT_ROWS,
@@ -54,6 +54,8 @@ class CsvExport:
 
     filename: str
     chunks: AsyncGenerator[str, None]
+    language: str | None = None
+    """The locale localized fields answer (the `Content-Language`; decisions.md, Localized fields)."""
 
 
 class RecordCsv:
@@ -66,11 +68,14 @@ class RecordCsv:
         self._writer = writer
         self._clock = clock
 
-    async def export(self, collection: Collection, query: dict[str, Any], order: list[tuple[str, int]],
-                     redact: Callable[[Record], Record] = _as_is) -> CsvExport:
+    async def export(self, collection: Collection, query: dict[str, Any], order: SortSpec,
+                     redact: Callable[[Record], Record] = _as_is, codes: Sequence[str] = (),
+                     language: str | None = None) -> CsvExport:
         """The records of `collection` matching `query` in `order` (a prepared MongoDB query and sort),
-        each as `redact` leaves it (the caller's field rules: a hidden value is an empty cell); the
-        columns are `collection`'s fields (the caller's: without the fields unknown to it).
+        each as `redact` leaves it (the caller's field rules: a hidden value is an empty cell; localized
+        fields as the export's `?locale=` answers them); the columns are `collection`'s fields (the
+        caller's: without the fields unknown to it), a localized one per locale of `codes` when given
+        (`?locale=*`: `title:en`, `title:de`).
 
         The first record is fetched here, so a query the server refuses raises (InvalidFilter)
         before the caller has sent a byte of the download."""
@@ -81,21 +86,22 @@ class RecordCsv:
         except BaseException:
             await records.aclose()
             raise
-        return CsvExport(filename=filename, chunks=self._chunks(collection, first, records, redact))
+        return CsvExport(filename=filename, chunks=self._chunks(collection, first, records, redact, codes),
+                         language=language)
 
     async def _chunks(
         self, collection: Collection, first: Record | None, records: AsyncGenerator[Record, None],
-        redact: Callable[[Record], Record],
+        redact: Callable[[Record], Record], codes: Sequence[str],
     ) -> AsyncGenerator[str, None]:
         writer = CsvChunkWriter()
-        writer.write(csv_header(collection))
+        writer.write(csv_header(collection, codes))
         try:
             if first is not None:
-                chunk = writer.write(render_row(collection, redact(first)))
+                chunk = writer.write(render_row(collection, redact(first), codes))
                 if chunk:
                     yield chunk
                 async for record in records:
-                    chunk = writer.write(render_row(collection, redact(record)))
+                    chunk = writer.write(render_row(collection, redact(record), codes))
                     if chunk:
                         yield chunk
         finally:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from cms.models import Collection, Record
+from cms.services.content.locales import ALL, localization
 from cms.services.delivery.events import DELETE, EventBus, RecordEvent
 from cms.services.representation import records as represent
 
@@ -15,14 +16,16 @@ from cms.services.representation import records as represent
 async def emit_changed(events: EventBus, kind: str, collection: Collection, records: Sequence[Record],
                        now: datetime, previous: Sequence[Record] = ()) -> None:
     """The one way record events are made: one `create` or `update` event per record, carrying the
-    full record as the API shows it (`represent.written_record_json`: the write's answer shows the same
-    rendering, made once), stamped `now`. `previous` (updates):
+    full record as the API shows it with `?locale=*` (`represent.written_record_json`: the write's
+    answer shows the same rendering, made once; localized fields as objects of the configured locales,
+    decisions.md, Localized fields), stamped `now`. `previous` (updates):
     the records as they were before the change, matched by id, any order; each rides along as
     `RecordEvent.previous` (None for a record without one). Used by every service that writes
     records (records, bulk, CSV import, auth-collection users)."""
     before = {r.id: r for r in previous}
-    await events.emit([RecordEvent(kind, collection.name, r.id, represent.written_record_json(r), now, record=r,
-                                   previous=before.get(r.id))
+    objects = localization(collection, ALL)
+    await events.emit([RecordEvent(kind, collection.name, r.id, represent.written_record_json(objects.localize(r)),
+                                   now, record=r, previous=before.get(r.id))
                        for r in records])
 
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from cms.errors import InvalidFilter
-from cms.models import Collection, Principal, Record
+from cms.models import Collection, Principal, Record, SortSpec
 from cms.services.caching.read_cache import entry_key
 from cms.services.caching.result_sets import (
     OVER_BOUND,
@@ -42,7 +42,7 @@ MAX_ARRANGED_RECORDS = 10_000
 MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 """The query of a list the caller may see nothing of (answered without a database round trip)."""
 
-SortOrder = list[tuple[str, int]]
+SortOrder = SortSpec
 
 
 def scan_client(principal: Principal | None, client_ip: str | None) -> str | None:

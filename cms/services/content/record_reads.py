@@ -6,10 +6,11 @@ writes. How a record becomes JSON, and the cached bytes, is `cms.services.repres
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cms.errors import CmsError, Forbidden, NotFound, Unauthorized
-from cms.models import Collection, Page, Principal, Record
+from cms.models import Collection, Page, Principal, Record, SortSpec
 from cms.services import access as actions
 from cms.services.access import Access, acts_as_admin, check, field_view, require_admin
 from cms.services.caching.catalog import Catalog, Fresh
@@ -17,6 +18,8 @@ from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, et
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.caching.single_flight import SingleFlight
 from cms.services.content.expansion import NOTHING, Expansion, resolve
+from cms.services.content.locales import localization
+from cms.services.content.record_checks import permitted_record
 from cms.services.content.record_pages import RecordPages, scan_client
 from cms.services.content.record_sight import RecordSight, sight
 from cms.services.representation import records as represent
@@ -25,18 +28,31 @@ from cms.store.records import RecordRepository
 
 MAX_PER_PAGE = 100
 DEFAULT_PER_PAGE = 30
-DEFAULT_SORT: list[tuple[str, int]] = [("created", 1)]
+DEFAULT_SORT: SortSpec = [("created", 1)]
 
 # Aliases for annotations inside RecordReads, whose `list` method shadows the builtin there.
-SortOrder = list[tuple[str, int]]
+SortOrder = SortSpec
 Records = list[Record]
 Compute = Callable[[str | None], Awaitable[bytes]]
 """How a read's body is computed, given the read cache's stamp it is computed under (None: none)."""
-Prepared = tuple[str, Compute, bool]
+Prepared = tuple[str, Compute, bool, str]
 """A read prepared on a collection definition: its cache key, how to compute its body, whether
-every caller gets that body (shared)."""
+every caller gets that body (shared), and the locale its localized fields answer (`Content-Language`)."""
 Present = Callable[[Record], Awaitable[dict[str, Any]]]
 """How a written record is answered: its JSON as a view shows it (`RecordReads.presenter`)."""
+
+
+@dataclass(frozen=True)
+class Presenter:
+    """How a written record is answered (`RecordReads.presenter`): `await presenter(record)` is its
+    JSON; `language` the locale its localized fields answer (`Content-Language`)."""
+
+    show: Present
+    language: str
+
+    async def __call__(self, record: Record) -> dict[str, Any]:
+        """The record's JSON as the view shows it."""
+        return await self.show(record)
 
 
 
@@ -80,10 +96,11 @@ class RecordReads:
         client = scan_client(principal, client_ip)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
-            access = check(principal, collection, actions.LIST)
+            access = check(principal, collection, actions.LIST, locale=view.locale)
             query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
             order = self._order(access, sort)
-            parts: list[Any] = [collection.id, query, order, page, per_page, skip_total, access.fields.key_parts()]
+            parts: list[Any] = [collection.id, query, order, page, per_page, skip_total, access.fields.key_parts(),
+                                access.localization.key_parts()]
             if not view.full:
                 parts += [view.parts(), expansion.key_parts()]
             key = entry_key(collection.name, "list", *parts)
@@ -94,7 +111,7 @@ class RecordReads:
                 return represent.record_page_bytes(Page(items=items, total=total, page=page, per_page=per_page),
                                                    view, expanded)
 
-            return key, compute, access.shared and expansion.shared
+            return key, compute, access.shared and expansion.shared, access.localization.language
 
         if view.expand:
             return await self._read_expanded(collection_name, view, principal, prepare)
@@ -109,7 +126,7 @@ class RecordReads:
         client = scan_client(principal, client_ip)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
-            access = check(principal, collection, actions.VIEW)
+            access = check(principal, collection, actions.VIEW, locale=view.locale)
             access.require()
             parts: list[Any] = [collection.id, record_id, *access.key_parts()]
             if not view.full:
@@ -121,34 +138,36 @@ class RecordReads:
                 expanded = await expansion.load(self._records, [record], client=client) if expansion.segments else ()
                 return represent.record_bytes(record, view, expanded)
 
-            return key, compute, access.shared and expansion.shared
+            return key, compute, access.shared and expansion.shared, access.localization.language
 
         if view.expand:
             return await self._read_expanded(collection_name, view, principal, prepare)
         return await self._read_through(collection_name, prepare)
 
-    async def presenter(self, collection_name: str, view: RecordView, principal: Principal | None) -> Present:
+    async def presenter(self, collection_name: str, view: RecordView, principal: Principal | None) -> Presenter:
         """How a record of `collection_name` written for `principal` is answered under `view`: ask
-        before the write, so a bad expand path refuses it before anything changes. The answer leaves
-        out what the caller's field rules hide. Raises NotFound (collection) or InvalidFilter (an
-        expand path that is not a relation)."""
+        before the write, so a bad expand path or locale refuses it before anything changes. The answer
+        leaves out what the caller's field rules hide, and answers localized fields in `view.locale`.
+        Raises NotFound (collection), InvalidFilter (an expand path that is not a relation) or
+        BadRequest (a locale that is not configured)."""
         collection = await self._catalog.by_name(collection_name)
         fields = field_view(principal, collection)
+        asked = localization(collection, view.locale)
         if view.full:
             async def full(record: Record) -> dict[str, Any]:
-                shown = fields.redact(record)
+                shown = asked.localize(fields.redact(record))
                 if shown is record:  # rendered once, for its event and this answer
                     return represent.written_record_json(record)
                 return represent.record_json(shown)
-            return full
+            return Presenter(full, asked.language)
         expansion = await resolve(self._catalog, collection, view, principal)
 
         async def present(record: Record) -> dict[str, Any]:
             shown = fields.redact(record)
             expanded = await expansion.load(self._records, [shown]) if expansion.segments else ()
-            return represent.record_json(shown, view, expanded)
+            return represent.record_json(asked.localize(shown), view, expanded)
 
-        return present
+        return Presenter(present, asked.language)
 
     async def list_json(
         self,
@@ -184,14 +203,13 @@ class RecordReads:
         epoch moved between the two, the body is served and not kept."""
         collection, epoch = await self._catalog.by_name_and_epoch(collection_name)
         expansion = await resolve(self._catalog, collection, view, principal)
-        key, compute, shared = prepare(collection, expansion)
+        prepared = prepare(collection, expansion)
         if self._cache is None:
-            body = await compute(None)
-            return CachedBody(body, etag_of(key, None, body), shared)
-        stamp, cached = await self._cache.lookup(collection.name, key, expansion.collections())
+            return await self._serve(prepared, None, None)
+        stamp, cached = await self._cache.lookup(collection.name, prepared[0], expansion.collections())
         if stamp is not None and stamp_epoch(stamp) != epoch:
             stamp, cached = None, None
-        return await self._serve(key, compute, shared, stamp, cached)
+        return await self._serve(prepared, stamp, cached)
 
     async def _read_through(self, collection_name: str, prepare: Callable[[Collection], Prepared]) -> CachedBody:
         """The body of a read of `collection_name`: `prepare(collection)` gives its cache key, how
@@ -202,16 +220,14 @@ class RecordReads:
         one `MGET` returns the catalog epoch, and only when that differs from the definition's is
         the definition loaded again (and the lookup repeated): a warm read is one Redis round trip."""
         if self._cache is None:
-            key, compute, shared = prepare(await self._catalog.by_name(collection_name))
-            body = await compute(None)
-            return CachedBody(body, etag_of(key, None, body), shared)
+            return await self._serve(prepare(await self._catalog.by_name(collection_name)), None, None)
         collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name, fresh=Fresh.PEEK)
         try:
-            key, compute, shared = prepare(collection)
-        except CmsError:  # refuse only on a current definition (a rule or field may have just changed)
+            prepared = prepare(collection)
+        except CmsError:  # refuse only on a current definition (a rule, field or locale may have just changed)
             collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name)
-            key, compute, shared = prepare(collection)
-        stamp, cached = await self._cache.lookup(collection.name, key)
+            prepared = prepare(collection)
+        stamp, cached = await self._cache.lookup(collection.name, prepared[0])
         if stamp is None or stamp_epoch(stamp) != assumed_epoch:
             # the definition may be older than the epoch (or Redis cannot tell): load it again
             if stamp is None:
@@ -219,22 +235,22 @@ class RecordReads:
             else:
                 epoch = stamp_epoch(stamp)
                 collection = await self._catalog.by_name(collection_name, epoch=epoch)
-            key, compute, shared = prepare(collection)
+            prepared = prepare(collection)
             if stamp is not None:
-                stamp, cached = await self._cache.lookup(collection.name, key)
+                stamp, cached = await self._cache.lookup(collection.name, prepared[0])
                 if stamp is not None and stamp_epoch(stamp) != epoch:  # changed again: serve, keep nothing
                     stamp, cached = None, None
-        return await self._serve(key, compute, shared, stamp, cached)
+        return await self._serve(prepared, stamp, cached)
 
-    async def _serve(self, key: str, compute: Compute, shared: bool, stamp: str | None,
-                     cached: bytes | None) -> CachedBody:
+    async def _serve(self, prepared: Prepared, stamp: str | None, cached: bytes | None) -> CachedBody:
         """The cached body when the stamp vouches for it, else `compute()`d: stored and shared by
         identical concurrent reads under a stamp, neither without one."""
+        key, compute, shared, language = prepared
         if cached is not None and stamp is not None:
-            return CachedBody(cached, etag_of(key, stamp, cached), shared)
+            return CachedBody(cached, etag_of(key, stamp, cached), shared, language)
         if stamp is None or self._cache is None:  # no stamp, no sharing: not with a read begun before a write
             body = await compute(None)
-            return CachedBody(body, etag_of(key, None, body), shared)
+            return CachedBody(body, etag_of(key, None, body), shared, language)
         cache, current = self._cache, stamp
 
         async def compute_and_store() -> bytes:
@@ -243,7 +259,7 @@ class RecordReads:
             return computed
 
         body = await self._flights.run(f"{key}@{current}", compute_and_store)
-        return CachedBody(body, etag_of(key, current, body), shared)
+        return CachedBody(body, etag_of(key, current, body), shared, language)
 
     async def list(
         self,
@@ -283,7 +299,7 @@ class RecordReads:
         if not acts_as_admin(principal):
             raise Unauthorized() if principal is None else Forbidden("Only admins may explain a list query")
         collection = await self._catalog.by_name(collection_name)
-        access = check(principal, collection, actions.LIST)
+        access = check(principal, collection, actions.LIST, locale=view.locale)
         query, order = self.query(collection, filter_expr=filter_expr, search=search, access=access), self._order(
             access, sort)
         per_page, client = min(per_page, MAX_PER_PAGE), scan_client(principal, None)
@@ -364,31 +380,3 @@ class RecordReads:
         """How many record reads are inside a shared computation now (`SingleFlight.waiting`: the
         caller running each one plus those that joined it). Issue "Fast reads", item 3."""
         return self._flights.waiting()
-
-
-
-async def checked_record(records: RecordRepository, view: Access, change: Access | None,
-                         record_id: str) -> Record | None:
-    """`permitted_record`, skipped when neither rule depends on the record (both permit every
-    record): returns None then, without a look-up. Raises what `permitted_record` raises."""
-    if view.everything and (change is None or change.everything and not change.writes_ruled_fields):
-        return None
-    return await permitted_record(records, view, change, record_id)
-
-
-async def permitted_record(records: RecordRepository, view: Access, change: Access | None,
-                           record_id: str) -> Record:
-    """The one check of a single record's rules, for records and files: the record (one `_id`
-    look-up), once the view rule `view` shows it and `change` (the update or delete rule, if any)
-    permits it. Raises `refusal()` of a rule that refuses outright, `view.hidden()` (missing or
-    hidden) or `change.refusal()` (shown, but not to be changed)."""
-    view.require()
-    if change is not None:
-        change.require()
-    record = await records.get(view.collection.id, record_id)
-    if record is None or not view.allows(record):
-        raise view.hidden()
-    if change is not None:
-        change.permit(record)
-    return record
-

@@ -41,7 +41,9 @@ class RecordDraft:
     files it stored."""
 
     def __init__(self, records: RecordService, files: FileService, principal: Principal | None,
-                 collection_name: str, record_id: str | None) -> None:
+                 collection_name: str, record_id: str | None, locale: str | None = None) -> None:
+        """`locale`: the locale the values of localized fields are for (None: the default locale)."""
+        self._locale = locale
         self._records = records
         self._files = files
         self._principal = principal
@@ -120,8 +122,9 @@ class RecordDraft:
     async def _write(self, values: dict[str, Any]) -> Record:
         if self._creating:
             return await self._records.create_in(self._principal, self.collection, self._epoch, values,
-                                                 record_id=self.record_id)
-        return await self._records.update(self._principal, self.collection.name, self.record_id, values)
+                                                 record_id=self.record_id, locale=self._locale)
+        return await self._records.update(self._principal, self.collection.name, self.record_id, values,
+                                          locale=self._locale)
 
     async def _discard(self) -> None:
         file_ids = [file_id for ids in self._stored.values() for file_id in ids]

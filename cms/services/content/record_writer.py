@@ -39,11 +39,13 @@ from typing import Any
 from cms.clock import Clock, new_id, utcnow
 from cms.errors import AlreadyExists, BadRequest, CmsError, NotFound, ValidationFailed
 from cms.models import Collection, Record
-from cms.services.access import VIEW, Access, check
+from cms.services.access import Access
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
 from cms.services.content.group_commit import InsertGroups, insert_refusal
+from cms.services.content.locales import stored_changes, stored_create, write_mode
 from cms.services.content.record_events import emit_changed, emit_deleted
+from cms.services.content.unique_clash import clash_answer
 from cms.services.content.versions import RecordVersions
 from cms.services.delivery.events import CREATE, UPDATE, EventBus
 from cms.services.origin import current_origin
@@ -124,20 +126,26 @@ class RecordWriter:
     # --- the steps --------------------------------------------------------------------------------
 
     def new_record(self, collection: Collection, data: Any, *, fixed: Mapping[str, Any] | None = None,
-                   record_id: str | None = None) -> Record:
+                   record_id: str | None = None, locale: str | None = None) -> Record:
         """Step 1: the record `data` (an object of schema field values) would store, stamped now,
         with `fixed` values (an auth collection's `email`, `verified`) first; empty optional fields
-        are left out. `record_id`: the id to give it (default: a new one). Raises ValidationFailed
-        (422, `errors: {field: [message]}`)."""
-        values = {k: v for k, v in self._schemas.load(collection, data, partial=False).items() if v is not None}
+        are left out; localized fields' values are `locale`'s (None: the default locale; `*`: objects;
+        decisions.md, Localized fields). `record_id`: the id to give it (default: a new one). Raises
+        ValidationFailed (422, `errors: {field: [message]}`) or BadRequest (a locale not configured)."""
+        mode, write_locale = write_mode(collection, locale)
+        loaded = self._schemas.load(collection, data, partial=False, mode=mode)
+        values = stored_create(collection.localized_fields, loaded, write_locale)
         now = self.clock()
         return Record(id=record_id or new_id(), created=now, updated=now, data={**(fixed or {}), **values})
 
-    def changes(self, collection: Collection, data: Any) -> tuple[dict[str, Any], list[str]]:
-        """Step 1 of an update: partial `data` validated, as (values to set, names to clear).
-        Raises ValidationFailed."""
-        values = self._schemas.load(collection, data, partial=True)
-        return {k: v for k, v in values.items() if v is not None}, [k for k, v in values.items() if v is None]
+    def changes(self, collection: Collection, data: Any, locale: str | None = None) -> tuple[dict[str, Any], list[str]]:
+        """Step 1 of an update: partial `data` validated, as (values to set, names to clear); a
+        localized field's value under `locale` (None: the default locale) sets or clears only
+        `field.<locale>`, with `*` its object replaces the stored one. Raises ValidationFailed or
+        BadRequest (a locale not configured)."""
+        mode, write_locale = write_mode(collection, locale)
+        return stored_changes(collection.localized_fields, self._schemas.load(collection, data, partial=True,
+                                                                              mode=mode), write_locale)
 
     async def check_relations(self, collection: Collection, values: Mapping[str, Any]) -> None:
         """Step 3: every relation id in `values` names an existing record of its target collection.
@@ -204,24 +212,25 @@ class RecordWriter:
 
     async def create(self, collection: Collection, data: Any, *, epoch: str | None = None,
                      create: Access | None = None, fixed: Mapping[str, Any] | None = None,
-                     record_id: str | None = None, store: Store | None = None, undo: Undo | None = None) -> Record:
+                     record_id: str | None = None, store: Store | None = None, undo: Undo | None = None,
+                     locale: str | None = None) -> Record:
         """Create one record of `collection` (looked up under the catalog epoch `epoch`) from `data`,
         taking every step of the module docstring; returns it once its event is emitted.
 
         `create`: the create rule to check on the record as it would be stored. `fixed`,
-        `record_id`: as `new_record`. `store` / `undo`: how to store it and what to remove besides
+        `record_id`, `locale`: as `new_record`. `store` / `undo`: how to store it and what to remove besides
         its records if the guard fails (default: a plain insert, grouped when group commit is on).
         Raises ValidationFailed (schema, relations), the rule's refusal (Unauthorized /
         Forbidden), AlreadyExists (a unique field) or NotFound (the collection was deleted
         meanwhile; nothing of the write stays)."""
-        record = self.new_record(collection, data, fixed=fixed, record_id=record_id)
+        record = self.new_record(collection, data, fixed=fixed, record_id=record_id, locale=locale)
         if create is not None:
             create.permit(record)
         await self.check_relations(collection, record.data)
         try:
             await self._insert(collection, record, epoch, store, undo)
         except AlreadyExists as exc:
-            raise await self.clash_answer(collection, record, create, exc) from None
+            raise await clash_answer(self._records, collection, record, create, exc) from None
         return record
 
     async def _insert(self, collection: Collection, record: Record, epoch: str | None, store: Store | None,
@@ -249,32 +258,8 @@ class RecordWriter:
         except _CollectionGone:
             await self._undo(collection, undo)
 
-    async def clash_answer(self, collection: Collection, record: Record, create: Access | None,
-                           error: CmsError) -> CmsError:
-        """The answer to a create (or an update) of `record` that a unique field refused with `error`
-        (AlreadyExists naming the field), the one rule of docs/concepts/collections.md, "Unique fields":
-        `error` itself for a caller who may view a record holding the value (admins; a view rule that shows
-        it), else the write rule's refusal (`create.refusal()`, the create or update rule: 401 anonymous, else 403),
-        which names neither the field nor the clash, so a caller who may not read a record cannot
-        test guesses of its unique values. `error` as is for any other error, an internal key (no
-        field named) or a write without a rule (`create` None: register, whose address clash is its
-        own documented answer)."""
-        if create is None or not isinstance(error, AlreadyExists) or not error.errors:
-            return error
-        view = check(create.principal, collection, VIEW)
-        if view.everything:
-            return error
-        if not view.refused:
-            field_name = next(iter(error.errors))
-            value = record.data.get(field_name)
-            holders = await self._records.value_holders(
-                collection.id, field_name, value, limit=len(value) if isinstance(value, list) else 1)
-            if any(view.allows(holder) for holder in holders):
-                return error
-        return create.refusal()
-
     async def create_all(self, collection: Collection, datas: Sequence[Any], rule: CreateRule, *,
-                         epoch: str | None = None) -> list[Record]:
+                         epoch: str | None = None, locales: Sequence[str | None] = ()) -> list[Record]:
         """Create one record of `collection` (looked up under the catalog epoch `epoch`) per item of
         `datas`, in order, inside the caller's transaction (a batch, decisions.md: Batch writes;
         raises RuntimeError outside one): each as `create` would (`rule(data)` first), but with one
@@ -282,10 +267,11 @@ class RecordWriter:
         Returns the records. Raises CreateFailed(index, error) for the first create that fails,
         with the error it would have got alone: its rule, schema or relations, a unique field
         (AlreadyExists, also against an earlier create of the run) or NotFound (the collection was
-        deleted meanwhile: the first create's error)."""
+        deleted meanwhile: the first create's error). `locales`: each create's `?locale=` (none: the
+        default locale for every one)."""
         if current_session() is None:
             raise RuntimeError("create_all runs inside a caller's transaction")
-        records, failed = self._drafts(collection, datas, rule)
+        records, failed = self._drafts(collection, datas, rule, locales)
         relation_errors = await self.relation_failures(collection, [record.data for record in records])
         if relation_errors:
             first = min(relation_errors)
@@ -298,8 +284,8 @@ class RecordWriter:
             if not isinstance(error, CmsError):
                 raise error
             clashed = records[refused.index]
-            raise CreateFailed(refused.index, await self.clash_answer(collection, clashed, rule(datas[refused.index]),
-                                                                      error))
+            answer = await clash_answer(self._records, collection, clashed, rule(datas[refused.index]), error)
+            raise CreateFailed(refused.index, answer)
         if records and not await self._catalog.exists(collection.id, since_epoch=epoch):
             raise CreateFailed(0, NotFound(f"Collection '{collection.name}' not found"))
         if failed is not None:
@@ -307,7 +293,7 @@ class RecordWriter:
         await self.emit_created(collection, records)
         return records
 
-    def _drafts(self, collection: Collection, datas: Sequence[Any], rule: CreateRule
+    def _drafts(self, collection: Collection, datas: Sequence[Any], rule: CreateRule, locales: Sequence[str | None]
                 ) -> tuple[list[Record], CreateFailed | None]:
         """Steps 1 and 2 of `create_all`, in order: the records of `datas` up to the first that its
         rule or the schema refuses, and that refusal (None when every one passed)."""
@@ -315,7 +301,7 @@ class RecordWriter:
         for index, data in enumerate(datas):
             try:
                 create = rule(data)
-                record = self.new_record(collection, data)
+                record = self.new_record(collection, data, locale=locales[index] if locales else None)
                 create.permit(record)
             except CmsError as exc:
                 return records, CreateFailed(index, exc)
@@ -329,22 +315,24 @@ class RecordWriter:
         return await self._records.insert_many(collection.id, records)
 
     async def update(self, collection: Collection, record_id: str, data: Any, *, checked: CheckRecord,
-                     rule: Access | None = None) -> Record:
+                     rule: Access | None = None, locale: str | None = None) -> Record:
         """Change the fields of `data` (null clears one) on record `record_id`: validate, run the
         rule check `checked`, check relations, then write if the record is unchanged since the
         check (up to MAX_RULE_ATTEMPTS tries) and emit `update`. `rule`: the caller's update rule,
-        for the answer to a unique clash (`clash_answer`). Raises ValidationFailed, what `checked`
-        raises, NotFound, AlreadyExists (or the rule's refusal) or BadRequest (it kept changing)."""
+        for the answer to a unique clash (`unique_clash.clash_answer`); `locale`: as `changes`. Raises
+        ValidationFailed, what `checked` raises, NotFound, AlreadyExists (or the rule's refusal) or
+        BadRequest (it kept changing, or a locale not configured)."""
         try:
-            return await self._update(collection, record_id, data, checked)
+            return await self._update(collection, record_id, data, checked, locale)
         except AlreadyExists as exc:
-            values, _ = self.changes(collection, data)
+            values, _ = self.changes(collection, data, locale)
             now = self.clock()
             clashed = Record(id=record_id, created=now, updated=now, data=values)
-            raise await self.clash_answer(collection, clashed, rule, exc) from None
+            raise await clash_answer(self._records, collection, clashed, rule, exc) from None
 
-    async def _update(self, collection: Collection, record_id: str, data: Any, checked: CheckRecord) -> Record:
-        set_values, unset = self.changes(collection, data)
+    async def _update(self, collection: Collection, record_id: str, data: Any, checked: CheckRecord,
+                      locale: str | None) -> Record:
+        set_values, unset = self.changes(collection, data, locale)
         expected = await checked()
         await self.check_relations(collection, set_values)
         for attempt in range(MAX_RULE_ATTEMPTS):

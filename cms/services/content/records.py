@@ -25,15 +25,11 @@ from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.content.files import FileService
+from cms.services.content.locales import unique_writes
+from cms.services.content.record_checks import checked_record, permitted_record
 from cms.services.content.record_csv import CsvExport, RecordCsv
 from cms.services.content.record_events import emit_changed, emit_deleted
-from cms.services.content.record_reads import (
-    DEFAULT_PER_PAGE,
-    MAX_PER_PAGE,
-    RecordReads,
-    checked_record,
-    permitted_record,
-)
+from cms.services.content.record_reads import DEFAULT_PER_PAGE, MAX_PER_PAGE, RecordReads
 from cms.services.content.record_uploads import RecordDraft
 from cms.services.content.record_writer import MAX_RULE_ATTEMPTS, RecordWriter
 from cms.services.content.relations import RelationRelease
@@ -107,31 +103,36 @@ class RecordService(RecordReads):
 
     # --- one record ---------------------------------------------------------------------------
 
-    async def create(self, principal: Principal | None, collection_name: str, data: Any) -> Record:
+    async def create(self, principal: Principal | None, collection_name: str, data: Any, *,
+                     locale: str | None = None) -> Record:
         """Validate `data` against the schema and store a new record, if the create rule lets
         `principal` (None: no credentials) create it (fields in the rule read the record as it
-        would be stored, `@request.data` reads `data`); emits `create`.
+        would be stored, `@request.data` reads `data`); emits `create`. Localized fields' values are
+        `locale`'s (None: the default locale; `*`: objects; decisions.md, Localized fields).
         Raises NotFound (also when the collection is deleted during the write), BadRequest (an
-        auth collection: users are made by register), Unauthorized / Forbidden (the rule refuses),
-        ValidationFailed (422) or AlreadyExists (a unique field)."""
+        auth collection: users are made by register; a locale not configured), Unauthorized /
+        Forbidden (the rule refuses), ValidationFailed (422) or AlreadyExists (a unique field)."""
         collection, epoch = await self.writable_for_new_records(collection_name)
-        return await self.create_in(principal, collection, epoch, data)
+        return await self.create_in(principal, collection, epoch, data, locale=locale)
 
     async def create_in(self, principal: Principal | None, collection: Collection, epoch: str | None, data: Any,
-                        *, record_id: str | None = None) -> Record:
+                        *, record_id: str | None = None, locale: str | None = None) -> Record:
         """`create` in a collection already looked up (`writable_for_new_records`) under the catalog
         epoch `epoch`; `record_id`: the new record's id (default: a new one). Raises as `create`."""
         create = check(principal, collection, actions.CREATE, data if isinstance(data, dict) else None)
         create.require()
-        return await self._writer.create(collection, data, epoch=epoch, create=create, record_id=record_id)
+        return await self._writer.create(collection, data, epoch=epoch, create=create, record_id=record_id,
+                                         locale=locale)
 
-    async def update(self, principal: Principal | None, collection_name: str, record_id: str, data: Any) -> Record:
+    async def update(self, principal: Principal | None, collection_name: str, record_id: str, data: Any, *,
+                     locale: str | None = None) -> Record:
         """Change the fields given in `data` (null clears an optional field), if the view rule lets
         `principal` (None: no credentials) see the record and the update rule lets it change it
         (fields in the rule read the stored record, `@request.data` reads `data`); emits `update`.
-        Raises NotFound (also for a record the caller may not see), Unauthorized / Forbidden (the
-        rule refuses), ValidationFailed, AlreadyExists, or BadRequest (the record kept changing
-        under a rule that depends on it)."""
+        A localized field's value changes only `locale`'s (None: the default locale), or with `*` its
+        object is replaced. Raises NotFound (also for a record the caller may not see), Unauthorized /
+        Forbidden (the rule refuses), ValidationFailed, AlreadyExists, or BadRequest (the record kept
+        changing under a rule that depends on it; a locale not configured)."""
         collection = await self._catalog.by_name(collection_name)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
@@ -140,16 +141,17 @@ class RecordService(RecordReads):
         async def checked() -> datetime | None:
             return await self._checked(view, update, record_id)
 
-        return await self._writer.update(collection, record_id, data, checked=checked, rule=update)
+        return await self._writer.update(collection, record_id, data, checked=checked, rule=update, locale=locale)
 
-    def draft(self, principal: Principal | None, collection_name: str, record_id: str | None = None) -> RecordDraft:
+    def draft(self, principal: Principal | None, collection_name: str, record_id: str | None = None, *,
+              locale: str | None = None) -> RecordDraft:
         """A create (`record_id` None) or a change of record `record_id` that carries files: add
-        the files (`RecordDraft.add_file`), then `save` the values, inside `async with`; a failure
-        anywhere leaves no file and no record behind. See record_uploads.py. Raises RuntimeError
-        when the service was built without `files`."""
+        the files (`RecordDraft.add_file`), then `save` the values (localized ones `locale`'s), inside
+        `async with`; a failure anywhere leaves no file and no record behind. See record_uploads.py.
+        Raises RuntimeError when the service was built without `files`."""
         if self._files is None:
             raise RuntimeError("RecordService was built without a file service")
-        return RecordDraft(self, self._files, principal, collection_name, record_id)
+        return RecordDraft(self, self._files, principal, collection_name, record_id, locale)
 
     async def delete(self, principal: Principal | None, collection_name: str, record_id: str) -> None:
         """Delete one record, if the view rule lets `principal` (None: no credentials) see it and
@@ -187,7 +189,8 @@ class RecordService(RecordReads):
     # --- bulk ---------------------------------------------------------------------------------
 
     async def bulk_update(
-        self, principal: Principal | None, collection_name: str, record_ids: Sequence[str], data: Any
+        self, principal: Principal | None, collection_name: str, record_ids: Sequence[str], data: Any, *,
+        locale: str | None = None,
     ) -> int:
         """Apply the same partial `data` to every record of `record_ids` (1..1,000 distinct ids), all
         or nothing, in one bulk write; emits one `update` per record (with the record as read before
@@ -205,7 +208,7 @@ class RecordService(RecordReads):
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
-        set_values, unset = self._writer.changes(collection, data)
+        set_values, unset = self._writer.changes(collection, data, locale)  # localized: as `update`
         found = await self._permitted(view, update, ids, "change")
         await self._writer.check_relations(collection, set_values)
         failures: dict[str, list[str]] = {i: ["Record not found."] for i in ids if i not in found}
@@ -250,16 +253,13 @@ class RecordService(RecordReads):
         """Record id -> messages, for unique fields the change would duplicate: the same value on
         several records, or a value another record holds."""
         failures: dict[str, list[str]] = {}
-        for spec in collection.fields:
-            if not spec.validation.unique or spec.name not in set_values or not record_ids:
-                continue
+        for path, value in unique_writes(collection, set_values) if record_ids else []:
             if len(record_ids) > 1:
-                message = f"{spec.name}: Value must be unique; it cannot be set on {len(record_ids)} records at once."
+                message = f"{path}: Value must be unique; it cannot be set on {len(record_ids)} records at once."
                 for record_id in record_ids:
                     failures.setdefault(record_id, []).append(message)
-            elif await self._records.count_holders(collection.id, spec.name, set_values[spec.name], record_ids):
-                failures.setdefault(record_ids[0], []).append(
-                    f"{spec.name}: Value must be unique; another record holds it.")
+            elif await self._records.count_holders(collection.id, path, value, record_ids):
+                failures.setdefault(record_ids[0], []).append(f"{path}: Value must be unique; another record holds it.")
         return failures
 
     async def bulk_delete(self, principal: Principal | None, collection_name: str, record_ids: Sequence[str]) -> int:
@@ -296,18 +296,22 @@ class RecordService(RecordReads):
         sort: str | None = None,
         filter_expr: str | None = None,
         search: str | None = None,
+        locale: str | None = None,
     ) -> CsvExport:
         """The records matching `filter_expr` and `search`, in `sort` order (default `created`), as
         CSV: header `id,created,updated,<schema fields in order>`, cells as in `csv_io`. The query is
         checked here, before any byte is sent; the rows are read in batches while `chunks` is
         consumed, so memory stays flat however many records match. Only the records the list rule
-        shows `principal` are exported.
-        Raises NotFound (collection), InvalidFilter, or Forbidden (the list rule refuses outright)."""
+        shows `principal` are exported; localized fields as `locale` answers them (`*`: a column per
+        locale, `title:de`). Raises NotFound (collection), InvalidFilter, Forbidden (the list rule
+        refuses outright) or BadRequest (a locale not configured)."""
         collection = await self._catalog.by_name(collection_name)
-        access = check(principal, collection, actions.LIST)
+        access = check(principal, collection, actions.LIST, locale=locale)
         query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
         shown = replace(collection, fields=tuple(f for f in collection.fields if f.name not in access.fields.unknown))
-        return await self._csv.export(shown, query, self._order(access, sort), access.redact)
+        codes = access.localization.codes if access.localization.objects else ()
+        return await self._csv.export(shown, query, self._order(access, sort), access.redact, codes,
+                                      access.localization.language)
 
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every

@@ -14,6 +14,10 @@ both schemas whose definition changed (`required` and `unique` aside), each stor
 - *checked*, when only the rules changed (select `values`, `min`, `max`, `pattern`, `max_select`):
   the value is kept if the new field accepts it.
 
+A field that becomes localized keeps each value as the default locale's (`{"en": value}`); one that stops
+being localized keeps the default locale's value (the other locales' values are dropped); a localized
+field that changes type converts each locale's value by the rules above (decisions.md, Localized fields).
+
 A value that does neither blocks the change, and so do converted values of a unique field that
 would collide (the text "12" and "12.0" both become the number 12) and values of a field that becomes
 a relation, or points to another collection, that name no record there. No value (null or absent) never
@@ -69,6 +73,9 @@ class FieldChange:
 
     old: FieldSpec
     new: FieldSpec
+    default_locale: str = "en"
+    """The default locale of the `locales` setting: a field that becomes localized, or stops being so,
+    keeps its value as that locale's."""
 
     @property
     def name(self) -> str:
@@ -78,7 +85,8 @@ class FieldChange:
     @property
     def converts(self) -> bool:
         """True when stored values are rewritten to the new type or shape."""
-        return self.old.type != self.new.type or is_multi(self.old) != is_multi(self.new)
+        return (self.old.type != self.new.type or is_multi(self.old) != is_multi(self.new)
+                or self.old.localized != self.new.localized)
 
     @property
     def new_target(self) -> str | None:
@@ -111,7 +119,7 @@ def field_changes(current: Collection, changed: Collection) -> list[FieldChange]
     for new in changed.fields:
         old = current.field(new.name)
         if old is not None and _relaxed(old) != _relaxed(new):
-            changes.append(FieldChange(old, new))
+            changes.append(FieldChange(old, new, current.locales.default))
     return changes
 
 
@@ -159,13 +167,17 @@ def _one_value(spec: FieldSpec) -> FieldSpec:
     return replace(spec, max_select=None) if is_multi(spec) else spec
 
 
-def convert_value(old: FieldSpec, new: FieldSpec, value: Any) -> Any:
+def convert_value(old: FieldSpec, new: FieldSpec, value: Any, default_locale: str = "en") -> Any:
     """The value to store under `new` for `value` stored under `old` (see the module docstring);
-    None means no value. Same type and shape: `value` itself, once `new` accepts it.
+    None means no value. Same type and shape: `value` itself, once `new` accepts it. A localized
+    field's value is an object of locale to value; `default_locale` is the locale a value keeps when
+    the field becomes localized, or the one kept when it stops being so.
 
     Raises ValueRefused when the value neither converts losslessly nor is accepted."""
     if value is None:
         return None
+    if old.localized or new.localized:
+        return _convert_localized(old, new, value, default_locale)
     old_multi, new_multi = is_multi(old), is_multi(new)
     if old.type == new.type and old_multi == new_multi:
         _accepted(new, value)
@@ -187,6 +199,16 @@ def convert_value(old: FieldSpec, new: FieldSpec, value: Any) -> Any:
     return _round_trip(_one_value(old), new, items[0]) if items else None
 
 
+def _convert_localized(old: FieldSpec, new: FieldSpec, value: Any, default_locale: str) -> Any:
+    plain_old, plain_new = replace(old, localized=False), replace(new, localized=False)
+    # a value stored before the field was localized reads as the default locale's
+    stored = value if old.localized and isinstance(value, dict) else {default_locale: value}
+    if not new.localized:
+        return convert_value(plain_old, plain_new, stored.get(default_locale))
+    converted = {code: convert_value(plain_old, plain_new, item) for code, item in stored.items()}
+    return {code: item for code, item in converted.items() if item is not None} or None
+
+
 def _same(stored: Any, converted: Any) -> bool:
     return type(stored) is type(converted) and stored == converted
 
@@ -206,7 +228,7 @@ def convert_batch(changes: Sequence[FieldChange], batch: Sequence[RecordValues])
                 continue
             stored = values[change.name]
             try:
-                converted = convert_value(change.old, change.new, stored)
+                converted = convert_value(change.old, change.new, stored, change.default_locale)
             except ValueRefused:
                 refused.append((change.name, record_id, stored))
                 continue
@@ -253,7 +275,7 @@ class ChangeCheck:
                 if stored is None:
                     continue
                 try:
-                    converted = convert_value(change.old, change.new, stored)
+                    converted = convert_value(change.old, change.new, stored, change.default_locale)
                 except ValueRefused:
                     self.refuse(change.name, record_id, stored)
                     continue
@@ -270,8 +292,9 @@ class ChangeCheck:
         self._refused.setdefault(name, _Blockers()).add(record_id, value)
 
     def _check_unique(self, name: str, record_id: str, converted: Any) -> None:
-        # A unique index on a list field compares items, so every item must be new.
-        keys = set(value_list(converted))
+        # A unique index on a list field compares items, so every item must be new (per locale).
+        keys = ({(code, item) for code, held in converted.items() for item in value_list(held)}
+                if isinstance(converted, dict) else set(value_list(converted)))
         seen = self._seen.setdefault(name, set())
         if not keys.isdisjoint(seen):
             self._duplicates.setdefault(name, _Blockers()).add(record_id, converted)

@@ -97,3 +97,36 @@ def _check_json(value: Any, depth: int) -> None:
         raise ValidationError("JSON integer is out of range (64-bit integers).")
     elif isinstance(value, float) and not math.isfinite(value):
         raise ValidationError("JSON numbers must be finite.")
+
+
+class LocalizedValues(fields.Field[dict[str, Any] | None]):
+    """The value of a localized field written with `?locale=*` (decisions.md, Localized fields): an
+    object of configured locale code (`codes`) to a value that `inner` loads (null: none). `required`:
+    the `default` locale's value must be there. Loads the object without its nulls; an empty one loads
+    as None (the field has no value). Errors are keyed by locale code (`title.de`)."""
+
+    def __init__(self, inner: fields.Field[Any], codes: tuple[str, ...], default: str, *, required: bool) -> None:
+        super().__init__(required=required, allow_none=not required)
+        self.inner = inner
+        self.codes = codes
+        self.default = default
+        self.default_required = required
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            raise ValidationError("Must be an object of locale code to value (the write has ?locale=*).")
+        errors: dict[str, Any] = {}
+        loaded: dict[str, Any] = {}
+        for code, item in value.items():
+            if code not in self.codes:
+                errors[str(code)[:40]] = [f"Unknown locale; the configured locales are {', '.join(self.codes)}."]
+            elif item is not None:
+                try:
+                    loaded[code] = self.inner.deserialize(item)
+                except ValidationError as exc:
+                    errors[code] = exc.messages
+        if self.default_required and loaded.get(self.default) is None and self.default not in errors:
+            errors[self.default] = ["Missing data for required field (the default locale's value is required)."]
+        if errors:
+            raise ValidationError(errors)
+        return {code: loaded[code] for code in self.codes if code in loaded} or None

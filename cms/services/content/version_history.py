@@ -22,13 +22,16 @@ from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import to_json_value
-from cms.services.content.record_reads import MAX_PER_PAGE, permitted_record
+from cms.services.content.locales import ALL
+from cms.services.content.record_checks import permitted_record
+from cms.services.content.record_reads import MAX_PER_PAGE
 from cms.store.record_versions import RecordVersionRepository
 from cms.store.records import RecordRepository
 
-RestoreWrite = Callable[[Principal | None, str, str, dict[str, Any]], Awaitable[Record]]
-"""How a restore writes: (principal, collection name, record id, partial `data` as a PATCH body's)
--> the record as written. `RecordService.update` (with drafts: the working copy)."""
+RestoreWrite = Callable[..., Awaitable[Record]]
+"""How a restore writes: (principal, collection name, record id, partial `data` as a PATCH body's,
+`locale="*"`: localized fields as objects) -> the record as written. `RecordService.update` (with drafts:
+the working copy)."""
 MAX_VERSION_NUMBER = 10 ** 12
 """Version numbers past this are never stored (a path's `n` beyond it is 404 without a read)."""
 
@@ -79,13 +82,14 @@ class VersionService:
             value = stored.data.get(spec.name)
             if value != current.data.get(spec.name):
                 data[spec.name] = _json_value(value)
-        return await self._write(principal, collection.name, record_id, data)
+        return await self._write(principal, collection.name, record_id, data, locale=ALL)
 
     async def _viewed(self, principal: Principal | None, collection_name: str,
                       record_id: str) -> tuple[Collection, Access, Record]:
         """The collection, the caller's view rule and the record as stored, once that rule shows it."""
         collection = await self._catalog.by_name(collection_name)
-        view = check(principal, collection, actions.VIEW)
+        # a version is the whole record: localized fields as objects (decisions.md, Localized fields)
+        view = check(principal, collection, actions.VIEW, locale=ALL)
         return collection, view, await permitted_record(self._records, view, None, record_id)
 
     async def _stored(self, collection: Collection, record_id: str, version: int) -> RecordVersion:
@@ -109,5 +113,8 @@ def _shown(view: Access, current: Record, version: RecordVersion) -> RecordVersi
 
 
 def _json_value(value: Any) -> Any:
-    """A stored value as a write's `data` gives it (dates as ISO 8601 text)."""
+    """A stored value as a write's `data` gives it (dates as ISO 8601 text; a localized field's object of
+    such values)."""
+    if isinstance(value, dict):
+        return {code: _json_value(item) for code, item in value.items()}
     return [to_json_value(v) for v in value] if isinstance(value, list) else to_json_value(value)

@@ -43,6 +43,7 @@ from cms.observability.signals import Signals
 from cms.services.access import VIEW, check, field_view
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.definition_cache import DefinitionCache
+from cms.services.content.locales import ALL, localization
 from cms.services.delivery.events import DELETE, RecordEvent
 from cms.services.delivery.webhook_sender import SendResult, WebhookSender
 from cms.services.representation import records as represent
@@ -355,7 +356,9 @@ def _as_seen(creator: Principal | None, collection: Collection, event: RecordEve
         return event
     record = event.record if event.record is not None else represent.record_from_json(event.data, collection)
     shown = fields.redact(record)
-    return event if shown is record else replace(event, data=represent.record_json(shown))
+    # localized fields as objects of the configured locales, as every event carries them
+    return event if shown is record else replace(event, data=represent.record_json(
+        localization(collection, ALL).localize(shown)))
 
 
 def _creator_may_view(creator: Principal | None, collection: Collection, event: RecordEvent) -> bool:

@@ -22,12 +22,13 @@ from typing import Any
 from redis.asyncio import Redis
 
 from cms.errors import ValidationFailed
-from cms.models import Principal
+from cms.models import DEFAULT_LOCALES, Locales, Principal
 from cms.observability import request_log
 from cms.security import oauth
 from cms.security.passwords import PasswordPolicy
 from cms.services import access
 from cms.services.caching.counters import bump_counters, read_counters
+from cms.services.content import locales
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.store.settings import SettingsRepository
@@ -83,6 +84,8 @@ SETTINGS_DEFAULTS: dict[str, tuple[Any, str]] = {
     "read_cache_enabled": (True, "performance"),
     # requests kept for /_/logs across replicas (cms.observability.request_log; 0: the log is off)
     "request_log_size": (request_log.DEFAULT_SIZE, "limits"),
+    # decisions.md, Localized fields: a JSON list of {code, fallback?}, the first the default locale
+    "locales": (locales.locales_text(DEFAULT_LOCALES), "content"),
 }
 
 VERSION_CHECK_INTERVAL_S = 0.5
@@ -145,6 +148,7 @@ class TextSetting:
 
 TEXT_SETTINGS: dict[str, TextSetting] = {
     "oauth_providers": TextSetting(normalized=oauth.normalized, shown=oauth.masked, merged=oauth.merged),
+    "locales": TextSetting(normalized=locales.normalized, shown=str, merged=lambda new, _stored: new),
 }
 """Every setting whose default is text, with its rules."""
 
@@ -354,6 +358,11 @@ class SettingsService:
                      "new_value": render_value(value, key)},
         )])
         return Setting(key, render_value(value, key), key_category)
+
+    async def stored_locales(self) -> Locales:
+        """The `locales` setting read from MongoDB now (not this process's copy): what the catalog loads
+        once per catalog epoch and attaches to the definitions (decisions.md, Localized fields)."""
+        return locales.stored_locales(await self._repository.get("locales"))
 
     async def oauth_providers(self) -> builtins.list[oauth.ProviderConfig]:
         """The configured OAuth2 / OIDC providers, secrets included (cached like every setting)."""

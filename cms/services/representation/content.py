@@ -53,6 +53,9 @@ class FieldSpecSchema(Representation):
                                               "records pointing to it (else the reference is removed)"})
     view_rule = fields.String(allow_none=True, metadata={"description": FIELD_VIEW_RULE})
     write_rule = fields.String(allow_none=True, metadata={"description": FIELD_WRITE_RULE})
+    localized = fields.Boolean(metadata={"description": "decisions.md, Localized fields: the value is stored per "
+                                         "locale (an object of locale code to value); reads answer the `?locale=` "
+                                         "asked, with its fallbacks; any type but relation"})
 
 
 class CollectionSchemaSchema(Representation):

@@ -68,11 +68,15 @@ def _narrow(value: Any, picker: Picker) -> Any:
 @dataclass(frozen=True)
 class RecordView:
     """How records are shown: `expand`, the relation paths whose records are embedded (each a tuple
-    of segments, in the order sent, repeats dropped), and `fields`, the keys kept (None: all).
-    `FULL` is every field, relations as ids, no `expand` key."""
+    of segments, in the order sent, repeats dropped), `fields`, the keys kept (None: all), and
+    `locale`. `FULL` is every field, relations as ids, no `expand` key, the default locale."""
 
     expand: tuple[Path, ...] = ()
     fields: Picker | None = None
+    locale: str | None = None
+    """`?locale=` (decisions.md, Localized fields): the locale localized fields answer (None: the
+    default locale; `*`: their objects). Applied to the records before they are shown (the record's
+    `Access`), so it takes no part in `full` or `parts`."""
 
     @property
     def full(self) -> bool:
@@ -100,16 +104,18 @@ class Expanded:
     children: tuple[Expanded, ...] = ()
 
 
-def view_of(expand: str | None, fields: str | None) -> RecordView:
-    """The view the `expand` and `fields` query parameters ask for (None or blank: not given).
+def view_of(expand: str | None, fields: str | None, locale: str | None = None) -> RecordView:
+    """The view the `expand`, `fields` and `locale` query parameters ask for (None or blank: not given).
 
     Raises InvalidFilter (400 `invalid_filter`), its detail naming the parameter and the bad part:
     a value over MAX_VIEW_PARAMETER_LENGTH, more than MAX_EXPAND_PATHS paths (counted as sent) or
     MAX_FIELD_NAMES names, an empty segment or a path deeper than MAX_EXPAND_DEPTH. Whether a
-    segment names a relation is checked against the collection (`content.expansion`)."""
+    segment names a relation is checked against the collection (`content.expansion`), and whether
+    the locale is configured by the record's access (`access.check`: 400 `bad_request`)."""
+    locale = locale.strip() if locale is not None and locale.strip() else None
     if expand is None and fields is None:  # every read without them: no work, no new object
-        return FULL
-    return RecordView(expand=_expand_paths(expand), fields=_picker(fields))
+        return FULL if locale is None else RecordView(locale=locale)
+    return RecordView(expand=_expand_paths(expand), fields=_picker(fields), locale=locale)
 
 
 def _expand_paths(text: str | None) -> tuple[Path, ...]:

@@ -144,7 +144,7 @@ def record_from_json(body: dict[str, Any], collection: Collection) -> Record:
         if key in SYSTEM_KEYS or key == "expand":
             continue
         if key in dates and value is not None:
-            value = [_datetime(v) for v in value] if isinstance(value, list) else _datetime(value)
+            value = _datetimes(value)
         data[key] = value
     created, updated = body.get("created"), body.get("updated")
     return Record(id=body["id"], created=_datetime(created) if created else _EPOCH,
@@ -152,6 +152,13 @@ def record_from_json(body: dict[str, Any], collection: Collection) -> Record:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _datetimes(value: Any) -> Any:
+    """A date field's JSON value back to datetimes: one, a list, or a localized field's object of them."""
+    if isinstance(value, dict):
+        return {code: None if item is None else _datetimes(item) for code, item in value.items()}
+    return [_datetime(v) for v in value] if isinstance(value, list) else _datetime(value)
 
 
 def _datetime(text: str) -> datetime:

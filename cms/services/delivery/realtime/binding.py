@@ -72,12 +72,15 @@ async def bind(catalog: Catalog, topic: Topic, collection: Collection, principal
     """`topic` bound to `collection`'s definition and `principal`: its rule's decision, filter condition,
     expansion and rendering key. A topic that no longer fits the collection (a field it names is gone)
     shows nothing."""
-    access = check(principal, collection, topic.action)
+    access = check(principal, collection, topic.action, locale=topic.view.locale)
     try:
         condition = topic.condition(collection, principal)
         expansion = await resolve(catalog, collection, topic.view, principal)
     except CmsError:  # the collection changed since: the topic no longer fits it, it shows nothing
         access, condition, expansion = refused(principal, collection, topic.action), None, NOTHING
-    render_key = "" if topic.view.full else orjson.dumps(
-        [topic.view.parts(), expansion.key_parts()], default=repr, option=orjson.OPT_SORT_KEYS).decode()
+    # as written (the event's JSON, localized fields as objects) unless the topic asks for another shape
+    as_written = topic.view.full and (access.localization.objects or not access.localization.fields)
+    render_key = "" if as_written else orjson.dumps(
+        [topic.view.parts(), expansion.key_parts(), access.localization.key_parts()], default=repr,
+        option=orjson.OPT_SORT_KEYS).decode()
     return SubscriberView(collection, principal, access, condition, expansion, topic.view, render_key)

@@ -1,9 +1,11 @@
 """Realtime topics (decisions.md, Realtime): `<collection>/*` or `<collection>/<record id>`, each
-with optional `?filter=<expr>&expand=<paths>&fields=<names>`. Pure parsing here; the hub checks a
-topic against the collections (`check_topics`) and binds it to a subscriber.
+with optional `?filter=<expr>&expand=<paths>&fields=<names>&locale=<code>`. Pure parsing here; the hub
+checks a topic against the collections (`check_topics`) and binds it to a subscriber.
 
-A filter holds `&&` of the grammar: the query is cut only before `filter=`, `expand=` or `fields=`,
-so `posts/*?filter=a=1 && b=2&expand=author` reads as meant; values are percent-decoded (`%26` is `&`).
+A filter holds `&&` of the grammar: the query is cut only before `filter=`, `expand=`, `fields=` or
+`locale=`, so `posts/*?filter=a=1 && b=2&expand=author` reads as meant; values are percent-decoded
+(`%26` is `&`). A topic without `locale` shows localized fields as objects (`*`, decisions.md, Localized
+fields), its filter reading the default locale's values; with one, as a read with that `?locale=`.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from cms.models import Collection, Principal
 from cms.services.access import Condition, compile_filter
 from cms.services.caching.catalog import Catalog
 from cms.services.content.expansion import resolve
+from cms.services.content.locales import ALL, localization
 from cms.services.representation.record_view import RecordView, view_of
 
 MAX_TOPICS = 1_000
 """Topics one client may hold (decisions.md)."""
 MAX_TOPIC_LENGTH = 2_500
 """Characters one topic may have (decisions.md)."""
-OPTIONS = ("filter", "expand", "fields")
-_OPTION_CUT = re.compile(r"&(?=(?:filter|expand|fields)=)")
+OPTIONS = ("filter", "expand", "fields", "locale")
+_OPTION_CUT = re.compile(r"&(?=(?:filter|expand|fields|locale)=)")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -51,7 +54,7 @@ class Topic:
         Raises InvalidFilter."""
         if self.filter is None:
             return None
-        return compile_filter(collection, self.filter, principal)
+        return compile_filter(collection, self.filter, principal, locale=self.view.locale)
 
 
 def parse_topic(text: str) -> Topic:
@@ -75,7 +78,7 @@ def parse_topic(text: str) -> Topic:
             raise ValueError(f"option '{name}' given twice")
         options[name] = unquote(value)
     try:
-        view = view_of(options.get("expand"), options.get("fields"))
+        view = view_of(options.get("expand"), options.get("fields"), options.get("locale") or ALL)
     except CmsError as exc:
         raise ValueError(exc.detail) from exc
     filter_text = options.get("filter")
@@ -99,6 +102,7 @@ async def check_topics(catalog: Catalog, texts: Sequence[Any], principal: Princi
                 raise ValueError("a topic is a string")
             topic = parse_topic(text)
             collection = await catalog.by_name(topic.collection)
+            localization(collection, topic.view.locale)
             topic.condition(collection, principal)
             await resolve(catalog, collection, topic.view, principal)
         except NotFound:
