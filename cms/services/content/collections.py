@@ -228,12 +228,12 @@ class CollectionService:
     async def locales_changed(self, _value: Any = None) -> None:
         """After the `locales` setting changed (a settings listener): move the catalog epoch, so every
         replica reads records with the new locales from its next request on (and the read cache's
-        entries made with the old ones are stale), then give every localized unique field the unique
-        index of each new locale (decisions.md, Localized fields). An index that cannot be made is
-        logged, not raised: the setting is stored."""
+        entries made with the old ones are stale), then give every collection with localized fields the
+        indexes of each new locale (unique fields, declared indexes; decisions.md, Localized fields). An
+        index that cannot be made is logged, not raised: the setting is stored."""
         await self._catalog.move_epoch()
         for collection in await self._catalog.all():
-            if any(f.localized and f.validation.unique for f in collection.fields):
+            if collection.localized_fields:
                 try:
                     await self._sync_indexes(collection)
                 except Exception:

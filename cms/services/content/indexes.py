@@ -9,12 +9,18 @@
 - **declared** ones, the collection's `indexes` attribute (`parse_indexes` checks it), named
   `idx_<field>_<1|-1>...` as MongoDB names its own (`idx_status_1_created_-1`).
 
+A declared index naming a localized field (decisions.md, Localized fields) is made once per configured
+locale, over `<field>.<code>` (`idx_title_1` -> `idx_title_1.de`, ...): a filter on a localized field is an
+`$or` of equalities and ranges on those paths (`filters.conditions.localized_term`), each branch of which
+such an index serves.
+
 `managed_indexes(collection)` is the list the store makes true (`RecordRepository.sync_indexes`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from cms.errors import ValidationFailed
@@ -103,9 +109,9 @@ def declared_name(declared: IndexDeclaration) -> str:
 
 def managed_indexes(collection: Collection) -> list[IndexSpec]:
     """The automatic and declared indexes of `collection`'s records (see the module docstring)."""
-    declared = [IndexSpec(name=declared_name(d), keys=_keys(d), unique=d.unique,
-                          present=tuple(n for n in _bare(d) if n not in _PATHS), label=f"indexes.{i}")
-                for i, d in enumerate(collection.indexes)]
+    declared = [spec for i, d in enumerate(collection.indexes) for spec in _per_locale(collection, d, IndexSpec(
+        name=declared_name(d), keys=_keys(d), unique=d.unique, present=tuple(n for n in _bare(d) if n not in _PATHS),
+        label=f"indexes.{i}"))]
     served = {d.keys[0][0] for d in declared} | {s.name for s in collection.fields if s.validation.unique}
     automatic: list[IndexSpec] = []
     for spec in collection.fields:
@@ -117,6 +123,20 @@ def managed_indexes(collection: Collection) -> list[IndexSpec]:
         if ruled is not None:
             automatic.append(_auto(AUTO_RULE_PREFIX, ruled))
     return automatic + declared
+
+
+def _per_locale(collection: Collection, declared: IndexDeclaration, spec: IndexSpec) -> list[IndexSpec]:
+    """`spec` as it is made: as is, or, naming localized fields, one index per configured locale over
+    `<field>.<code>` (named `<name>.<code>`)."""
+    localized = set(collection.localized_fields) & set(_bare(declared))
+    if not localized:
+        return [spec]
+
+    def at(path: str, code: str) -> str:
+        return f"{path}.{code}" if path in localized else path
+
+    return [replace(spec, name=f"{spec.name}.{code}", keys=tuple((at(path, code), d) for path, d in spec.keys),
+                    present=tuple(at(path, code) for path in spec.present)) for code in collection.locales.codes]
 
 
 def _auto(prefix: str, spec: FieldSpec) -> IndexSpec:

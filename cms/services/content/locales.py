@@ -151,9 +151,10 @@ class Localization:
         return [self.locale, self.chain, self.codes] if self.fields else []
 
     def localize(self, record: Record) -> Record:
-        """`record` as answered in this localization: each localized field its resolved value (null when
-        the chain holds none), or with `*` its object without the locales no longer configured. The same
-        object when nothing changes. Raises nothing."""
+        """`record` as answered in this localization: each localized field it holds its resolved value
+        (null when the chain holds none), or with `*` its object without the locales no longer configured;
+        a field it does not hold (never set, or hidden from the caller) stays out, as any field without a
+        value. The same object when nothing changes. Raises nothing."""
         if not self.fields:
             return record
         data = record.data
@@ -163,7 +164,7 @@ class Localization:
             if not changed:
                 return record
             return Record(id=record.id, created=record.created, updated=record.updated, data={**data, **changed})
-        resolved = {name: resolve(data.get(name), self.chain) for name in self.fields}
+        resolved = {name: resolve(data[name], self.chain) for name in self.fields if name in data}
         return Record(id=record.id, created=record.created, updated=record.updated, data={**data, **resolved})
 
 

@@ -111,12 +111,22 @@ def record_json(record: Record, view: RecordView = FULL, expanded: Sequence[Expa
     loaded) holds any for this record (no `expand` key otherwise), then narrowed to `view.fields`."""
     body: dict[str, Any] = {key: to_json_value(getattr(record, key)) for key in SYSTEM_KEYS}
     for key, value in record.data.items():
-        body[key] = [to_json_value(v) for v in value] if isinstance(value, list) else to_json_value(value)
+        body[key] = _json_value(value)
     if expanded:
         expand = _expand_json(record.id, expanded)
         if expand:
             body["expand"] = expand
     return body if view.fields is None else view.fields.pick(body)
+
+
+def _json_value(value: Any) -> Any:
+    """A field's stored value as JSON: one value, a list of them, or a localized field's object of locale
+    to either (decisions.md, Localized fields)."""
+    if isinstance(value, list):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    return to_json_value(value)
 
 
 _WRITTEN_JSON = "_cms_written_json"
