@@ -10,11 +10,14 @@ import type { BaseRecord, BulkDeleted, BulkUpdated, CsvImportResult, RecordModel
 /** The server's largest page (`per_page` above it is clamped); `getFullList` asks for pages of this size. */
 export const MAX_PER_PAGE = 100;
 
-/** How the returned records are shaped: `expand` (relation paths, comma-separated, e.g. `author.team`)
- * and `fields` (kept keys, e.g. `id,title,expand.author.name`). */
+/** How the returned records are shaped: `expand` (relation paths, comma-separated, e.g. `author.team`),
+ * `fields` (kept keys, e.g. `id,title,expand.author.name`) and `locale` (decisions.md, Localized fields:
+ * localized fields in that locale, with its fallbacks; `*` for objects of locale to value; on a write, the
+ * locale its values are for). */
 export interface ShapeOptions {
   expand?: string;
   fields?: string;
+  locale?: string;
   signal?: AbortSignal;
 }
 
@@ -27,11 +30,12 @@ export interface ListOptions extends ShapeOptions {
   skipTotal?: boolean;
 }
 
-/** The CSV export's query: `filter`, `sort`, `search`. */
+/** The CSV export's query: `filter`, `sort`, `search`, `locale` (`*`: a column per locale, `title:de`). */
 export interface ExportOptions {
   filter?: string;
   sort?: string;
   search?: string;
+  locale?: string;
   signal?: AbortSignal;
 }
 
@@ -62,6 +66,7 @@ export class RecordService<T extends BaseRecord = RecordModel> {
       query: {
         page, per_page: perPage, filter: options.filter, sort: options.sort, search: options.search,
         expand: options.expand, fields: options.fields, skip_total: options.skipTotal ? true : undefined,
+        locale: options.locale,
       },
       ...signalOf(options),
     });
@@ -83,21 +88,23 @@ export class RecordService<T extends BaseRecord = RecordModel> {
   /** One record by id; 404 `not_found` when it does not exist or the caller may not view it. */
   getOne(id: string, options: ShapeOptions = {}): Promise<T> {
     return this.client.send<T>(`${this.path}/${encodeURIComponent(id)}`, {
-      query: { expand: options.expand, fields: options.fields }, ...signalOf(options),
+      query: { expand: options.expand, fields: options.fields, locale: options.locale }, ...signalOf(options),
     });
   }
 
   /** Create a record from `data`; 201 with it (shaped by `expand`/`fields`). 422 with `errors` per field. */
   create(data: RecordData, options: ShapeOptions = {}): Promise<T> {
     return this.client.send<T>(this.path, {
-      method: "POST", body: { data }, query: { expand: options.expand, fields: options.fields }, ...signalOf(options),
+      method: "POST", body: { data }, ...signalOf(options),
+      query: { expand: options.expand, fields: options.fields, locale: options.locale },
     });
   }
 
   /** Change some fields of record `id`; the record as it now is. */
   update(id: string, data: RecordData, options: ShapeOptions = {}): Promise<T> {
     return this.client.send<T>(`${this.path}/${encodeURIComponent(id)}`, {
-      method: "PATCH", body: { data }, query: { expand: options.expand, fields: options.fields }, ...signalOf(options),
+      method: "PATCH", body: { data }, ...signalOf(options),
+      query: { expand: options.expand, fields: options.fields, locale: options.locale },
     });
   }
 
@@ -129,7 +136,7 @@ export class RecordService<T extends BaseRecord = RecordModel> {
   /** The matching records as CSV text (a header row, then one row per record). */
   exportCsv(options: ExportOptions = {}): Promise<string> {
     return this.client.send<string>(`${this.path}/export/csv`, {
-      query: { filter: options.filter, sort: options.sort, search: options.search },
+      query: { filter: options.filter, sort: options.sort, search: options.search, locale: options.locale },
       responseType: "text", ...signalOf(options),
     });
   }

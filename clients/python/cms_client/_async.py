@@ -191,32 +191,36 @@ class AsyncCollection:
 
     async def get_list(self, page: int = 1, per_page: int = 30, *, filter: str | None = None,
                        sort: str | None = None, search: str | None = None, expand: str | None = None,
-                       fields: str | None = None, skip_total: bool = False) -> RecordPage:
+                       fields: str | None = None, skip_total: bool = False,
+                       locale: str | None = None) -> RecordPage:
         """One page of records: `{items, total, page, per_page}` (see `_records.get_list`)."""
         return await self._t.run(_records.get_list(self.name, page, per_page, filter=filter, sort=sort,
                                                    search=search, expand=expand, fields=fields,
-                                                   skip_total=skip_total))
+                                                   skip_total=skip_total, locale=locale))
 
     async def get_full_list(self, *, filter: str | None = None, sort: str | None = None,
                             search: str | None = None, expand: str | None = None, fields: str | None = None,
-                            per_page: int = _records.FULL_LIST_PER_PAGE) -> list[Record]:
+                            per_page: int = _records.FULL_LIST_PER_PAGE, locale: str | None = None) -> list[Record]:
         """Every matching record, paging through."""
         return await self._t.run(_records.get_full_list(self.name, filter=filter, sort=sort, search=search,
-                                                        expand=expand, fields=fields, per_page=per_page))
+                                                        expand=expand, fields=fields, per_page=per_page,
+                                                        locale=locale))
 
-    async def get_one(self, record_id: str, *, expand: str | None = None, fields: str | None = None) -> Record:
+    async def get_one(self, record_id: str, *, expand: str | None = None, fields: str | None = None,
+                locale: str | None = None) -> Record:
         """One record."""
-        return await self._t.run(_records.get_one(self.name, record_id, expand=expand, fields=fields))
+        return await self._t.run(_records.get_one(self.name, record_id, expand=expand, fields=fields, locale=locale))
 
     async def create(self, data: Mapping[str, Any], *, expand: str | None = None,
-                     fields: str | None = None) -> Record:
+                     fields: str | None = None, locale: str | None = None) -> Record:
         """Create a record; the stored record."""
-        return await self._t.run(_records.create(self.name, data, expand=expand, fields=fields))
+        return await self._t.run(_records.create(self.name, data, expand=expand, fields=fields, locale=locale))
 
     async def update(self, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
-                     fields: str | None = None) -> Record:
+                     fields: str | None = None, locale: str | None = None) -> Record:
         """Change fields of a record; the record after."""
-        return await self._t.run(_records.update(self.name, record_id, data, expand=expand, fields=fields))
+        return await self._t.run(_records.update(self.name, record_id, data, expand=expand, fields=fields,
+                                                                  locale=locale))
 
     async def delete(self, record_id: str) -> None:
         """Delete a record."""
@@ -235,9 +239,10 @@ class AsyncCollection:
         return await self._t.run(_records.import_csv(self.name, csv, filename=filename))
 
     async def export_csv(self, *, filter: str | None = None, sort: str | None = None,
-                         search: str | None = None) -> str:
+                         search: str | None = None, locale: str | None = None) -> str:
         """The listable records as CSV text."""
-        return await self._t.run(_records.export_csv(self.name, filter=filter, sort=sort, search=search))
+        return await self._t.run(_records.export_csv(self.name, filter=filter, sort=sort, search=search,
+                                                     locale=locale))
 
 
 class AsyncBatch(_records.BatchBuilder):

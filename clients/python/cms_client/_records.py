@@ -24,22 +24,23 @@ def records_path(collection: str, record_id: str | None = None) -> str:
 
 def get_list(collection: str, page: int = 1, per_page: int = 30, *, filter: str | None = None,
              sort: str | None = None, search: str | None = None, expand: str | None = None,
-             fields: str | None = None, skip_total: bool = False) -> Flow[RecordPage]:
-    """One page (1-based; `per_page` 1..100, more is clamped) of the records the caller may list."""
+             fields: str | None = None, skip_total: bool = False, locale: str | None = None) -> Flow[RecordPage]:
+    """One page (1-based; `per_page` 1..100, more is clamped) of the records the caller may list; localized
+    fields in `locale` (with its fallbacks; `*`: objects of locale to value; None: the default locale)."""
     params: Params = {"page": page, "per_page": per_page, "filter": filter, "sort": sort, "search": search,
-                      "expand": expand, "fields": fields, "skip_total": skip_total or None}
+                      "expand": expand, "fields": fields, "skip_total": skip_total or None, "locale": locale}
     return (yield from ask(Call[RecordPage]("GET", records_path(collection), params=params)))
 
 
 def get_full_list(collection: str, *, filter: str | None = None, sort: str | None = None,
                   search: str | None = None, expand: str | None = None, fields: str | None = None,
-                  per_page: int = FULL_LIST_PER_PAGE) -> Flow[list[Record]]:
+                  per_page: int = FULL_LIST_PER_PAGE, locale: str | None = None) -> Flow[list[Record]]:
     """Every matching record, paging through (`per_page` per request, no counting) until a short page."""
     records: list[Record] = []
     page = 1
     while True:
         answer = yield from get_list(collection, page, per_page, filter=filter, sort=sort, search=search,
-                                     expand=expand, fields=fields, skip_total=True)
+                                     expand=expand, fields=fields, skip_total=True, locale=locale)
         records.extend(answer["items"])
         if len(answer["items"]) < answer["per_page"]:
             return records
@@ -47,24 +48,27 @@ def get_full_list(collection: str, *, filter: str | None = None, sort: str | Non
 
 
 def get_one(collection: str, record_id: str, *, expand: str | None = None,
-            fields: str | None = None) -> Flow[Record]:
-    """The record `record_id`. CmsError 404 when it does not exist or the view rule hides it."""
-    params: Params = {"expand": expand, "fields": fields}
+            fields: str | None = None, locale: str | None = None) -> Flow[Record]:
+    """The record `record_id` (localized fields in `locale`, as `get_list`). CmsError 404 when it does not exist
+    or the view rule hides it."""
+    params: Params = {"expand": expand, "fields": fields, "locale": locale}
     return (yield from ask(Call[Record]("GET", records_path(collection, record_id), params=params)))
 
 
 def create(collection: str, data: Mapping[str, Any], *, expand: str | None = None,
-           fields: str | None = None) -> Flow[Record]:
-    """Create a record from its field values; the stored record. CmsError 422 with `errors` per field."""
-    params: Params = {"expand": expand, "fields": fields}
+           fields: str | None = None, locale: str | None = None) -> Flow[Record]:
+    """Create a record from its field values (localized ones `locale`'s; `*`: objects); the stored record.
+    CmsError 422 with `errors` per field."""
+    params: Params = {"expand": expand, "fields": fields, "locale": locale}
     return (yield from ask(Call[Record]("POST", records_path(collection), params=params,
                                         json_body={"data": dict(data)})))
 
 
 def update(collection: str, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
-           fields: str | None = None) -> Flow[Record]:
-    """Change some fields of a record; the record after the change."""
-    params: Params = {"expand": expand, "fields": fields}
+           fields: str | None = None, locale: str | None = None) -> Flow[Record]:
+    """Change some fields of a record (a localized one only in `locale`; `*`: its object replaced); the record
+    after the change."""
+    params: Params = {"expand": expand, "fields": fields, "locale": locale}
     return (yield from ask(Call[Record]("PATCH", records_path(collection, record_id), params=params,
                                         json_body={"data": dict(data)})))
 
@@ -94,9 +98,10 @@ def import_csv(collection: str, csv: str | bytes, *, filename: str = "import.csv
 
 
 def export_csv(collection: str, *, filter: str | None = None, sort: str | None = None,
-               search: str | None = None) -> Flow[str]:
-    """The records the caller may list (filtered, sorted, searched) as CSV text with a header row."""
-    params: Params = {"filter": filter, "sort": sort, "search": search}
+               search: str | None = None, locale: str | None = None) -> Flow[str]:
+    """The records the caller may list (filtered, sorted, searched) as CSV text with a header row; localized
+    fields in `locale` (`*`: a column per locale, `title:de`)."""
+    params: Params = {"filter": filter, "sort": sort, "search": search, "locale": locale}
     return (yield from ask(Call[str]("GET", records_path(collection) + "/export/csv", params=params,
                                      headers={"Accept": "text/csv"}, expect="text")))
 
@@ -109,16 +114,17 @@ class BatchCollection(Generic[B]):
         self._builder = builder
         self.name = name
 
-    def create(self, data: Mapping[str, Any], *, expand: str | None = None, fields: str | None = None) -> B:
-        """Add a record creation (its answer: 201 and the record)."""
-        return self._builder.add({"method": "POST", "url": _shaped(records_path(self.name), expand, fields),
+    def create(self, data: Mapping[str, Any], *, expand: str | None = None, fields: str | None = None,
+               locale: str | None = None) -> B:
+        """Add a record creation (its answer: 201 and the record; localized values `locale`'s)."""
+        return self._builder.add({"method": "POST", "url": _shaped(records_path(self.name), expand, fields, locale),
                                   "body": {"data": dict(data)}})
 
     def update(self, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
-               fields: str | None = None) -> B:
-        """Add a change of a record (its answer: 200 and the record)."""
+               fields: str | None = None, locale: str | None = None) -> B:
+        """Add a change of a record (its answer: 200 and the record; localized values `locale`'s)."""
         return self._builder.add({"method": "PATCH",
-                                  "url": _shaped(records_path(self.name, record_id), expand, fields),
+                                  "url": _shaped(records_path(self.name, record_id), expand, fields, locale),
                                   "body": {"data": dict(data)}})
 
     def delete(self, record_id: str) -> B:
@@ -126,8 +132,9 @@ class BatchCollection(Generic[B]):
         return self._builder.add({"method": "DELETE", "url": records_path(self.name, record_id)})
 
 
-def _shaped(url: str, expand: str | None, fields: str | None) -> str:
-    query = urlencode({key: value for key, value in (("expand", expand), ("fields", fields)) if value})
+def _shaped(url: str, expand: str | None, fields: str | None, locale: str | None = None) -> str:
+    query = urlencode({key: value for key, value in (("expand", expand), ("fields", fields), ("locale", locale))
+                       if value})
     return f"{url}?{query}" if query else url
 
 

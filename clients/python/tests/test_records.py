@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import httpx
 import pytest
 from conftest import Blog, Service, unique
 
@@ -108,3 +109,26 @@ async def test_network_failure_is_not_a_cms_error() -> None:
     async with AsyncCmsClient(f"http://127.0.0.1:{port}") as client:
         with pytest.raises(CmsNetworkError):
             await client.health()
+
+
+async def test_locale_reads_and_writes_localized_fields(service: Service) -> None:
+    """decisions.md, Localized fields: `locale=` on writes, reads and the CSV export."""
+    name = unique("pages")
+    async with await signed_in(service) as client:
+        token = client.auth_store.token
+        answer = httpx.post(service.url + "/api/v1/settings", headers={"Authorization": f"Bearer {token}"},
+                            timeout=30, json={"key": "locales",
+                                              "value": '[{"code": "en"}, {"code": "de", "fallback": "en"}]'})
+        answer.raise_for_status()
+        await client.collections.create({"name": name,
+                                         "schema": [{"name": "title", "type": "text", "localized": True}]})
+        pages = client.collection(name)
+        page = await pages.create({"title": {"en": "Hello"}}, locale="*")
+        assert page["title"] == {"en": "Hello"}
+        assert (await pages.get_one(page["id"], locale="de"))["title"] == "Hello"  # falls back to en
+        changed = await pages.update(page["id"], {"title": "Hallo"}, locale="de")
+        assert changed["title"] == "Hallo"
+        listed = await pages.get_list(filter='title = "Hallo"', locale="de")
+        assert [item["id"] for item in listed["items"]] == [page["id"]]
+        assert (await pages.get_one(page["id"], locale="*"))["title"] == {"en": "Hello", "de": "Hallo"}
+        assert "title:de" in (await pages.export_csv(locale="*")).splitlines()[0]

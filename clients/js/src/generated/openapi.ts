@@ -5232,6 +5232,8 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
@@ -5327,6 +5329,8 @@ export interface paths {
         post: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
@@ -5523,7 +5527,10 @@ export interface paths {
         /** Set the same fields on up to 1,000 records, all or nothing */
         post: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
+                };
                 header?: never;
                 path: {
                     collection_name: string;
@@ -5618,6 +5625,8 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description e.g. `-created,title` */
                     sort?: string | null;
                     /** @description e.g. `status=published && views>10` */
@@ -5815,6 +5824,8 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
@@ -5978,6 +5989,8 @@ export interface paths {
         patch: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
@@ -8595,6 +8608,8 @@ export interface components {
             /** @description relation: deleting a target record deletes the records pointing to it (else the reference is removed) */
             cascade_delete: boolean;
             collection_id: string | null;
+            /** @description decisions.md, Localized fields: the value is stored per locale (an object of locale code to value); reads answer the `?locale=` asked, with its fallbacks; any type but relation */
+            localized: boolean;
             max_select: number | null;
             name: string;
             /** @enum {string} */
@@ -8825,9 +8840,9 @@ export interface components {
              * @default null
              * @enum {string|null}
              */
-            category?: "auth" | "files" | "limits" | "performance" | "security" | null;
+            category?: "auth" | "content" | "files" | "limits" | "performance" | "security" | null;
             /** @enum {string} */
-            key: "audit_retention_days" | "batch_max_requests" | "bulk_max_ids" | "csv_import_max_mb" | "csv_import_max_rows" | "max_upload_mb" | "mfa_enabled" | "oauth_enabled" | "oauth_providers" | "otp_enabled" | "password_auth_enabled" | "password_min_length" | "password_require_number" | "password_require_special" | "password_require_upper" | "rate_limit_enabled" | "rate_limit_per_minute" | "read_cache_enabled" | "realtime_max_connections" | "refresh_reuse_interval_s" | "refresh_token_expiry_days" | "request_log_size" | "token_expiry_hours";
+            key: "audit_retention_days" | "batch_max_requests" | "bulk_max_ids" | "csv_import_max_mb" | "csv_import_max_rows" | "locales" | "max_upload_mb" | "mfa_enabled" | "oauth_enabled" | "oauth_providers" | "otp_enabled" | "password_auth_enabled" | "password_min_length" | "password_require_number" | "password_require_special" | "password_require_upper" | "rate_limit_enabled" | "rate_limit_per_minute" | "read_cache_enabled" | "realtime_max_connections" | "refresh_reuse_interval_s" | "refresh_token_expiry_days" | "request_log_size" | "token_expiry_hours";
             /** @description a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type */
             value: boolean | number | string;
         };

@@ -583,11 +583,11 @@ class Setting(TypedDict, closed=True):
 
 
 class SettingUpdate(TypedDict, closed=True):
-    category: NotRequired[Literal['auth', 'files', 'limits', 'performance', 'security'] | None]
+    category: NotRequired[Literal['auth', 'content', 'files', 'limits', 'performance', 'security'] | None]
     """
     optional; must be the key's category
     """
-    key: Literal['audit_retention_days', 'batch_max_requests', 'bulk_max_ids', 'csv_import_max_mb', 'csv_import_max_rows', 'max_upload_mb', 'mfa_enabled', 'oauth_enabled', 'oauth_providers', 'otp_enabled', 'password_auth_enabled', 'password_min_length', 'password_require_number', 'password_require_special', 'password_require_upper', 'rate_limit_enabled', 'rate_limit_per_minute', 'read_cache_enabled', 'realtime_max_connections', 'refresh_reuse_interval_s', 'refresh_token_expiry_days', 'request_log_size', 'token_expiry_hours']
+    key: Literal['audit_retention_days', 'batch_max_requests', 'bulk_max_ids', 'csv_import_max_mb', 'csv_import_max_rows', 'locales', 'max_upload_mb', 'mfa_enabled', 'oauth_enabled', 'oauth_providers', 'otp_enabled', 'password_auth_enabled', 'password_min_length', 'password_require_number', 'password_require_special', 'password_require_upper', 'rate_limit_enabled', 'rate_limit_per_minute', 'read_cache_enabled', 'realtime_max_connections', 'refresh_reuse_interval_s', 'refresh_token_expiry_days', 'request_log_size', 'token_expiry_hours']
     value: bool | int | str
     """
     a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type
@@ -768,6 +768,10 @@ class FieldSpec(TypedDict, closed=True):
     relation: deleting a target record deletes the records pointing to it (else the reference is removed)
     """
     collection_id: str | None
+    localized: bool
+    """
+    decisions.md, Localized fields: the value is stored per locale (an object of locale code to value); reads answer the `?locale=` asked, with its fallbacks; any type but relation
+    """
     max_select: int | None
     name: str
     type: Literal['text', 'editor', 'bool', 'email', 'url', 'number', 'date', 'select', 'json', 'relation', 'file']
