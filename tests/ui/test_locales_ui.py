@@ -1,0 +1,116 @@
+"""Localized fields in the admin UI, in a real browser (decisions.md, Localized fields; issue 40, item 7): the
+`locales` setting edited with its checks (a cycle refused inline, nothing changed), and the record editor's
+locale switcher: which locales a record fills, one locale edited at a time, an unset value shown greyed
+with the value its fallback chain answers, and saving one locale leaving the others as they were."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.ui.conftest import Api, BrowserPage
+from tests.ui.test_audit_ui import readme_screenshot
+from tests.ui.test_settings_ui import save
+
+LOCALES = [{"code": "en"}, {"code": "de", "fallback": "en"}, {"code": "de-AT", "fallback": "de"}]
+
+
+def set_locales(api: Api, value: list[dict[str, Any]]) -> None:
+    status, body = api.call("POST", "/api/v1/settings", {"key": "locales", "value": json.dumps(value)})
+    assert status == 200, body
+
+
+@pytest.fixture
+def locales(api: Api) -> Iterator[None]:
+    """Three locales for the test (`en` stays the default, so the other screens' tests see no change)."""
+    set_locales(api, LOCALES)
+    yield
+    set_locales(api, [{"code": "en"}])
+
+
+def stored_locales(api: Api) -> Any:
+    status, body = api.call("GET", "/api/v1/settings")
+    assert status == 200, body
+    return json.loads(next(s["value"] for s in body if s["key"] == "locales"))
+
+
+def test_the_locales_setting_is_edited_with_its_checks(admin_page: BrowserPage, api: Api, locales: None):
+    admin_page.watch.allow(r"status of 422")
+    page = admin_page.page
+    admin_page.goto("/_/settings")
+    field = page.locator("textarea#input-locales")
+    assert json.loads(field.input_value()) == LOCALES
+    cycle = '[{"code": "en", "fallback": "de"}, {"code": "de", "fallback": "en"}]'
+    field.fill(cycle)
+    assert save(page, "locales").status == 422
+    expect(page.locator("#setting-locales .setting-error")).to_contain_text("cycle: en -> de -> en")
+    assert page.locator("textarea#input-locales").input_value() == cycle  # the refused text stays to fix
+    assert stored_locales(api) == LOCALES
+    page.locator("textarea#input-locales").fill('[{"code": "en"}, {"code": "fr", "fallback": "en"}]')
+    save(page, "locales")
+    page.wait_for_url("**/_/settings#setting-locales")
+    assert stored_locales(api) == [{"code": "en"}, {"code": "fr", "fallback": "en"}]
+
+
+def test_the_editor_switches_locales_and_shows_fallbacks_greyed(admin_page: BrowserPage, api: Api, locales: None):
+    name = f"pages_{uuid.uuid4().hex[:6]}"
+    status, body = api.call("POST", "/api/v1/collections", {"name": name, "schema": [
+        {"name": "title", "type": "text", "localized": True, "validation": {"required": True}},
+        {"name": "summary", "type": "editor", "localized": True},
+        {"name": "featured", "type": "bool", "localized": True},
+        {"name": "views", "type": "number"}]})
+    assert status == 201, body
+    page = admin_page.page
+    admin_page.goto(f"/_/collections/{name}/records/new")
+    expect(page.locator('#locale-switcher a[aria-current="page"]')).to_have_text("en 0/3")
+    page.fill("#field-title", "Hello")
+    page.fill("#field-summary", "A page")
+    page.fill("#field-views", "7")
+    page.click("#save-record")
+    expect(page.locator(".flash")).to_have_text("Record created")
+    record_id = page.locator("#record-id").inner_text()
+    tabs = page.locator("#locale-switcher a.locale-tab")
+    assert tabs.evaluate_all("tabs => tabs.map(t => t.textContent.trim())") == ["en 2/3", "de 0/3", "de-AT 0/3"]
+    assert "filled" not in (tabs.nth(0).get_attribute("class") or "").split()  # 2 of 3: partial
+
+    page.click('#locale-switcher a[data-locale="de-AT"]')
+    page.wait_for_url(f"**/records/{record_id}?locale=de-AT")
+    title = page.locator("#field-title")
+    assert title.input_value() == "" and title.get_attribute("placeholder") == "Hello"
+    expect(page.locator('[data-fallback-for="title"]')).to_contain_text("shows the en value Hello")
+    assert page.locator('.record-field[data-field="title"]').get_attribute("class") == "record-field falls-back"
+    grey = page.locator('[data-fallback-for="title"]').evaluate("e => getComputedStyle(e).color")
+    assert grey == "rgb(136, 136, 136)"
+    assert page.locator("#field-views").input_value() == "7"  # not localized: the same in every locale
+    readme_screenshot(page, "locale-editor")  # with CMS_UI_README_SHOTS=1: docs/concepts/localization.md
+
+    page.fill("#field-title", "Servus")
+    page.select_option("#field-featured", "true")
+    page.click("#save-record")
+    expect(page.locator(".flash")).to_have_text("Record saved")
+    page.wait_for_url(f"**/records/{record_id}?locale=de-AT")
+    status, stored = api.call("GET", f"/api/v1/collections/{name}/records/{record_id}?locale=*")
+    assert status == 200, stored
+    assert stored["title"] == {"en": "Hello", "de-AT": "Servus"} and stored["featured"] == {"de-AT": True}
+    assert stored["summary"] == {"en": "A page"} and stored["views"] == 7
+    assert tabs.evaluate_all("tabs => tabs.map(t => t.textContent.trim())") == ["en 2/3", "de 0/3", "de-AT 2/3"]
+
+    page.click('#locale-switcher a[data-locale="de"]')
+    page.wait_for_url(f"**/records/{record_id}?locale=de")
+    assert page.locator("#field-title").get_attribute("placeholder") == "Hello"  # de falls back to en, not de-AT
+    page.click('#locale-switcher a[data-locale="de-AT"]')
+    page.wait_for_url(f"**/records/{record_id}?locale=de-AT")
+    page.fill("#field-title", "")  # emptied: the locale's value goes, the fallback shows again
+    page.click("#save-record")
+    expect(page.locator(".flash")).to_have_text("Record saved")
+    status, stored = api.call("GET", f"/api/v1/collections/{name}/records/{record_id}?locale=*")
+    assert stored["title"] == {"en": "Hello"}
+    assert page.locator("#field-title").get_attribute("placeholder") == "Hello"
+
+    admin_page.watch.allow(r"status of 400")
+    assert admin_page.goto(f"/_/collections/{name}/records/{record_id}?locale=fr").status == 400
