@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Generic, TypeAlias, TypeVar
 
 T = TypeVar("T")
@@ -182,9 +183,9 @@ class Collection:
         """The schema field called `name`, or None."""
         return next((f for f in self.fields if f.name == name), None)
 
-    @property
+    @cached_property
     def localized_fields(self) -> tuple[str, ...]:
-        """The names of the fields with `localized: true`, in schema order."""
+        """The names of the fields with `localized: true`, in schema order (computed once per definition)."""
         return tuple(spec.name for spec in self.fields if spec.localized)
 
 

@@ -15,6 +15,7 @@ from playwright.sync_api import expect
 
 from tests.ui.conftest import Api, BrowserPage
 from tests.ui.test_audit_ui import readme_screenshot
+from tests.ui.test_collections_ui import collection_named
 from tests.ui.test_settings_ui import save
 
 LOCALES = [{"code": "en"}, {"code": "de", "fallback": "en"}, {"code": "de-AT", "fallback": "de"}]
@@ -114,3 +115,26 @@ def test_the_editor_switches_locales_and_shows_fallbacks_greyed(admin_page: Brow
 
     admin_page.watch.allow(r"status of 400")
     assert admin_page.goto(f"/_/collections/{name}/records/{record_id}?locale=fr").status == 400
+
+
+def test_the_schema_editor_keeps_and_sets_localized(admin_page: BrowserPage, api: Api, locales: None):
+    """A collection saved from the schema editor keeps its fields' `localized`, and a field can be made
+    localized there (its stored values become the default locale's)."""
+    name = f"docs_{uuid.uuid4().hex[:6]}"
+    status, body = api.call("POST", "/api/v1/collections", {"name": name, "schema": [
+        {"name": "title", "type": "text", "localized": True}, {"name": "flag", "type": "bool"}]})
+    assert status == 201, body
+    status, made = api.call("POST", f"/api/v1/collections/{name}/records", {"data": {"title": "Hi", "flag": True}})
+    assert status == 201, made
+    page = admin_page.page
+    admin_page.goto(f"/_/collections/{name}/edit")
+    assert page.locator('input[name="field-0-localized"]').is_checked()
+    flag = page.locator('input[name="field-1-localized"]')
+    assert flag.is_visible() and not flag.is_checked()  # a bool may be localized too
+    flag.check()
+    page.click("#save-collection")
+    expect(page.locator(".flash")).to_have_text(f"Collection {name} saved")
+    collection = collection_named(api, name)
+    assert collection is not None and [f["localized"] for f in collection["schema"]["fields"]] == [True, True]
+    status, record = api.call("GET", f"/api/v1/collections/{name}/records/{made['id']}?locale=*")
+    assert record["title"] == {"en": "Hi"} and record["flag"] == {"en": True}

@@ -52,7 +52,7 @@ ROW_MESSAGE = re.compile(r"^field (\d+) \('[^']*'\): ")
 RULE_MESSAGE = re.compile(r"^(list|view|create|update|delete|email_view)_rule: ")
 FIELD_RULE_MESSAGE = re.compile(r"^field '([^']*)' (view_rule|write_rule): ")
 ROW_TEXT_KEYS = ("name", "type", "min", "max", "pattern", "values", "max_select", "collection_id", *FIELD_RULES)
-ROW_FLAGS = ("required", "unique", "cascade_delete", "view_rule_locked", "write_rule_locked")
+ROW_FLAGS = ("required", "unique", "cascade_delete", "view_rule_locked", "write_rule_locked", "localized")
 
 Row = dict[str, Any]
 """One field row of the form as strings and flags (what the page shows and the browser submits)."""
@@ -78,6 +78,7 @@ def _row_of(spec: FieldSpec) -> Row:
         "collection_id": spec.collection_id or "", "cascade_delete": spec.cascade_delete,
         "view_rule": spec.view_rule or "", "view_rule_locked": spec.view_rule is None,
         "write_rule": spec.write_rule or "", "write_rule_locked": spec.write_rule is None,
+        "localized": spec.localized,
     }
 
 
@@ -133,6 +134,8 @@ def _definition(row: Row) -> dict[str, Any]:
         definition["cascade_delete"] = row["cascade_delete"]
     for rule in FIELD_RULES:  # locked: None (admins only); else the text ("" = no restriction)
         definition[rule] = None if row[f"{rule}_locked"] else row[rule]
+    if kind != "relation":
+        definition["localized"] = row["localized"]  # decisions.md, Localized fields
     return definition
 
 
