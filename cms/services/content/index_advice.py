@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cms.models import Collection, IndexDeclaration, QueryShape
-from cms.services.content.fields import SYSTEM_FIELDS
+from cms.services.content.fields import SYSTEM_FIELDS, unique_field_names
 from cms.services.content.indexes import (
     AUTO_RELATION_PREFIX,
     AUTO_RULE_PREFIX,
@@ -61,8 +61,9 @@ def kept_indexes(collection: Collection) -> list[KeptIndex]:
     `search` only."""
     kept = [KeptIndex(name, _named(keys), name == "_id_", "service", SERVICE_REASONS[name])
             for keys, name in SERVICE_KEYS.items()]
-    kept += [KeptIndex(f"{UNIQUE_PREFIX}{spec.name}", ((spec.name, 1),), True, "service",
-                       f"field {spec.name} is unique") for spec in collection.fields if spec.validation.unique]
+    kept += [KeptIndex(f"{UNIQUE_PREFIX}{path}", ((path, 1),), True, "service",
+                       f"field {path.partition('.')[0]} is unique" + (f" (locale {code})" if code else ""))
+             for path in unique_field_names(collection) for code in (path.partition(".")[2],)]
     for spec in managed_indexes(collection):
         keys = _named(spec.keys)
         field_name = keys[0][0]
