@@ -53,14 +53,16 @@ from pymongo import MongoClient
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench_vs_pocketbase import (  # a sibling script, not a package
+from bench_vs_pocketbase import (
+    COLLECTION,
+    rows_to_csv,
+    take_rows,
+)
+from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
-    COLLECTION,
     HTTP_TIMEOUT_S,
-    rows_to_csv,
     start_cms,
-    take_rows,
     wait_healthy,
 )
 from load_packages import DEFAULT_CSV, Api, Fatal, describe, ensure_collection, run_cli

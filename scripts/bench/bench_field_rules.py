@@ -65,7 +65,15 @@ from bench_rules import (  # sibling scripts
     owned_csv,
     settle,
 )
-from bench_vs_pocketbase import ADMIN_EMAIL, ADMIN_PASSWORD, start_cms, take_rows, wait_healthy
+from bench_vs_pocketbase import (
+    take_rows,
+)
+from common import (  # sibling scripts, not a package
+    ADMIN_EMAIL,
+    ADMIN_PASSWORD,
+    start_cms,
+    wait_healthy,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load_packages import DEFAULT_CSV, SCHEMA, Api, Fatal, run_cli  # a sibling script

@@ -53,16 +53,18 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from bench_vs_pocketbase import (  # sibling scripts
+from bench_vs_pocketbase import (
     COLLECTION,
+    setup_cms,
+    take_rows,
+)
+from common import (  # sibling scripts, not a package
     HTTP_TIMEOUT_S,
     Server,
     WrkResult,
     free_port,
     run_wrk,
-    setup_cms,
     start_cms,
-    take_rows,
     wait_healthy,
     warm_up,
 )

@@ -77,7 +77,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench scripts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # load_packages
 from bench_relations import cms_call, gather_limited  # sibling scripts, not a package
-from bench_vs_pocketbase import (
+from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
     HTTP_TIMEOUT_S,

@@ -60,7 +60,7 @@ from bench_realtime import (  # sibling scripts, not a package
     setup_cms,
     setup_pb,
 )
-from bench_vs_pocketbase import (
+from common import (  # sibling scripts, not a package
     HTTP_TIMEOUT_S,
     Server,
     pocketbase_binary,

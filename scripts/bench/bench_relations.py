@@ -62,7 +62,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench_vs_pocketbase
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # load_packages
-from bench_vs_pocketbase import (  # a sibling script, not a package
+from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
     HTTP_TIMEOUT_S,

@@ -83,11 +83,13 @@ from typing import Any
 import aiohttp
 from bench_records import percentile  # sibling scripts
 from bench_vs_pocketbase import (
+    take_rows,
+)
+from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
     Server,
     start_cms,
-    take_rows,
     to_ms,
     wait_healthy,
 )
