@@ -23,6 +23,7 @@ from cms.store.bulk import chunks
 from cms.store.client import Capabilities, Database, plan_nodes
 from cms.store.documents import record_from_document, records_mongo_name
 from cms.store.errors import translate_query_errors
+from cms.store.point_reads import PointReads
 from cms.store.query_shapes import shape_of
 from cms.store.scan_line import ScanLine
 from cms.store.transactions import current_session
@@ -30,6 +31,8 @@ from cms.store.transactions import current_session
 COMPUTED_SORT_KEY = "_sort_"
 """The prefix of the keys an aggregation adds to sort by a tuple path (`_sort_0`, ...): no schema field
 starts with `_`."""
+MAX_KEPT_COLLECTIONS = 1024
+"""Most driver collection objects a repository keeps (`_mongo_coll`); past it they are made afresh."""
 
 
 def sort_stages(sort: SortSpec) -> list[dict[str, Any]] | None:
@@ -93,6 +96,8 @@ class RecordQueries:
         self.capabilities = capabilities
         self.scans = scans or ScanLine()
         self.watch = watch
+        self.points = PointReads(self._find_one, self._find_many)
+        self._colls: dict[str, AsyncCollection[dict[str, Any]]] = {}
 
     @asynccontextmanager
     async def _timed(self, collection_id: str, query: Mapping[str, Any],
@@ -115,12 +120,32 @@ class RecordQueries:
         return self.scans.slot(client)
 
     def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
-        return self._db[records_mongo_name(collection_id)]
+        """The driver's collection object of `collection_id`, made once per process (building one
+        costs a few µs on every read otherwise); at most MAX_KEPT_COLLECTIONS are kept."""
+        found = self._colls.get(collection_id)
+        if found is None:
+            if len(self._colls) >= MAX_KEPT_COLLECTIONS:
+                self._colls.clear()
+            found = self._colls[collection_id] = self._db[records_mongo_name(collection_id)]
+        return found
 
     async def get(self, collection_id: str, record_id: str) -> Record | None:
-        """The record, or None."""
-        doc = await self._mongo_coll(collection_id).find_one({"_id": record_id}, session=current_session())
+        """The record, or None. Outside a transaction, concurrent gets of one collection are read
+        together (`PointReads`: one `$in` query for the gets that arrive while one is in flight)."""
+        session = current_session()
+        if session is not None:
+            doc = await self._mongo_coll(collection_id).find_one({"_id": record_id}, session=session)
+        else:
+            doc = await self.points.get(collection_id, record_id)
         return record_from_document(doc) if doc else None
+
+    async def _find_one(self, collection_id: str, record_id: str) -> dict[str, Any] | None:
+        """One document by id, outside any transaction (`PointReads`' read on its own)."""
+        return await self._mongo_coll(collection_id).find_one({"_id": record_id})
+
+    async def _find_many(self, collection_id: str, record_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The documents among `record_ids` (at most ID_CHUNK), outside any transaction (`PointReads`' batch)."""
+        return [doc async for doc in self._mongo_coll(collection_id).find({"_id": {"$in": list(record_ids)}})]
 
     async def find_by_ids(self, collection_id: str, record_ids: Sequence[str]) -> list[Record]:
         """The records among `record_ids` that exist (one find per ID_CHUNK ids, any order)."""

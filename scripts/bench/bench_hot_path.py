@@ -18,14 +18,18 @@ What it does:
    (its token signs the creates; the gets are anonymous, as the side-by-side bench's).
 3. Counts the Redis commands of one warm get and one create: `INFO commandstats` of the embedded
    Redis before and after 50 sequential requests of each, divided by 50.
-4. Runs `wrk` for get by id and create, interleaved (get, create, get, create, ...) `--rounds` times,
-   and prints each run and the median req/s, p50 and p99 of each scenario. With `--baseline PATH` (a
+4. Runs `wrk` for get by id (`get`: one id, a read-cache hit), first-touch gets (`touch`: rotating over
+   every loaded id, after one create that makes every cached read of the collection stale, so each
+   read of a run shorter than one cycle is a miss) and create, interleaved (get, touch, create, get,
+   ...) `--rounds` times (`--scenarios` picks some), and prints each run and the median req/s, p50
+   and p99 of each scenario; a touch run lasts `--touch-duration` seconds (2), and its line says how
+   many times each id was read on average (above 1, the later reads were cache hits). With `--baseline PATH` (a
    checkout of other code, e.g. `git worktree add /tmp/base <commit>`), a second server runs that code
    beside this one, and each round runs both (baseline, then this), so both see the same noise.
 5. With `--profile DIR`: one more run of each under `py-spy record --format raw` attached to the
-   serving process, writing `DIR/<this|baseline>-<get|create>.txt` (folded stacks), and prints the
-   top 15 functions by self time of each (`--workers 1` only: with more, the serving processes are
-   its children).
+   serving process, writing `DIR/<this|baseline>-<scenario>.txt` (folded stacks) and
+   `DIR/<this|baseline>-<scenario>.svg` (a flame graph), and prints the top 15 functions by self time
+   of each (`--workers 1` only: with more, the serving processes are its children).
 
 Exit status: 0 on success; 1 when the server does not start or a set-up step fails.
 """
@@ -40,7 +44,6 @@ import io
 import os
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +59,9 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load_packages import DEFAULT_CSV, Api, Fatal, LoadStats, describe, ensure_collection, produce_rows  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import free_port, ids_script  # noqa: E402  # a sibling script, not a package
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = "packages"
@@ -86,13 +92,6 @@ end
 """
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def rows_csv(path: Path, limit: int) -> bytes:
     """The first `limit` loadable rows of the CSV at `path`, as the CSV import takes them."""
     out = io.StringIO()
@@ -104,8 +103,8 @@ def rows_csv(path: Path, limit: int) -> bytes:
     return out.getvalue().encode()
 
 
-async def set_up(base: str, csv_path: Path, records: int) -> dict[str, str]:
-    """Rate limiting off, the collection and its rows, a signed-in user: {record_id, token}."""
+async def set_up(base: str, csv_path: Path, records: int) -> dict[str, Any]:
+    """Rate limiting off, the collection and its rows, a signed-in user: {record_id, token, ids}."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         api = Api(session, base, ADMIN_EMAIL, ADMIN_PASSWORD)
         await api.login()
@@ -133,7 +132,15 @@ async def set_up(base: str, csv_path: Path, records: int) -> dict[str, str]:
                                                                            "password": USER_PASSWORD})
         if status != 200:
             raise Fatal(f"user login failed: HTTP {status} {describe(body)}")
-        return {"record_id": page["items"][0]["id"], "token": "Bearer " + body["token"]["access_token"]}
+        ids: list[str] = []
+        for number in range(1, -(-records // 100) + 1):
+            status, listed, _ = await api.request("GET", f"/api/v1/collections/{COLLECTION}/records",
+                                                  params={"per_page": 100, "page": number, "skip_total": "true"})
+            if status != 200:
+                raise Fatal(f"listing the ids failed: HTTP {status} {describe(listed)}")
+            ids.extend(item["id"] for item in listed["items"])
+        return {"record_id": page["items"][0]["id"], "token": "Bearer " + body["token"]["access_token"],
+                "ids": ids}
 
 
 def command_calls(client: redis.Redis) -> collections.Counter[str]:
@@ -170,10 +177,11 @@ async def count_commands(client: redis.Redis, base: str, get_url: str, token: st
     return out
 
 
-def run_wrk(url: str, script: Path | None, args: argparse.Namespace) -> tuple[float, float, float, int]:
-    """(req/s, p50 ms, p99 ms, non-2xx) of one wrk run."""
-    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{args.duration}s", "--timeout", "10s",
-           "--latency"]
+def run_wrk(url: str, script: Path | None, args: argparse.Namespace,
+            duration: int | None = None) -> tuple[float, float, float, int]:
+    """(req/s, p50 ms, p99 ms, non-2xx) of one wrk run (`duration` s, else `--duration`)."""
+    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{duration or args.duration}s", "--timeout",
+           "10s", "--latency"]
     if script is not None:
         cmd += ["-s", str(script)]
     text = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
@@ -215,6 +223,8 @@ class Target:
     get_url: str = ""
     post_url: str = ""
     script: Path | None = None
+    touch_script: Path | None = None
+    token: str = ""
 
     def start(self, workers: int) -> None:
         """Start `cms serve` (embedded) from `repo` on a free port, with its own data directory."""
@@ -237,10 +247,30 @@ class Target:
         self.post_url = f"{self.base}/api/v1/collections/{COLLECTION}/records"
         self.script = self.work / "create.lua"
         self.script.write_text(LUA_CREATE.format(token=ids["token"]))
+        self.token = ids["token"]
+        self.touch_script = ids_script(self.work / "touch.lua", f"/api/v1/collections/{COLLECTION}/records/",
+                                       ids["ids"], threads=2)
         client = redis.Redis(unix_socket_path=str(next((self.work / "data").rglob("redis.sock"))))
         for label, per in asyncio.run(count_commands(client, self.base, self.get_url, ids["token"])).items():
             listed = ", ".join(f"{k} {v:.2f}" for k, v in per.items())
             print(f"{self.label}: Redis commands per {label}: {sum(per.values()):.2f} ({listed})")
+
+    def scenarios(self, keys: list[str]) -> list[tuple[str, str, Path | None]]:
+        """(key, URL, wrk script) of each scenario of `keys`, in the order get, touch, create."""
+        every = [("get", self.get_url, None), ("touch", self.base, self.touch_script),
+                 ("create", self.post_url, self.script)]
+        return [scenario for scenario in every if scenario[0] in keys]
+
+    def before(self, key: str) -> None:
+        """Before a `touch` run: one create, so every cached read of the collection is stale (its
+        version moved) and each get of the run is a first touch."""
+        if key != "touch":
+            return
+        request = urllib.request.Request(
+            self.post_url, method="POST", headers={"Authorization": self.token, "Content-Type": "application/json"},
+            data=b'{"data":{"name":"touch-%d","version":"1"}}' % time.monotonic_ns())
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            resp.read()
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 30 s)."""
@@ -257,14 +287,17 @@ def profile(target: Target, args: argparse.Namespace) -> None:
     functions by self time."""
     assert target.proc is not None
     args.profile.mkdir(parents=True, exist_ok=True)
-    for label, url, lua in (("get", target.get_url, None), ("create", target.post_url, target.script)):
+    for label, url, lua in target.scenarios(args.scenarios):
         out = args.profile / f"{target.label}-{label}.txt"
-        spy = subprocess.Popen(["py-spy", "record", "--pid", str(target.proc.pid), "--format", "raw",
-                                "--rate", "250", "--output", str(out), "--duration", str(args.duration + 1)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)
-        run_wrk(url, lua, args)
-        spy.wait()
+        duration = args.touch_duration if label == "touch" else args.duration
+        for fmt, path in (("flamegraph", out.with_suffix(".svg")), ("raw", out)):
+            target.before(label)
+            spy = subprocess.Popen(["py-spy", "record", "--pid", str(target.proc.pid), "--format", fmt,
+                                    "--rate", "250", "--output", str(path), "--duration", str(duration)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(0.5)
+            run_wrk(url, lua, args, duration)
+            spy.wait()
         print(f"\nTop self time, {target.label} {label} ({out}):")
         for name, share in self_times(out):
             print(f"  {share:5.1f}%  {name}")
@@ -276,6 +309,8 @@ def main() -> int:
     parser.add_argument("csv", nargs="?", type=Path, default=DEFAULT_CSV)
     parser.add_argument("--records", type=int, default=3000)
     parser.add_argument("--duration", type=int, default=5)
+    parser.add_argument("--touch-duration", type=int, default=2,
+                        help="seconds of a touch run: short enough that each id is read about once (default 2)")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
@@ -283,8 +318,10 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout of the code to compare with (e.g. a `git worktree` of the commit before)")
     parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--scenarios", default="get,touch,create", help="of get, touch, create (default: all)")
     parser.add_argument("--keep", action="store_true", help="keep the data directories")
     args = parser.parse_args()
+    args.scenarios = [key for key in args.scenarios.split(",") if key]
     work = Path(tempfile.mkdtemp(prefix="cms-hot-"))
     targets = [Target("this", REPO_ROOT, work / "this")]
     if args.baseline is not None:
@@ -297,11 +334,14 @@ def main() -> int:
         results: dict[tuple[str, str], list[tuple[float, float, float, int]]] = collections.defaultdict(list)
         for round_no in range(args.rounds):  # interleaved: each round runs every target and scenario
             for target in targets:
-                for label, url, lua in (("get", target.get_url, None), ("create", target.post_url, target.script)):
-                    result = run_wrk(url, lua, args)
+                for label, url, lua in target.scenarios(args.scenarios):
+                    target.before(label)
+                    duration = args.touch_duration if label == "touch" else args.duration
+                    result = run_wrk(url, lua, args, duration)
                     results[target.label, label].append(result)
+                    per_id = f", {result[0] * duration / args.records:.2f} reads per id" if label == "touch" else ""
                     print(f"round {round_no + 1} {target.label} {label}: {result[0]:,.0f} req/s, "
-                          f"p50 {result[1]:.1f} ms, p99 {result[2]:.1f} ms, non-2xx {result[3]}")
+                          f"p50 {result[1]:.1f} ms, p99 {result[2]:.1f} ms, non-2xx {result[3]}{per_id}")
         for (name, label), runs in results.items():
             print(f"median {name} {label}: {statistics.median(r[0] for r in runs):,.0f} req/s, "
                   f"p50 {statistics.median(r[1] for r in runs):.1f} ms, "

@@ -201,6 +201,35 @@ end
 """
 
 
+LUA_IDS = """-- every thread cycles over the ids, starting at its own share of them
+local prefix, suffix = {prefix}, {suffix}
+local ids = {{{ids}}}
+local threads = {threads}
+counter = 0
+thread_no = 0
+function setup(thread)
+  thread_no = thread_no + 1
+  thread:set("thread_no", thread_no)
+end
+function init(args)
+  counter = math.floor((thread_no - 1) * #ids / threads)
+end
+function request()
+  counter = counter % #ids + 1
+  return wrk.format("GET", prefix .. ids[counter] .. suffix)
+end
+"""
+
+
+def ids_script(path: Path, prefix: str, ids: list[str], *, threads: int, suffix: str = "") -> Path:
+    """A wrk script GETting `prefix` + id + `suffix`, cycling over `ids` (rotating ids: over a run
+    shorter than one cycle each id is asked about once); each of the `threads` wrk threads starts
+    at its own share of the cycle."""
+    path.write_text(LUA_IDS.format(prefix=lua_quote(prefix), suffix=lua_quote(suffix), threads=threads,
+                                   ids=",".join(lua_quote(i) for i in ids)))
+    return path
+
+
 def cycle_script(path: Path, prefix: str, *, count: int, first: int, step: int, threads: int) -> Path:
     """A wrk script GETting `prefix` + value, the value cycling over `first`, `first + step`, ...
     (`count` values); each of the `threads` wrk threads starts at its own share of the cycle."""
@@ -232,11 +261,26 @@ class WrkResult:
     socket_errors: int = 0
     cpu_s: float = 0.0
     drain_s: float = 0.0  # seconds after wrk stopped until the server answered promptly again
+    requests: int = 0  # answers wrk counted (one run, or the runs `add`ed)
+    seconds: float = 0.0  # wrk's own duration of the run(s)
 
     @property
     def failed(self) -> int:
         """Requests that got no 2xx/3xx answer: non-2xx responses plus socket errors (time-outs too)."""
         return self.non_2xx + self.socket_errors
+
+    def add(self, other: WrkResult) -> None:
+        """Fold the run `other` into this one: requests, seconds, failures, CPU and drain summed, req/s
+        over the sum, p50 and p99 the worse of the two."""
+        self.requests += other.requests
+        self.seconds += other.seconds
+        self.rps = self.requests / self.seconds if self.seconds else 0.0
+        self.p50_ms = max((v for v in (self.p50_ms, other.p50_ms) if v is not None), default=None)
+        self.p99_ms = max((v for v in (self.p99_ms, other.p99_ms) if v is not None), default=None)
+        self.non_2xx += other.non_2xx
+        self.socket_errors += other.socket_errors
+        self.cpu_s += other.cpu_s
+        self.drain_s += other.drain_s
 
 
 UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
@@ -257,10 +301,12 @@ def percentile_ms(text: str, pct: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Server) -> WrkResult:
-    """One wrk run against `url` (with `script`, if any), `server`'s CPU seconds during it and its
-    drain time after it."""
-    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{args.duration}s",
+def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Server,
+            into: WrkResult | None = None, *, duration: int | None = None) -> WrkResult:
+    """One wrk run against `url` (with `script`, if any) for `duration` seconds (default
+    `args.duration`), `server`'s CPU seconds during it and its drain time after it; with `into`,
+    also folded into that (`WrkResult.add`)."""
+    cmd = ["wrk", f"-t{args.threads}", f"-c{args.connections}", f"-d{duration or args.duration}s",
            "--timeout", WRK_TIMEOUT, "--latency"]
     if script is not None:
         cmd += ["-s", str(script)]
@@ -275,7 +321,8 @@ def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Ser
     match = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m)", text)
     if match:
         seconds = to_ms(match.group(2) + match.group(3)) / 1000
-        result.rps = int(match.group(1)) / seconds if seconds > 0 else 0.0
+        result.requests, result.seconds = int(match.group(1)), seconds
+        result.rps = result.requests / seconds if seconds > 0 else 0.0
     result.p50_ms, result.p99_ms = percentile_ms(text, "50"), percentile_ms(text, "99")
     found = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
     if found:
@@ -283,6 +330,8 @@ def run_wrk(url: str, script: Path | None, args: argparse.Namespace, server: Ser
     found = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
     if found:
         result.socket_errors = sum(int(g) for g in found.groups())
+    if into is not None:
+        into.add(result)
     return result
 
 
