@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -31,6 +31,8 @@ from cms.store.transactions import current_session
 COMPUTED_SORT_KEY = "_sort_"
 """The prefix of the keys an aggregation adds to sort by a tuple path (`_sort_0`, ...): no schema field
 starts with `_`."""
+_NO_SLOT = nullcontext()
+"""What a query served by an index holds instead of a slot of the scan line (reusable: it does nothing)."""
 MAX_KEPT_COLLECTIONS = 1024
 """Most driver collection objects a repository keeps (`_mongo_coll`); past it they are made afresh."""
 
@@ -244,13 +246,16 @@ class RecordQueries:
             return [d["_id"] async for d in found]
 
     async def find_related(self, collection_id: str, query: dict[str, Any], sort: SortSpec,
-                           limit: int, *, client: str | None = None) -> list[Record]:
+                           limit: int, *, client: str | None = None, indexed: bool = False) -> list[Record]:
         """Records matching `query` (the related records of a page, by `_id` or relation field `$in`)
         in `sort` order, at most `limit` (0: all), in the current transaction if any (a batch sees
-        what it wrote), in `client`'s share of the scan line. Raises InvalidFilter when the server
-        refuses the query and ServiceUnavailable (the line is full)."""
+        what it wrote), in `client`'s share of the scan line. `indexed`: the query is led by `_id` or
+        by a field an index leads (a relation field's `auto_relation_<field>`), so the server examines
+        the records it matches, not the collection: it takes no slot, like a point read (issue 38).
+        Raises InvalidFilter when the server refuses the query and ServiceUnavailable (the line is full)."""
         stages = sort_stages(sort)
-        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
+        async with (self._scan_slot(client) if not indexed else _NO_SLOT), translate_query_errors(), \
+                self._timed(collection_id, query, sort):
             mongo_coll = self._mongo_coll(collection_id)
             if stages is not None:
                 cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, limit, None),

@@ -8,7 +8,9 @@ process runs at most `slots` scans at once (`LIST_SCAN_SLOTS`, default SCAN_SLOT
 `Retry-After` header: when the line is full, or when the wait it predicts would pass `max_wait_s`; a
 caller that waits anyway gives up after `max_wait_s`. Clients are told to come back instead of
 queueing for seconds behind scans whose callers have most likely given up. Point reads (`get`,
-`find_by_ids`) take no slot and are never refused here.
+`find_by_ids`) take no slot and are never refused here, nor the related records of an `expand`
+(`find_related(indexed=True)`: by `_id`, or by a relation field its `auto_relation_<field>` index
+serves; issue 38), whose cost is the records they match, not the collection.
 
 The line is shared fairly between clients (the caller's `client` key: the services pass the signed-in
 user, else the client's address). One client holds at most `max_per_client` places (running and

@@ -43,7 +43,6 @@ Exit status: 0 on success; 1 when a server does not start or a set-up step fails
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -52,8 +51,7 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,7 +217,7 @@ class Side:
     url: str
     script: Path | None
     per_request: int = 1
-    before: Callable[[], None] = lambda: None
+    before: Callable[[], Awaitable[None]] | None = None
     rounds: list[WrkResult] = field(default_factory=list)
 
     def per_s(self, result: WrkResult) -> float:
@@ -240,15 +238,6 @@ class Scenario:
     duration: int | None = None  # seconds of each run (None: --duration)
 
 
-def write_request(method: str, url: str, body: bytes, token: str) -> None:
-    """One HTTP request (Fatal on a non-2xx answer)."""
-    request = urllib.request.Request(url, data=body, method=method,
-                                     headers={"Content-Type": "application/json", "Authorization": token})
-    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_S) as resp:
-        if resp.status >= 300:
-            raise Fatal(f"{method} {url}: HTTP {resp.status}")
-
-
 async def read_all(urls: list[str], concurrency: int = 32) -> None:
     """GET every URL once (`concurrency` at a time): fills the read cache."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as session:
@@ -265,12 +254,16 @@ def build(pb: Server, pb_ids: dict[str, Any], cms: Server, cms_ids: dict[str, An
     pb_notes, cms_notes = f"/api/collections/{NOTES}/records", f"/api/v1/collections/{NOTES}/records"
     counter = iter(range(1, 1 << 30))
 
-    def stale() -> None:  # one create into posts: every cached read of posts is stale
+    async def stale() -> None:  # one create into posts: every cached read of posts is stale
         body = {"title": f"stale-{time.monotonic_ns()}-{next(counter)}", "author": cms_ids["user_id"]}
-        write_request("POST", cms.base + cms_posts, json.dumps({"data": body}).encode(), cms_ids["user_token"])
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S)) as session:
+            async with session.post(cms.base + cms_posts, json={"data": body},
+                                    headers={"Authorization": cms_ids["user_token"]}) as resp:
+                if resp.status != 201:
+                    raise Fatal(f"cms: a create into {POSTS} failed: HTTP {resp.status}")
 
-    def warm() -> None:  # every id read once: each read of the run is a hit
-        asyncio.run(read_all([f"{cms.base}{cms_posts}/{i}" for i in cms_ids["post_ids"]]))
+    async def warm() -> None:  # every id read once: each read of the run is a hit
+        await read_all([f"{cms.base}{cms_posts}/{i}" for i in cms_ids["post_ids"]])
 
     def post(system: str, user_id: str, kind: str, numbered: bool = False) -> str:
         return (f'"title":"bench-{system}-{kind}-%d-%d-%d{"-%d" if numbered else ""}",'
@@ -447,7 +440,8 @@ async def main_async(args: argparse.Namespace) -> int:
             for s in scenarios:
                 for server, side in ((pb, s.pb), (cms, s.cms)):
                     print(f"round {number}: {s.label}: {server.name}", file=sys.stderr)
-                    side.before()
+                    if side.before is not None:
+                        await side.before()
                     result = run_wrk(side.url, side.script, args, server, duration=s.duration)
                     side.rounds.append(result)
                     print(f"  {side.per_s(result):,.0f}/s, p50 {fmt_ms(result.p50_ms)} ms, p99 "

@@ -127,3 +127,37 @@ async def test_a_flooding_client_fills_only_its_own_share_of_the_line(
     assert set(flood_statuses) == {200, 503}  # served within its share, refused past it; never a 429
     assert tracked == 1  # the flooder, in line; the other client left it with its last answer
     assert scans.clients == 0 and scans.waiting == 0  # idle clients are forgotten
+
+
+async def test_an_expanded_view_takes_no_slot_of_the_line(client: Any, services: Services, admin_token: str) -> None:
+    """Issue 38: the related records of an `expand` are read by `_id` and by a relation field's
+    `auto_relation_<field>` index, not scanned, so a view with `expand` is served while every scan slot
+    is taken (a list is still refused), as a view without it is."""
+    authors = await create_collection(client, admin_token, "authors", [{"name": "name", "type": "text"}],
+                                      list_rule="", view_rule="")
+    posts = await create_collection(client, admin_token, "posts", [
+        {"name": "title", "type": "text"},
+        {"name": "author", "type": "relation", "collection_id": authors["id"], "max_select": 1}],
+        list_rule="", view_rule="")
+    await create_collection(client, admin_token, "comments", [
+        {"name": "body", "type": "text"},
+        {"name": "post", "type": "relation", "collection_id": posts["id"], "max_select": 1}],
+        list_rule="", view_rule="")
+    author = await (await client.post(records_path("authors"), headers=bearer(admin_token),
+                                      json={"data": {"name": "Ada"}})).json()
+    post = await (await client.post(records_path("posts"), headers=bearer(admin_token),
+                                    json={"data": {"title": "p", "author": author["id"]}})).json()
+    for n in range(3):
+        response = await client.post(records_path("comments"), headers=bearer(admin_token),
+                                     json={"data": {"body": f"c{n}", "post": post["id"]}})
+        assert response.status == 201
+    scans = services.records.repository.scans
+    scans.max_wait_s = 0.2
+    async with services.records.repository.hold_scans():
+        response = await client.get(records_path("posts", post["id"]), params={"expand": "author,comments_via_post"})
+        assert response.status == 200
+        body = await response.json()
+        assert body["expand"]["author"]["name"] == "Ada"
+        assert sorted(c["body"] for c in body["expand"]["comments_via_post"]) == ["c0", "c1", "c2"]
+        refused = await client.get(records_path("comments"), params={"filter": "body != 'x'"})
+        assert refused.status == 503

@@ -13,6 +13,8 @@ in the view's locale.
 `Expansion.load(records, parents)` loads them for a whole page at once: one database query per
 segment (forward: one `_id $in` of every id the page's records hold; back: one query on the
 relation field with `$in` of the page's ids), the view rule in the query, whatever the page size.
+Both are served by an index (`_id_`, the relation field's `auto_relation_<field>`), so they take no
+slot of the scan line (issue 38): a view with `expand` is refused only as a point read would be.
 The read cache keys an expanded read with `key_parts()` and stamps it with the versions of
 `collections()` as well (content/record_reads.py), so a write to any of them makes it stale.
 """
@@ -222,7 +224,8 @@ async def _forward(records: RecordRepository, segment: Segment, parents: Sequenc
         return {}
     budget.take(len(wanted))  # before the query: the ids are known
     query = _visible({"_id": {"$in": wanted}}, segment.access)
-    found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0, client=budget.client)}
+    found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0, client=budget.client,
+                                                         indexed=True)}  # by `_id`
     related = {pid: [found[i] for i in ids if i in found] for pid, ids in held.items()}
     return {pid: shown for pid, shown in related.items() if shown}
 
@@ -238,7 +241,8 @@ async def _back(records: RecordRepository, segment: Segment, parents: Sequence[R
     while pending:
         limit = min(MAX_BACK_RELATIONS * len(pending), budget.left + 1)  # one more shows the bound passed
         query = _visible({segment.field: {"$in": pending}}, segment.access, segment.field)
-        found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit, client=budget.client)
+        found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit, client=budget.client,
+                                           indexed=True)  # by `auto_relation_<field>` (content/indexes.py)
         budget.take(len(found))
         got: dict[str, list[Record]] = {pid: [] for pid in pending}
         for record in found:
