@@ -132,12 +132,18 @@ def start_pocketbase(binary: str, work: Path) -> Server:
     return Server("PocketBase", f"http://127.0.0.1:{port}", proc, log_path, cpu_children=False)
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+"""The checkout these scripts belong to: `start_cms` runs its code (not whatever `cms` is installed)."""
+
+
 def start_cms(work: Path, workers: int = 1) -> Server:
-    """`cms serve` in embedded mode with `workers` web processes (`--workers`)."""
+    """`cms serve` in embedded mode with `workers` web processes (`--workers`), running the code of
+    this checkout (REPO_ROOT first on PYTHONPATH: an editable install may point at another one)."""
     data_dir = work / "cms_data"
     log_path = work / "cms.log"
     env = {k: v for k, v in os.environ.items() if k not in ("MONGODB_URL", "REDIS_URL")}  # embedded mode
-    env.update(ADMIN_EMAIL=ADMIN_EMAIL, ADMIN_PASSWORD=ADMIN_PASSWORD)
+    env.update(ADMIN_EMAIL=ADMIN_EMAIL, ADMIN_PASSWORD=ADMIN_PASSWORD,
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p))
     port = free_port()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
