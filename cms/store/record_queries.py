@@ -150,7 +150,12 @@ class RecordQueries:
         return [doc async for doc in self._mongo_coll(collection_id).find({"_id": {"$in": list(record_ids)}})]
 
     async def find_by_ids(self, collection_id: str, record_ids: Sequence[str]) -> list[Record]:
-        """The records among `record_ids` that exist (one find per ID_CHUNK ids, any order)."""
+        """The records among `record_ids` that exist (one find per ID_CHUNK ids, any order). Outside a
+        transaction they are point reads (`PointReads.get_many`: read with the gets of the collection
+        that arrive meanwhile)."""
+        if current_session() is None:
+            found_now = await self.points.get_many(collection_id, record_ids)
+            return [record_from_document(doc) for doc in found_now.values()]
         mongo_coll = self._mongo_coll(collection_id)
         found: list[Record] = []
         for chunk in chunks(record_ids):

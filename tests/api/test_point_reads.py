@@ -86,3 +86,20 @@ async def test_first_touch_gets_through_the_api_answer_each_its_own_record(
     assert answers[-1][0] == 404
     finds = id_finds(mongo_commands, posts["id"])
     assert sum(len(f["$in"]) if isinstance(f, dict) else 1 for f in finds) == 21  # each id read once
+
+
+async def test_reads_of_several_ids_join_the_batch_as_one_caller(
+        client: Any, services: Services, admin_token: str, mongo_commands: CommandLog) -> None:
+    posts = await create_collection(client, admin_token, "posts", POSTS, list_rule="", view_rule="")
+    made = [await create_record(client, admin_token, "posts", {"title": f"t{n}"}) for n in range(6)]
+    ids = [r["id"] for r in made]
+    repository = services.records.repository
+    mongo_commands.commands.clear()
+    first, many, overlapping, none = await asyncio.gather(
+        repository.get(posts["id"], ids[0]), repository.find_by_ids(posts["id"], [ids[1], ids[2], "missing", ids[1]]),
+        repository.find_by_ids(posts["id"], [ids[2], ids[3]]), repository.find_by_ids(posts["id"], []))
+    assert first is not None and first.id == ids[0] and none == []
+    assert sorted(r.data["title"] for r in many) == ["t1", "t2"]
+    assert sorted(r.data["title"] for r in overlapping) == ["t2", "t3"]
+    finds = id_finds(mongo_commands, posts["id"])
+    assert len(finds) == 2 and sorted(finds[1]["$in"]) == sorted([ids[1], ids[2], "missing", ids[3]])

@@ -11,8 +11,9 @@ its segment. Each segment carries the view rule of its collection bound to the c
 in the view's locale.
 
 `Expansion.load(records, parents)` loads them for a whole page at once: one database query per
-segment (forward: one `_id $in` of every id the page's records hold; back: one query on the
-relation field with `$in` of the page's ids), the view rule in the query, whatever the page size.
+segment (forward: the point reads of every id the page's records hold, `find_by_ids`, batched with
+concurrent gets of that collection, the view rule decided on each record; back: one query on the
+relation field with `$in` of the page's ids, the view rule in the query), whatever the page size.
 Both are served by an index (`_id_`, the relation field's `auto_relation_<field>`), so they take no
 slot of the scan line (issue 38): a view with `expand` is refused only as a point read would be.
 The read cache keys an expanded read with `key_parts()` and stamps it with the versions of
@@ -223,9 +224,9 @@ async def _forward(records: RecordRepository, segment: Segment, parents: Sequenc
     if not wanted:
         return {}
     budget.take(len(wanted))  # before the query: the ids are known
-    query = _visible({"_id": {"$in": wanted}}, segment.access)
-    found = {r.id: r for r in await records.find_related(segment.target.id, query, [], 0, client=budget.client,
-                                                         indexed=True)}  # by `_id`
+    # point reads (read with the gets of that collection that arrive meanwhile), the view rule decided
+    # on each record in memory: the same condition `_visible` would add to the query
+    found = {r.id: r for r in await records.find_by_ids(segment.target.id, wanted) if segment.access.allows(r)}
     related = {pid: [found[i] for i in ids if i in found] for pid, ids in held.items()}
     return {pid: shown for pid, shown in related.items() if shown}
 
