@@ -19,7 +19,7 @@ from pymongo.errors import OperationFailure
 
 from cms.errors import BadRequest
 from cms.models import QueryPlan, QueryShape, Record, SortSpec
-from cms.store.bulk import chunks
+from cms.store.bulk import ID_CHUNK, chunks
 from cms.store.client import Capabilities, Database, plan_nodes
 from cms.store.documents import record_from_document, records_mongo_name
 from cms.store.errors import translate_query_errors
@@ -164,7 +164,11 @@ class RecordQueries:
         return found
 
     async def existing_ids(self, collection_id: str, record_ids: Sequence[str]) -> set[str]:
-        """Which of `record_ids` exist (one find per ID_CHUNK ids)."""
+        """Which of `record_ids` exist (one find per ID_CHUNK ids). Fewer than ID_CHUNK outside a
+        transaction (a write's relation check) are point reads (`PointReads.get_many`), read with the
+        collection's other point reads of the moment."""
+        if current_session() is None and len(record_ids) < ID_CHUNK:
+            return set(await self.points.get_many(collection_id, record_ids))
         mongo_coll = self._mongo_coll(collection_id)
         found: set[str] = set()
         for chunk in chunks(record_ids):
