@@ -139,7 +139,7 @@ async def test_an_expanded_view_takes_no_slot_of_the_line(client: Any, services:
         {"name": "title", "type": "text"},
         {"name": "author", "type": "relation", "collection_id": authors["id"], "max_select": 1}],
         list_rule="", view_rule="")
-    await create_collection(client, admin_token, "comments", [
+    comments = await create_collection(client, admin_token, "comments", [
         {"name": "body", "type": "text"},
         {"name": "post", "type": "relation", "collection_id": posts["id"], "max_select": 1}],
         list_rule="", view_rule="")
@@ -161,3 +161,13 @@ async def test_an_expanded_view_takes_no_slot_of_the_line(client: Any, services:
         assert sorted(c["body"] for c in body["expand"]["comments_via_post"]) == ["c0", "c1", "c2"]
         refused = await client.get(records_path("comments"), params={"filter": "body != 'x'"})
         assert refused.status == 503
+    # a view rule on comments joins the back-relation's query (`$and`), which the embedded server scans:
+    # then it takes a slot like a list
+    changed = await client.patch(f"/api/v1/collections/{comments['id']}", headers=bearer(admin_token),
+                                 json={"view_rule": "body != 'x'"})
+    assert changed.status == 200, await changed.text()
+    async with services.records.repository.hold_scans():
+        response = await client.get(records_path("posts", post["id"]), params={"expand": "author,comments_via_post"})
+        assert response.status == 503
+    response = await client.get(records_path("posts", post["id"]), params={"expand": "author,comments_via_post"})
+    assert response.status == 200 and len((await response.json())["expand"]["comments_via_post"]) == 3

@@ -15,7 +15,9 @@ segment (forward: the point reads of every id the page's records hold, `find_by_
 concurrent gets of that collection, the view rule decided on each record; back: one query on the
 relation field with `$in` of the page's ids, the view rule in the query), whatever the page size.
 Both are served by an index (`_id_`, the relation field's `auto_relation_<field>`), so they take no
-slot of the scan line (issue 38): a view with `expand` is refused only as a point read would be.
+slot of the scan line (issue 38), except a back-relation whose collection's view rule joins the query
+(`$and`: the embedded server's planner scans it): a view with `expand` of records everyone may see is
+refused only as a point read would be.
 The read cache keys an expanded read with `key_parts()` and stamps it with the versions of
 `collections()` as well (content/record_reads.py), so a write to any of them makes it stale.
 """
@@ -242,8 +244,10 @@ async def _back(records: RecordRepository, segment: Segment, parents: Sequence[R
     while pending:
         limit = min(MAX_BACK_RELATIONS * len(pending), budget.left + 1)  # one more shows the bound passed
         query = _visible({segment.field: {"$in": pending}}, segment.access, segment.field)
+        # by `auto_relation_<field>` (content/indexes.py) when the query is that field alone; joined to
+        # a view rule (`$and`) the embedded server's planner scans, so it takes a slot like a list
         found = await records.find_related(segment.target.id, query, NEWEST_FIRST, limit, client=budget.client,
-                                           indexed=True)  # by `auto_relation_<field>` (content/indexes.py)
+                                           indexed="$and" not in query)
         budget.take(len(found))
         got: dict[str, list[Record]] = {pid: [] for pid in pending}
         for record in found:
