@@ -271,7 +271,7 @@ async def test_a_failed_collection_create_moves_the_epoch_and_drops_what_it_made
     records = services.records.repository
     made: list[str] = []
 
-    async def half_made(collection_id: str, *args: Any) -> None:
+    async def half_made(collection_id: str, *args: Any, **kwargs: Any) -> None:
         made.append(collection_id)
         await mongo_db[records_mongo_name(collection_id)].insert_one({"_id": "left"})
         raise RuntimeError("index build failed")
