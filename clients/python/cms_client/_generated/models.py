@@ -181,6 +181,10 @@ class CollectionCreate(TypedDict, closed=True):
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    drafts: NotRequired[bool | None]
+    """
+    Base collections: records have a published copy (what readers see) and a working copy (publish, unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing is published or discarded
+    """
     email_view_rule: NotRequired[str | None]
     """
     Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
@@ -206,10 +210,6 @@ class CollectionCreate(TypedDict, closed=True):
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
-    versions: NotRequired[int]
-    """
-    Versions kept per record (0: none): each create and update stores one, the newest are kept
-    """
     view_rule: NotRequired[str | None]
     """
     Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
@@ -230,6 +230,10 @@ class CollectionUpdate(TypedDict, closed=True):
     delete_rule: NotRequired[str | None]
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    drafts: NotRequired[bool]
+    """
+    Base collections: records have a published copy (what readers see) and a working copy (publish, unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing is published or discarded
     """
     email_view_rule: NotRequired[str | None]
     """
@@ -254,10 +258,6 @@ class CollectionUpdate(TypedDict, closed=True):
     update_rule: NotRequired[str | None]
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
-    """
-    versions: NotRequired[int]
-    """
-    Versions kept per record (0: none): each create and update stores one, the newest are kept
     """
     view_rule: NotRequired[str | None]
     """
@@ -462,6 +462,22 @@ class Record(TypedDict):
     Only with `?expand=`: relation segment -> the related record (a relation holding at most one id) or an array of records (more, and back-relations `<collection>_via_<field>`); records the caller may not view are left out, and so is a segment with none
     """
     id: str
+    published_at: NotRequired[str | None]
+    """
+    Only in collections with drafts: when the published copy was last published (null: never)
+    """
+    schedule_error: NotRequired[str | None]
+    """
+    Only in a working copy whose last scheduled publish failed validation: why
+    """
+    scheduled_at: NotRequired[str | None]
+    """
+    Only in collections with drafts: when a scheduled publish will run (null: none; readers always see null)
+    """
+    status: NotRequired[Literal['draft', 'published', 'changed']]
+    """
+    Only in collections with drafts: `draft` (never published, or unpublished), `published` (no pending change), `changed` (published, with a pending working copy). Readers see published copies only, always `published`; `?draft=true` shows the working state
+    """
     updated: str
 
 
@@ -478,32 +494,10 @@ class RecordPage(TypedDict, closed=True):
     """
 
 
-class RecordVersion(TypedDict, closed=True):
-    by: str | None
+class RecordPublish(TypedDict, closed=True):
+    at: NotRequired[str | None]
     """
-    the writer's user id; null for the system
-    """
-    created: str
-    """
-    when the write this version records happened
-    """
-    data: dict[str, Any]
-    """
-    the record's field values as that write left them (relation ids as they were), as the caller's field view rules show them
-    """
-    version: int
-    """
-    counts up from 1 per record
-    """
-
-
-class RecordVersionPage(TypedDict, closed=True):
-    items: list[RecordVersion]
-    page: int
-    per_page: int
-    total: int
-    """
-    every version kept
+    When to publish (ISO 8601; naive means UTC); must be in the future (422 otherwise). Replaces a pending schedule. Absent or null: publish now
     """
 
 
@@ -591,36 +585,6 @@ class SettingUpdate(TypedDict, closed=True):
     value: bool | int | str
     """
     a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type
-    """
-
-
-class SlowQuery(TypedDict, closed=True):
-    collection: str
-    """
-    collection name
-    """
-    collection_id: str
-    count: int
-    """
-    slow runs seen (every replica)
-    """
-    id: str
-    last_ms: float
-    """
-    the last run (milliseconds)
-    """
-    last_seen: str
-    max_ms: float
-    """
-    the longest run (milliseconds)
-    """
-    shape: str
-    """
-    the query's filter and sort: field names and operators, never values, e.g. `{status: $eq, views: $gte} sort -created`
-    """
-    suggested_index: IndexDeclaration | dict[str, Any]
-    """
-    the declared index that would serve the query (ESR rule); null when an index already does or none can
     """
 
 
@@ -812,6 +776,10 @@ class Collection(TypedDict, closed=True):
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    drafts: bool
+    """
+    Records have a published copy and a working copy
+    """
     email_view_rule: str | None
     """
     Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
@@ -836,10 +804,6 @@ class Collection(TypedDict, closed=True):
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
     updated: str
-    versions: int
-    """
-    Versions kept per record (0: none)
-    """
     view_rule: str | None
     """
     Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
