@@ -236,7 +236,8 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     platform.events.subscribe(versions.on_collection_events, CollectionEvent)
     writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
                           transactions=transactions, group_commit=True, versions=versions)
-    copies = WorkingCopies(catalog, record_repository, working, writer, schedules)
+    copies = WorkingCopies(catalog, record_repository, working, writer, schedules, events=platform.events,
+                           transactions=transactions)
     publisher = Publisher(copies)
     drafts = Drafts(copies=copies, reads=DraftReads(catalog, copies), publisher=publisher,
                     scheduler=Scheduler(copies, publisher, platform.events, batches=transactions.enabled))

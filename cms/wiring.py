@@ -144,7 +144,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             collections=content.collections,
             records=records,
             versions=VersionService(content.catalog, content.record_repository, content.versions.repository,
-                                    write=records.update),
+                                    write=records.update, working=content.drafts.copies),
             drafts=content.drafts,
             system=build_system(infra, webhook_outbox),
             identity=identity,

@@ -334,3 +334,28 @@ async def test_publish_many_is_all_or_nothing(client, admin_token, posts, servic
     assert sorted(e.record_id for e in seen if e.event == "create") == sorted(ids)
     assert hooked == [(posts, i, "someone") for i in ids]  # on_published: one call per publish
     assert (await get(client, records_path(posts)))["total"] == 3
+
+
+async def test_versions_follow_the_published_copy(client, admin_token, seen):
+    """With drafts and versions (decisions.md: a version per publish): saving a working copy stores no
+    version, each publish one, an unpublish keeps them; a restore writes the working copy."""
+    await create_collection(client, admin_token, "notes", [{"name": "title", "type": "text"}], drafts=True,
+                            versions=5)
+    record_id = (await create_record(client, admin_token, "notes", {"title": "v1"}))["id"]
+    path = records_path("notes", record_id)
+
+    async def versions() -> list[Any]:
+        return [v["data"]["title"] for v in (await get(client, path + "/versions", admin_token))["items"]]
+
+    assert await versions() == []
+    await post(client, path + "/publish", admin_token)
+    response = await client.patch(path, headers=bearer(admin_token), json={"data": {"title": "v2"}})
+    assert response.status == 200
+    assert await versions() == ["v1"]
+    await post(client, path + "/publish", admin_token)
+    assert await versions() == ["v2", "v1"]
+    await post(client, path + "/unpublish", admin_token)
+    assert await versions() == ["v2", "v1"]
+    restored = await post(client, path + "/versions/1/restore", admin_token)
+    assert restored["status"] == "draft" and restored["title"] == "v1"
+    await error_of(await client.get(path), 404, "not_found")  # restored into the working copy only

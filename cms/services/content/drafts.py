@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -25,8 +26,10 @@ from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
 from cms.services.content.record_writer import RecordWriter
 from cms.services.content.relations import RelationRelease
+from cms.services.delivery.events import EventBus
 from cms.store.records import RecordRepository
 from cms.store.schedules import ScheduleRepository
+from cms.store.transactions import Transactions
 from cms.store.working_copies import WorkingCopyRepository
 
 MAX_EDIT_ATTEMPTS = 3
@@ -61,12 +64,21 @@ class WorkingCopies:
     record_writer.py)."""
 
     def __init__(self, catalog: Catalog, records: RecordRepository, working: WorkingCopyRepository,
-                 writer: RecordWriter, schedules: ScheduleRepository) -> None:
+                 writer: RecordWriter, schedules: ScheduleRepository, *, events: EventBus,
+                 transactions: Transactions | None = None) -> None:
+        """`events` and `transactions`: the bus and the transactions of `atomic` (None: none)."""
         self.catalog = catalog
         self.records = records
         self.working = working
         self.writer = writer
         self.schedules = schedules
+        self._events = events
+        self._transactions = transactions
+
+    def atomic(self) -> AbstractAsyncContextManager[None]:
+        """An event unit in one transaction where the server has them, whatever the outbox wants: a
+        publish changes the working state and the published copy together (publishing.py)."""
+        return self._events.unit(self._transactions)
 
     async def current(self, collection: Collection, record_id: str) -> Record | None:
         """The working copy of record `record_id`, or None when the record does not exist (or has none in

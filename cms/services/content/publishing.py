@@ -94,7 +94,7 @@ class Publisher:
                 return working
             await self.check(collection, working, update)
             try:
-                async with self._copies.writer.atomic():
+                async with self._copies.atomic():
                     return await self.publish_in(collection, working, by=actor(principal))
             except (LostRace, WriteConflict):
                 await backoff(attempt)
@@ -209,7 +209,7 @@ class Publisher:
             workings.append(working)
         results: list[Record] = []  # its length is the index of the item being written
         try:
-            async with self._copies.writer.atomic():
+            async with self._copies.atomic():
                 for (collection, _), working in zip(items, workings, strict=True):
                     pending = working.state is None or working.state.status != PUBLISHED
                     results.append(await self.publish_in(collection, working, by=by) if pending else working)
@@ -239,7 +239,7 @@ class Publisher:
                     return working
                 raise BadRequest("This record is not published")
             try:
-                async with copies.writer.atomic():
+                async with copies.atomic():
                     claimed = await copies.working.set_state(collection.id, record_id, DraftState(DRAFT),
                                                              revision=state.revision)
                     if claimed is None:

@@ -358,11 +358,6 @@ class RecordWriter:
         right after the change; either way before the write is acknowledged."""
         return self._unit(await self._transactional(collection))
 
-    def atomic(self) -> AbstractAsyncContextManager[None]:
-        """An event unit in one transaction where the server has them, whatever the outbox wants: a
-        publish changes the working state and the published copy together (publishing.py)."""
-        return self._events.unit(self._transactions)
-
     def _unit(self, transactional: bool) -> AbstractAsyncContextManager[None]:
         return self._events.unit(self._transactions if transactional else None)
 

@@ -170,7 +170,7 @@ class Scheduler:
                         continue
                     plain.append((schedule, working))
                 if plain:
-                    async with copies.writer.atomic():
+                    async with copies.atomic():
                         await self._publisher.publish_all_in(collection, [w for _, w in plain], by=None,
                                                              scheduled_at=[s.at for s, _ in plain])
                     done.extend(s for s, _ in plain)
@@ -204,7 +204,7 @@ class Scheduler:
                 await copies.working.end_schedule(collection.id, working.id, schedule.at, None)
             else:
                 await self._publisher.check(collection, working, None)
-                async with copies.writer.atomic():
+                async with copies.atomic():
                     await self._publisher.publish_in(collection, working, by=None, scheduled_at=schedule.at)
         except ValidationFailed as exc:
             return await self._failed(collection, working, schedule, exc)

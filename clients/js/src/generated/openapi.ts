@@ -3246,7 +3246,7 @@ export interface paths {
         };
         options?: never;
         head?: never;
-        /** Change a collection's name, schema, otp_enabled, mfa_enabled or rules */
+        /** Change a collection's name, schema, otp_enabled, mfa_enabled, rules or versions */
         patch: {
             parameters: {
                 query?: never;
@@ -6464,6 +6464,296 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/collections/{collection_name}/records/{record_id}/versions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** List a record's versions, newest first (page, per_page); the view rule */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    /** @description 1..100; larger values are clamped to 100 */
+                    per_page?: number;
+                };
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RecordVersionPage"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/collections/{collection_name}/records/{record_id}/versions/{version}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Get one version of a record; the view rule */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                    version: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RecordVersion"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/collections/{collection_name}/records/{record_id}/versions/{version}/restore": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Restore a version: write its data over the record as an update (the update rule, validated like one) */
+        post: {
+            parameters: {
+                query?: {
+                    /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
+                    expand?: string | null;
+                    /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
+                    fields?: string | null;
+                };
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                    version: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Record"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/files": {
         parameters: {
             query?: never;
@@ -7008,6 +7298,278 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["Setting"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not an admin-table user with role admin */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/slow-queries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Slow query shapes every replica reported (field names and operators, never values), the most recently seen first, each with the index that would serve it */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SlowQuery"][];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not an admin-table user with role admin */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/slow-queries/{slow_query_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Drop a slow query entry (it comes back if the query is slow again) */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    slow_query_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not an admin-table user with role admin */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/slow-queries/{slow_query_id}/index": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Add the entry's suggested index to its collection's `indexes` (as a PATCH would) and drop the entry */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    slow_query_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Collection"];
                     };
                 };
                 /** @description Bad request */
@@ -8269,6 +8831,8 @@ export interface components {
             update_rule: string | null;
             /** Format: date-time */
             updated: string;
+            /** @description Versions kept per record (0: none) */
+            versions: number;
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             view_rule: string | null;
         };
@@ -8313,6 +8877,11 @@ export interface components {
             type?: "base" | "auth";
             /** @description Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             update_rule?: string | null;
+            /**
+             * @description Versions kept per record (0: none): each create and update stores one, the newest are kept
+             * @default 0
+             */
+            versions?: number;
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             view_rule?: string | null;
         };
@@ -8367,6 +8936,11 @@ export interface components {
             };
             /** @description Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             update_rule?: string | null;
+            /**
+             * @description Versions kept per record (0: none): each create and update stores one, the newest are kept
+             * @default 0
+             */
+            versions?: number;
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             view_rule?: string | null;
         };
@@ -8599,6 +9173,28 @@ export interface components {
              */
             at?: string | null;
         };
+        RecordVersion: {
+            /** @description the writer's user id; null for the system */
+            by: string | null;
+            /**
+             * Format: date-time
+             * @description when the write this version records happened
+             */
+            created: string;
+            /** @description the record's field values as that write left them (relation ids as they were), as the caller's field view rules show them */
+            readonly data: {
+                [key: string]: unknown;
+            };
+            /** @description counts up from 1 per record */
+            version: number;
+        };
+        RecordVersionPage: {
+            items: components["schemas"]["RecordVersion"][];
+            page: number;
+            per_page: number;
+            /** @description every version kept */
+            total: number;
+        };
         RecordWrite: {
             /** @description Field values of the record */
             data: {
@@ -8671,6 +9267,24 @@ export interface components {
             key: "audit_retention_days" | "batch_max_requests" | "bulk_max_ids" | "csv_import_max_mb" | "csv_import_max_rows" | "locales" | "max_upload_mb" | "mfa_enabled" | "oauth_enabled" | "oauth_providers" | "otp_enabled" | "password_auth_enabled" | "password_min_length" | "password_require_number" | "password_require_special" | "password_require_upper" | "rate_limit_enabled" | "rate_limit_per_minute" | "read_cache_enabled" | "realtime_max_connections" | "refresh_reuse_interval_s" | "refresh_token_expiry_days" | "request_log_size" | "token_expiry_hours";
             /** @description a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type */
             value: boolean | number | string;
+        };
+        SlowQuery: {
+            /** @description collection name */
+            collection: string;
+            collection_id: string;
+            /** @description slow runs seen (every replica) */
+            count: number;
+            id: string;
+            /** @description the last run (milliseconds) */
+            last_ms: number;
+            /** Format: date-time */
+            last_seen: string;
+            /** @description the longest run (milliseconds) */
+            max_ms: number;
+            /** @description the query's filter and sort: field names and operators, never values, e.g. `{status: $eq, views: $gte} sort -created` */
+            shape: string;
+            /** @description the declared index that would serve the query (ESR rule); null when an index already does or none can */
+            suggested_index: components["schemas"]["IndexDeclaration"] | (Record<string, unknown> | null);
         };
         Token: {
             access_token: string;

@@ -210,6 +210,10 @@ class CollectionCreate(TypedDict, closed=True):
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    versions: NotRequired[int]
+    """
+    Versions kept per record (0: none): each create and update stores one, the newest are kept
+    """
     view_rule: NotRequired[str | None]
     """
     Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
@@ -258,6 +262,10 @@ class CollectionUpdate(TypedDict, closed=True):
     update_rule: NotRequired[str | None]
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    versions: NotRequired[int]
+    """
+    Versions kept per record (0: none): each create and update stores one, the newest are kept
     """
     view_rule: NotRequired[str | None]
     """
@@ -501,6 +509,35 @@ class RecordPublish(TypedDict, closed=True):
     """
 
 
+class RecordVersion(TypedDict, closed=True):
+    by: str | None
+    """
+    the writer's user id; null for the system
+    """
+    created: str
+    """
+    when the write this version records happened
+    """
+    data: dict[str, Any]
+    """
+    the record's field values as that write left them (relation ids as they were), as the caller's field view rules show them
+    """
+    version: int
+    """
+    counts up from 1 per record
+    """
+
+
+class RecordVersionPage(TypedDict, closed=True):
+    items: list[RecordVersion]
+    page: int
+    per_page: int
+    total: int
+    """
+    every version kept
+    """
+
+
 class RecordWrite(TypedDict, closed=True):
     data: dict[str, Any]
     """
@@ -585,6 +622,36 @@ class SettingUpdate(TypedDict, closed=True):
     value: bool | int | str
     """
     a JSON boolean or integer, or its string form (`"true"`, `"8"`), of the key's type
+    """
+
+
+class SlowQuery(TypedDict, closed=True):
+    collection: str
+    """
+    collection name
+    """
+    collection_id: str
+    count: int
+    """
+    slow runs seen (every replica)
+    """
+    id: str
+    last_ms: float
+    """
+    the last run (milliseconds)
+    """
+    last_seen: str
+    max_ms: float
+    """
+    the longest run (milliseconds)
+    """
+    shape: str
+    """
+    the query's filter and sort: field names and operators, never values, e.g. `{status: $eq, views: $gte} sort -created`
+    """
+    suggested_index: IndexDeclaration | dict[str, Any]
+    """
+    the declared index that would serve the query (ESR rule); null when an index already does or none can
     """
 
 
@@ -804,6 +871,10 @@ class Collection(TypedDict, closed=True):
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
     updated: str
+    versions: int
+    """
+    Versions kept per record (0: none)
+    """
     view_rule: str | None
     """
     Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
