@@ -6184,6 +6184,8 @@ export interface paths {
         post: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
@@ -6668,6 +6670,8 @@ export interface paths {
         post: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
