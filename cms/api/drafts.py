@@ -29,7 +29,7 @@ async def publish_record(request: web.Request) -> web.Response:
     present = await services(request).records.presenter(name, record_view(request), principal)
     drafts = services(request).drafts
     if body["at"] is None:
-        record = await drafts.publisher.publish(principal, name, record_id)
+        record = await drafts.publisher.publish(principal, name, record_id, locale=record_view(request).locale)
     else:
         record = await drafts.scheduler.schedule(principal, name, record_id, body["at"])
     return json_response(await present(record), headers=NO_STORE)

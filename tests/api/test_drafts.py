@@ -11,6 +11,7 @@ import pytest
 
 from cms.services.content.publishing import PublishFailed
 from cms.services.delivery.events import RecordEvent
+from tests.api.test_locales import read, use_locales, write
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
 FIELDS: list[dict[str, Any]] = [
@@ -359,3 +360,46 @@ async def test_versions_follow_the_published_copy(client, admin_token, seen):
     restored = await post(client, path + "/versions/1/restore", admin_token)
     assert restored["status"] == "draft" and restored["title"] == "v1"
     await error_of(await client.get(path), 404, "not_found")  # restored into the working copy only
+
+
+# --- localized fields (decisions.md, Localized fields: publish?locale=) -----------------------------
+
+
+async def test_publishing_one_locale_of_localized_fields(client, admin_token, seen):
+    await use_locales(client, admin_token, [{"code": "en"}, {"code": "de", "fallback": "en"}])
+    await create_collection(client, admin_token, "pages", [
+        {"name": "title", "type": "text", "localized": True, "validation": {"required": True}},
+        {"name": "slug", "type": "text", "localized": True, "validation": {"unique": True}},
+        {"name": "views", "type": "number"}], drafts=True)
+    page = await write(client, admin_token, "POST", records_path("pages"), {"title": "Hello", "views": 1}, "en",
+                       status=201)
+    path = records_path("pages", page["id"])
+    await write(client, admin_token, "PATCH", path, {"title": "Hallo", "slug": "hallo"}, "de")
+
+    response = await client.post(path + "/publish", headers=bearer(admin_token), params={"locale": "de"})
+    body = await error_of(response, 422, "validation_error")  # only de's values: no title in en, required
+    assert "title.en" in body["errors"], body
+    response = await client.post(path + "/publish", headers=bearer(admin_token), params={"locale": "en"})
+    assert response.status == 200, await response.text()
+    assert (await response.json())["status"] == "changed"  # de's values are still pending
+    shown, _ = await read(client, path, locale="*")
+    assert shown["title"] == {"en": "Hello"} and "slug" not in shown and "views" not in shown
+    assert (await read(client, path, locale="de"))[0]["title"] == "Hello"  # de falls back to en
+
+    response = await client.post(path + "/publish", headers=bearer(admin_token), params={"locale": "de"})
+    assert response.status == 200, await response.text()
+    assert (await response.json())["status"] == "changed"  # `views` is not localized: still pending
+    shown, _ = await read(client, path, locale="*")
+    assert shown["title"] == {"en": "Hello", "de": "Hallo"} and shown["slug"] == {"de": "hallo"}
+    await error_of(await client.post(path + "/publish", headers=bearer(admin_token), params={"locale": "xx"}),
+                   400, "bad_request")
+    published = await post(client, path + "/publish", admin_token)
+    assert published["status"] == "published" and published["views"] == 1
+    assert [e.event for e in seen] == ["create", "update", "update"]
+
+    # unique per locale, against the published copies
+    other = await write(client, admin_token, "POST", records_path("pages"), {"title": "Other"}, "en", status=201)
+    await write(client, admin_token, "PATCH", records_path("pages", other["id"]), {"slug": "hallo"}, "de")
+    body = await error_of(await client.post(records_path("pages", other["id"]) + "/publish",
+                                            headers=bearer(admin_token)), 422, "validation_error")
+    assert "slug.de" in body["errors"], body

@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from cms.errors import AlreadyExists, BadRequest, CmsError, NotFound, ValidationFailed, WriteConflict
-from cms.models import DRAFT, PUBLISHED, Collection, DraftState, Principal, Record
+from cms.models import CHANGED, DRAFT, PUBLISHED, Collection, DraftState, Principal, Record
 from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.content.drafts import MAX_PUBLISH_ATTEMPTS, WorkingCopies, backoff, kept_changing, require_drafts
+from cms.services.content.locales import ALL, localization, unique_writes
 from cms.services.content.unique_clash import clash_answer
 from cms.services.representation import records as represent
 from cms.store.transactions import current_session
@@ -78,29 +80,58 @@ class Publisher:
         for hook in self._hooks:
             await hook(collection, record, by)
 
-    async def publish(self, principal: Principal | None, collection_name: str, record_id: str) -> Record:
+    async def publish(self, principal: Principal | None, collection_name: str, record_id: str, *,
+                      locale: str | None = None) -> Record:
         """Make the working copy of `record_id` the published copy, under the view and update rules
         on the working copy; answers the working copy, now `published`. A record with nothing
         pending (`published`) is answered as it is, nothing changed (also the loser of a race with
-        another publish of the same record). Raises NotFound (collection, record or hidden),
-        BadRequest (no drafts; kept changing), Unauthorized / Forbidden, ValidationFailed (the
-        working copy does not validate: `required`, types, relations, `unique`; nothing changes)."""
+        another publish of the same record). `locale` (decisions.md, Localized fields): publish only
+        the working copy's values of that locale of localized fields, everything else keeping its
+        published value (the record stays `changed` while other changes are pending); None or `*`:
+        everything. Raises NotFound (collection, record or hidden), BadRequest (no drafts; a locale not
+        configured; kept changing), Unauthorized / Forbidden, ValidationFailed (what would be published
+        does not validate: `required`, types, relations, `unique`; nothing changes)."""
         collection = await self._copies.catalog.by_name(collection_name)
         require_drafts(collection)
         view, update = check(principal, collection, actions.VIEW), check(principal, collection, actions.UPDATE)
+        code = None if locale in (None, ALL) else localization(collection, locale).write_locale
         for attempt in range(MAX_PUBLISH_ATTEMPTS):
             working = await self._copies.editable(view, update, record_id)
             if working.state is not None and working.state.status == PUBLISHED:
                 return working
-            await self.check(collection, working, update)
+            target = working if code is None else await self._one_locale(collection, working, code)
+            if target is None:
+                return working  # nothing of that locale is pending
+            await self.check(collection, target, update)
             try:
                 async with self._copies.atomic():
-                    return await self.publish_in(collection, working, by=actor(principal))
+                    return await self.publish_in(collection, working, by=actor(principal),
+                                                 data=None if target is working else target.data)
             except (LostRace, WriteConflict):
                 await backoff(attempt)
             except AlreadyExists as exc:  # a concurrent write took a unique value first
                 raise await self._unique_answer(collection, working, update, exc) from None
         raise kept_changing()
+
+    async def _one_locale(self, collection: Collection, working: Record, code: str) -> Record | None:
+        """What a publish of `working`'s `code` values publishes: the published copy's data (none for a
+        record never published) with each localized field's `code` value taken from the working copy
+        (removed where the working copy has none). None when that is the published data already."""
+        published = await self._copies.records.get(collection.id, working.id)
+        before = dict(published.data) if published is not None else {}
+        data = dict(before)
+        for name in collection.localized_fields:
+            values = dict(data.get(name) or {})
+            pending = working.data.get(name)
+            if isinstance(pending, dict) and pending.get(code) is not None:
+                values[code] = pending[code]
+            else:
+                values.pop(code, None)
+            if values:
+                data[name] = values
+            else:
+                data.pop(name, None)
+        return None if published is not None and data == before else replace(working, data=data)
 
     async def check(self, collection: Collection, working: Record, rule: Access | None) -> None:
         """Everything a publish of `working` checks before it writes: the values as a create checks
@@ -111,15 +142,14 @@ class Publisher:
         shown = represent.record_json(replace(working, state=None))
         data = {k: v for k, v in shown.items() if k not in represent.SYSTEM_KEYS}
         writer = self._copies.writer
-        record = writer.new_record(collection, data, record_id=working.id)
+        record = writer.new_record(collection, data, record_id=working.id, locale=ALL)  # localized: objects
         await writer.check_relations(collection, record.data)
-        for spec in collection.fields:
-            value = record.data.get(spec.name)
-            if not spec.validation.unique or value is None or value == []:
+        for path, value in unique_writes(collection, record.data):  # a localized field: per locale
+            if value is None or value == []:
                 continue
-            if await self._copies.records.count_holders(collection.id, spec.name, value, [working.id]):
-                clash = AlreadyExists(f"A record with this {spec.name} already exists",
-                                      errors={spec.name: ["Value must be unique"]})
+            if await self._copies.records.count_holders(collection.id, path, value, [working.id]):
+                clash = AlreadyExists(f"A record with this {path} already exists",
+                                      errors={path: ["Value must be unique"]})
                 raise await self._unique_answer(collection, working, rule, clash)
 
     async def _unique_answer(self, collection: Collection, working: Record, rule: Access | None,
@@ -132,19 +162,22 @@ class Publisher:
         return answer
 
     async def publish_in(self, collection: Collection, working: Record, *, by: str | None,
-                         scheduled_at: datetime | None = None) -> Record:
+                         scheduled_at: datetime | None = None, data: dict[str, Any] | None = None) -> Record:
         """The writes of a publish of `working` (checked by `check`), inside a unit the caller opened
-        (`RecordWriter.atomic`); returns the working copy, now `published`. `scheduled_at`: the time of
-        the scheduled publish this is, which the working copy must still show (then cleared). Raises
-        LostRace (the working state, or its schedule, changed since it was read) or AlreadyExists (a
-        unique field, taken meanwhile)."""
+        (`WorkingCopies.atomic`); returns the working copy, now `published` (`changed` when `data`, what
+        is published instead of the working copy's values, differs from them: one locale's publish).
+        `scheduled_at`: the time of the scheduled publish this is, which the working copy must still show
+        (then cleared). Raises LostRace (the working state, or its schedule, changed since it was read) or
+        AlreadyExists (a unique field, taken meanwhile)."""
         copies, now = self._copies, self._copies.writer.clock()
         state = working.state or DraftState(DRAFT)
-        claimed = await copies.working.set_state(collection.id, working.id, DraftState(PUBLISHED, now),
+        values = working.data if data is None else data
+        status = PUBLISHED if values == working.data else CHANGED
+        claimed = await copies.working.set_state(collection.id, working.id, DraftState(status, now),
                                                  revision=state.revision, updated=now, scheduled_at=scheduled_at)
         if claimed is None:
             raise LostRace
-        published = Record(id=working.id, created=working.created, updated=now, data=working.data,
+        published = Record(id=working.id, created=working.created, updated=now, data=values,
                            state=DraftState(PUBLISHED, now))
         try:
             before = await copies.records.put(collection.id, published)
