@@ -3,14 +3,15 @@ scheduled publishing; docs/concepts/drafts.md).
 
 A publish checks the working copy as a create would (`required`, types, relation targets, `unique`
 against the other published copies), then, in one event unit that is a transaction where the server
-has them (`RecordWriter.atomic`):
+has them (`WorkingCopies.atomic`):
 1. claims the working state: its status becomes `published` only if its revision is still the one
    read (`WorkingCopyRepository.set_state`), so of two replicas publishing the same record at once
    exactly one changes anything; the other re-reads and answers the record as the winner left it;
 2. stores the published copy whole (`RecordRepository.put`): a first publish is a `create` event, a
-   later one an `update` event (with the copy it replaced as `previous`), through the one record
-   event seam (realtime, webhooks and the read cache follow it);
-3. calls `on_published`, the seam where versions (issue 39, item 4) store a version of what was published.
+   later one an `update` event (with the copy it replaced as `previous`), through the record writer's
+   one seam (`emit_created` / `emit_updated`: the record's version, then the event that realtime,
+   webhooks and the read cache follow);
+3. calls `on_published`, where anything else that must happen at a publish hooks in (`add_hook`).
 Without transactions a failed step 2 undoes step 1 itself. An unpublish claims the state the same way
 (`draft`), deletes the published copy and emits `delete`.
 
