@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cms.clock import new_id
+from cms.store.bulk import chunks
 from cms.store.client import Database
 
 
@@ -56,6 +57,7 @@ class ScheduleRepository:
     async def ensure_indexes(self) -> None:
         """The due index, and the one that finds a collection's schedules when it is deleted."""
         await self._mongo_coll.create_index([("due", 1)], name="due")
+        await self._mongo_coll.create_index([("lease_id", 1)], name="lease_id")
         await self._mongo_coll.create_index([("collection_id", 1)], name="collection_id")
 
     async def put(self, collection_id: str, record_id: str, at: datetime, by: str | None) -> Schedule:
@@ -78,18 +80,22 @@ class ScheduleRepository:
         return (await self._mongo_coll.delete_many({"collection_id": collection_id})).deleted_count
 
     async def claim_many(self, now: datetime, lease_s: float, limit: int) -> list[Schedule]:
-        """Take up to `limit` of the schedules due at `now` (longest due first) for `lease_s` seconds,
-        under one new `lease_id`: three round trips for the lot (the due ids; one `update_many` that
-        takes those still due, atomic per schedule, so two workers never take the same one; the ones
-        taken). An empty list when nothing is due."""
-        due = [d["_id"] async for d in self._mongo_coll.find({"due": {"$lte": now}}, projection={"_id": 1},
-                                                              sort=[("due", 1)], limit=limit)]
-        if not due:
+        """Take the schedules that have been due longest, about `limit` of them, under one new
+        `lease_id`, for `lease_s` seconds per `limit` taken: those due at or before the due time of the
+        `limit`-th (all of them when fewer are due; every schedule due at that same time too, so
+        schedules due together are taken together). Index range reads only, never a long `$in`: the
+        cut-off, how many it takes, one `update_many` that takes those still due (atomic per schedule:
+        two workers never take the same one), then the ones taken. An empty list when nothing is due."""
+        edge = await self._mongo_coll.find_one({"due": {"$lte": now}}, projection={"due": 1}, sort=[("due", 1)],
+                                               skip=limit - 1)
+        cutoff = now if edge is None else edge["due"]
+        count = await self._mongo_coll.count_documents({"due": {"$lte": cutoff}})
+        if not count:
             return []
         lease_id = new_id()
-        await self._mongo_coll.update_many(
-            {"_id": {"$in": due}, "due": {"$lte": now}},
-            {"$set": {"due": now + timedelta(seconds=lease_s), "lease_id": lease_id}, "$inc": {"attempts": 1}})
+        lease_end = now + timedelta(seconds=lease_s * -(-count // limit))
+        await self._mongo_coll.update_many({"due": {"$lte": cutoff}},
+                                           {"$set": {"due": lease_end, "lease_id": lease_id}, "$inc": {"attempts": 1}})
         return [_from_document(d) async for d in self._mongo_coll.find({"lease_id": lease_id})]
 
     async def finish_many(self, schedules: Sequence[Schedule]) -> int:
@@ -99,8 +105,9 @@ class ScheduleRepository:
         for schedule in schedules:
             by_lease.setdefault(schedule.lease_id, []).append(schedule_id(schedule.collection_id, schedule.record_id))
         for lease_id, ids in by_lease.items():
-            result = await self._mongo_coll.delete_many({"_id": {"$in": ids}, "lease_id": lease_id})
-            dropped += result.deleted_count
+            for chunk in chunks(ids):
+                result = await self._mongo_coll.delete_many({"lease_id": lease_id, "_id": {"$in": chunk}})
+                dropped += result.deleted_count
         return dropped
 
     async def finish(self, schedule: Schedule) -> bool:

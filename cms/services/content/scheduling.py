@@ -39,9 +39,11 @@ claims so far (a transaction of a worker that died holds on until the server dro
 MAX_RETRY_DELAY_S = 10.0
 """The longest wait between two such tries."""
 DUE_LOOPS = 4
-"""Concurrent claim-and-publish loops of one `run_due`."""
+"""Chunks of claimed schedules one `run_due` runs at once."""
 DUE_BATCH = 100
-"""Schedules one claim takes, and one transaction publishes (those of one collection)."""
+"""Schedules one transaction publishes (those of one collection of a chunk)."""
+CLAIM_LIMIT = 1000
+"""About how many due schedules one claim takes (with those due at the same time as the last)."""
 MAX_SCHEDULE_AHEAD = timedelta(days=3660)
 """How far ahead a publish may be scheduled (about ten years)."""
 
@@ -111,34 +113,43 @@ class Scheduler:
             raise NotFound("This record has no scheduled publish")
 
     async def run_due(self, *, loops: int = DUE_LOOPS) -> int:
-        """Run every schedule due now (by the injected clock), `loops` claims at a time, until none is
-        due; returns how many were finished (published, failed or dropped). One run at a time per
-        process (a run still going when the next second's job starts answers 0 at once: it takes what
-        became due meanwhile). Errors of one schedule are logged and leave it to be taken over when
-        its lease ends."""
+        """Run every schedule due now (by the injected clock) until none is due: claimed about
+        CLAIM_LIMIT at a time (`claim_many`: schedules due together are claimed together), run in
+        chunks of DUE_BATCH, `loops` chunks at once. Returns how many were finished (published,
+        failed or dropped). One run at a time per process (a run still going when the next second's
+        job starts answers 0 at once: it takes what became due meanwhile). Errors of one schedule are
+        logged and leave it to be taken over when its lease ends."""
         if self._running:
             return 0
         self._running = True
         try:
-            return sum(await asyncio.gather(*(self._loop() for _ in range(loops))))
+            ran, size, gate = 0, DUE_BATCH if self._batches else 1, asyncio.Semaphore(loops)
+
+            async def chunk(part: list[Schedule]) -> int:
+                async with gate:
+                    return await self._run_chunk(part)
+
+            while True:
+                claimed = await self._copies.schedules.claim_many(self._copies.writer.clock(), SCHEDULE_LEASE_S,
+                                                                  CLAIM_LIMIT)
+                if not claimed:
+                    return ran
+                ran += sum(await asyncio.gather(*(chunk(claimed[i:i + size]) for i in range(0, len(claimed), size))))
         finally:
             self._running = False
 
-    async def _loop(self) -> int:
-        ran = 0
-        while True:
-            claimed = await self._copies.schedules.claim_many(self._copies.writer.clock(), SCHEDULE_LEASE_S,
-                                                              DUE_BATCH if self._batches else 1)
-            if not claimed:
-                return ran
-            singles = await self._run_batch(claimed) if self._batches else claimed
-            for schedule in singles:
-                try:
-                    ran += await self._run(schedule)
-                except Exception:
-                    log.exception("scheduled publish of record %s (collection %s) failed; retried after its "
-                                  "lease", schedule.record_id, schedule.collection_id)
-            ran += len(claimed) - len(singles)
+    async def _run_chunk(self, claimed: list[Schedule]) -> int:
+        """Run claimed schedules: those that publish plainly together (`_run_batch`), the others one
+        at a time (`_run`). Returns how many were finished."""
+        singles = await self._run_batch(claimed) if self._batches else claimed
+        ran = len(claimed) - len(singles)
+        for schedule in singles:
+            try:
+                ran += await self._run(schedule)
+            except Exception:
+                log.exception("scheduled publish of record %s (collection %s) failed; retried after its lease",
+                              schedule.record_id, schedule.collection_id)
+        return ran
 
     async def _run_batch(self, claimed: list[Schedule]) -> list[Schedule]:
         """Publish the claimed schedules of each collection that publish plainly (a pending working copy
