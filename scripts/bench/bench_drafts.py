@@ -70,8 +70,8 @@ AIM_RATIO = 0.90
 AIM_SCHEDULE_S = 5.0
 CONCURRENCY = 16
 """Concurrent requests while creating and scheduling the drafts."""
-LEAD_S = 5.0
-SCHEDULING_FACTOR = 2.0
+LEAD_S = 8.0
+SCHEDULING_FACTOR = 3.0
 PROBE = 50
 """The moment is LEAD_S plus SCHEDULING_FACTOR times the time scheduling them all should take (from the
 pace of the first PROBE schedule requests) ahead, so every schedule request lands before it."""
