@@ -27,9 +27,14 @@ from cms.services.caching.read_cache import DEFAULT_TTL_S as READ_CACHE_TTL_S
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.content.collections import CollectionService
+from cms.services.content.draft_reads import DraftReads
+from cms.services.content.draft_stores import DraftStores
+from cms.services.content.drafts import WorkingCopies
 from cms.services.content.files import FileService
 from cms.services.content.index_sync import IndexSync
+from cms.services.content.publishing import Publisher
 from cms.services.content.record_writer import RecordWriter
+from cms.services.content.scheduling import Scheduler
 from cms.services.content.slow_queries import SlowQueryService, SlowQueryWatch
 from cms.services.content.slow_query_board import SlowQueryBoard
 from cms.services.content.versions import RecordVersions
@@ -77,10 +82,12 @@ from cms.store.otp_codes import OtpCodeRepository
 from cms.store.record_versions import RecordVersionRepository
 from cms.store.records import RecordRepository
 from cms.store.scan_line import ScanLine
+from cms.store.schedules import ScheduleRepository
 from cms.store.sessions import SessionRepository
 from cms.store.settings import SettingsRepository
 from cms.store.transactions import Transactions
 from cms.store.webhooks import DeliveryLog, DeliveryOutbox, WebhookRepository
+from cms.store.working_copies import WorkingCopyRepository
 
 REDIS_INFO_FIGURES = (
     "redis_version", "uptime_in_seconds", "connected_clients", "blocked_clients", "maxclients",
@@ -167,10 +174,23 @@ async def build_platform(infra: Infra) -> Platform:
 
 
 @dataclass(frozen=True)
+class Drafts:
+    """Drafts and scheduled publishing (decisions.md, Drafts, versions and scheduled publishing): the
+    working copies' writes (`copies`, which `RecordService` routes the writes of collections with
+    drafts to), the `?draft=true` reads, publishing (`publisher`: `on_published` is the seam of
+    versions, `publish_many` that of releases) and the schedules (`scheduler.run_due`: the worker job)."""
+
+    copies: WorkingCopies
+    reads: DraftReads
+    publisher: Publisher
+    scheduler: Scheduler
+
+
+@dataclass(frozen=True)
 class Content:
     """Collections (look-ups in the catalog, writes in the service), the records' store and the one
     record writer (REST, register, CSV import, the admin UI), the slow query watch on that store and
-    the admins' view of it, and the start-up sync of record indexes."""
+    the admins' view of it, the start-up sync of record indexes, and drafts."""
 
     record_repository: RecordRepository
     transactions: Transactions
@@ -182,6 +202,7 @@ class Content:
     slow_query_watch: SlowQueryWatch
     slow_queries: SlowQueryService
     index_sync: IndexSync
+    drafts: Drafts
 
 
 async def build_content(infra: Infra, platform: Platform) -> Content:
@@ -200,8 +221,12 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
                            index_sorts=capabilities.index_sorts)
     record_repository = RecordRepository(infra.db, capabilities, scans=ScanLine(
         config.list_scan_slots, max_per_client=config.list_scan_per_client), watch=watch)
+    working = WorkingCopyRepository(infra.db, capabilities, scans=record_repository.scans)
+    schedules = ScheduleRepository(infra.db)
+    await schedules.ensure_indexes()
     collections = CollectionService(collection_repository, record_repository, platform.settings,
-                                    platform.events, catalog=catalog, clock=infra.clock)
+                                    platform.events, catalog=catalog, clock=infra.clock,
+                                    drafts=DraftStores(record_repository, working, schedules, infra.clock))
     platform.settings.on_change("locales", collections.locales_changed)
     await collections.fill_default_rules()
     transactions = Transactions(infra.mongo, enabled=capabilities.transactions)
@@ -211,12 +236,18 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     platform.events.subscribe(versions.on_collection_events, CollectionEvent)
     writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
                           transactions=transactions, group_commit=True, versions=versions)
+    copies = WorkingCopies(catalog, record_repository, working, writer, schedules, events=platform.events,
+                           transactions=transactions)
+    publisher = Publisher(copies)
+    drafts = Drafts(copies=copies, reads=DraftReads(catalog, copies), publisher=publisher,
+                    scheduler=Scheduler(copies, publisher, platform.events, batches=transactions.enabled))
     return Content(record_repository=record_repository, transactions=transactions, writer=writer,
                    versions=versions, catalog=catalog, collections=collections, definitions=definitions,
                    slow_query_watch=watch,
                    slow_queries=SlowQueryService(board, catalog, collections, index_sorts=capabilities.index_sorts,
                                                  clock=infra.clock),
-                   index_sync=IndexSync(collections, SharedLock(infra.redis, keys.index_sync_lock(config.mongodb_db))))
+                   index_sync=IndexSync(collections, SharedLock(infra.redis, keys.index_sync_lock(config.mongodb_db))),
+                   drafts=drafts)
 
 
 def build_read_cache(infra: Infra, platform: Platform) -> tuple[ReadCache, ResultSetCache]:

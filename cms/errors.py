@@ -73,6 +73,11 @@ class AlreadyExists(BadRequest, code="already_exists", detail="Already exists"):
     """A unique value (email, collection name, unique field) is taken."""
 
 
+class WriteConflict(BadRequest, detail="The records were changed by another request; retry"):
+    """A transaction lost a write conflict with a concurrent one (nothing of it was committed); the
+    same answer as any BadRequest, told apart by callers that retry (a publish sees the winner's result)."""
+
+
 class InvalidFilter(BadRequest, code="invalid_filter", detail="Invalid filter"):
     """A `filter` or `sort` expression does not parse or names an unknown field."""
 

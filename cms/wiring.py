@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from arq.connections import ArqRedis
 
 from cms.builders import (
+    Drafts,
     build_backups,
     build_content,
     build_files,
@@ -79,6 +80,8 @@ class Services:
     records: RecordService
     versions: VersionService
     """Record versions: list, read, restore (their writes go through the record writer)."""
+    drafts: Drafts
+    """Working copies, `?draft=true` reads, publishing and scheduled publishing (collections with drafts)."""
     system: SystemService
     identity: Identity
     webhooks: WebhookService
@@ -126,7 +129,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         files = await build_files(infra, platform, content)
         backups = build_backups(infra, platform, read_cache)
         records = RecordService(content.catalog, content.record_repository, content.writer,
-                                settings=platform.settings, cache=read_cache, result_sets=result_sets, files=files)
+                                settings=platform.settings, cache=read_cache, result_sets=result_sets, files=files,
+                                working_copies=content.drafts.copies)
         services = Services(
             config=config,
             redis=infra.redis,
@@ -140,7 +144,8 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             collections=content.collections,
             records=records,
             versions=VersionService(content.catalog, content.record_repository, content.versions.repository,
-                                    write=records.update),
+                                    write=records.update, working=content.drafts.copies),
+            drafts=content.drafts,
             system=build_system(infra, webhook_outbox),
             identity=identity,
             webhooks=webhooks,

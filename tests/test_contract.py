@@ -80,6 +80,11 @@ UNEXPRESSED: list[tuple[str, list[str], str]] = [
      "relations (400 invalid_filter)"),
     (r"^GET /api/v1/collections/\{collection_name\}/records/\{record_id\}$", ["400"],
      "`expand` must name the collection's relation fields or back-relations (400 invalid_filter)"),
+    (r"^POST /api/v1/collections/\{collection_name\}/records/\{record_id\}/(publish|unpublish)$", ["400", "422"],
+     "the collection must have drafts (400), the working copy must validate and `at` be in the future (422); "
+     "`expand` must name its relations (400 invalid_filter)"),
+    (r"^DELETE /api/v1/collections/\{collection_name\}/records/\{record_id\}/schedule$", ["400"],
+     "the collection must have drafts"),
     (r"^(POST|PATCH) /api/v1/collections(/\{collection_id\})?$", ["400", "422"],
      "field definitions must have unique names and type-specific attributes (422); rules must parse and name "
      "the collection's fields (400 invalid_filter)"),

@@ -25,6 +25,7 @@ from workers.auth import AUTH_JOB_MAX_TRIES, send_otp, send_password_reset
 from workers.email import EMAIL_MAX_TRIES, send_email
 from workers.liveness import ReconnectingWorker, hold_job_locks, on_job_end, on_job_start, release_job_locks
 from workers.maintenance import ORPHAN_SWEEP_MINUTES, sweep_orphaned_records
+from workers.schedules import SCHEDULE_SECONDS, run_due_schedules
 from workers.webhooks import BATCH_MAX_TRIES, RELAY_EVERY_S, deliver_webhook, deliver_webhooks, relay_webhook_outbox
 
 JobFunction = Callable[..., Awaitable[Any]]
@@ -60,7 +61,9 @@ HEALTH_CHECK_INTERVAL_S = 30
 CRON_JOBS = [cron(relay_webhook_outbox, second=set(range(0, 60, RELAY_EVERY_S)), run_at_startup=True,
                   unique=True, timeout=60),
              cron(sweep_orphaned_records, minute=set(ORPHAN_SWEEP_MINUTES), second=0, run_at_startup=True,
-                  unique=True, timeout=JOB_TIMEOUT_S)]
+                  unique=True, timeout=JOB_TIMEOUT_S),
+             cron(run_due_schedules, second=set(SCHEDULE_SECONDS), run_at_startup=True, unique=True,
+                  timeout=JOB_TIMEOUT_S)]
 
 
 async def on_startup(ctx: dict[str, Any]) -> None:

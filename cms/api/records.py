@@ -12,6 +12,7 @@ from cms.api.schemas import (
     BulkDeleteSchema,
     BulkUpdateSchema,
     RecordExportQuerySchema,
+    RecordGetQuerySchema,
     RecordListQuerySchema,
     RecordWriteSchema,
 )
@@ -28,12 +29,15 @@ log = logging.getLogger("cms.api")
 # Built once: a marshmallow schema costs 20 to 50 us to construct, and these are on the hot path of
 # every list and write (loading is reentrant: the instances hold no per-call state).
 LIST_QUERY = RecordListQuerySchema()
+GET_QUERY = RecordGetQuerySchema()
 RECORD_WRITE = RecordWriteSchema()
 SHARED_CACHE_CONTROL = "public, max-age=0, must-revalidate"
 PRIVATE_CACHE_CONTROL = "private, max-age=0, must-revalidate"
 PRIVATE_VARY = "Authorization, X-API-Key"
 MAX_LOCALE_PARAMETER = 100
 """Longest `?locale=` read, in characters (a locale code has at most 35)."""
+NO_STORE = {"Cache-Control": "private, no-store"}
+"""Working copies (`draft=true`) are the editors' and change without an ETag to tell: never kept by a cache."""
 
 
 async def list_records(request: web.Request) -> web.StreamResponse:
@@ -42,6 +46,11 @@ async def list_records(request: web.Request) -> web.StreamResponse:
     # Other parameters (cache busters, `filter[title][$ne]=x`) are ignored, never read as a query.
     query = parse_query(request, LIST_QUERY)
     principal = principal_of(request)
+    if query["draft"]:
+        return json_response(await services(request).drafts.reads.list_json(
+            principal, request.match_info["collection_name"], page=query["page"], per_page=query["per_page"],
+            sort=query["sort"], filter_expr=query["filter"], search=query["search"], skip_total=query["skip_total"],
+            view=record_view(request)), headers=NO_STORE)
     if query["explain"]:
         return json_response(await services(request).records.explain(
             request.match_info["collection_name"], page=query["page"], per_page=query["per_page"], sort=query["sort"],
@@ -62,8 +71,13 @@ async def list_records(request: web.Request) -> web.StreamResponse:
 
 
 async def get_record(request: web.Request) -> web.StreamResponse:
-    """`GET .../records/{record_id}`: one record under the view rule, through the read cache."""
+    """`GET .../records/{record_id}`: one record under the view rule, through the read cache; with
+    `draft=true` its working copy (update and view rules), uncached."""
     principal = principal_of(request)
+    if "draft" in request.query and parse_query(request, GET_QUERY)["draft"]:  # readers pay one dict look-up
+        return json_response(await services(request).drafts.reads.get_json(
+            principal, request.match_info["collection_name"], request.match_info["record_id"],
+            view=record_view(request)), headers=NO_STORE)
     cached = await services(request).records.get_body(
         request.match_info["collection_name"], request.match_info["record_id"], principal=principal,
         view=record_view(request), client_ip=client_ip(request),

@@ -10,11 +10,15 @@ the shared vocabulary of every layer, so this package re-exports every name: imp
 from cms.models.content import (
     AUTH_RULES,
     BASE_RULES,
+    CHANGED,
     DEFAULT_LOCALES,
+    DRAFT,
     OWN_RECORD_RULE,
+    PUBLISHED,
     SIGNED_IN_RULE,
     AccessRules,
     Collection,
+    DraftState,
     FieldSpec,
     IndexDeclaration,
     Locale,
@@ -52,10 +56,11 @@ from cms.models.identity import (
 from cms.models.operations import AuditEntry
 
 __all__ = [
-    "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "DEFAULT_LOCALES", "OWN_RECORD_RULE", "ROLE_ADMIN", "ROLE_USER",
-    "SIGNED_IN_RULE", "AccessRules", "AdminUser", "ApiKey", "AuditEntry", "Collection", "CollectionUser",
-    "DeliveryAttempt", "FieldSpec", "IndexDeclaration", "Locale", "Locales", "LoginResult", "OneTimeToken",
-    "OtpCode", "Page", "Principal", "PrincipalKind", "QueryPlan", "QueryShape", "Record", "RecordVersion",
-    "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile", "TokenPair", "Validation", "Webhook",
-    "WebhookDelivery", "audience_collection_id", "collection_audience", "default_rules",
+    "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "CHANGED", "DEFAULT_LOCALES", "DRAFT", "OWN_RECORD_RULE",
+    "PUBLISHED", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE", "AccessRules", "AdminUser", "ApiKey", "AuditEntry",
+    "Collection", "CollectionUser", "DeliveryAttempt", "DraftState", "FieldSpec", "IndexDeclaration", "Locale",
+    "Locales", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind", "QueryPlan",
+    "QueryShape", "Record", "RecordVersion", "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile",
+    "TokenPair", "Validation", "Webhook", "WebhookDelivery", "audience_collection_id", "collection_audience",
+    "default_rules",
 ]

@@ -178,6 +178,9 @@ class Collection:
     """Not stored with the collection: the `locales` setting as of the catalog epoch the definition was
     looked up under (the catalog attaches it, `caching.catalog`), so a definition and the locales it
     is read with change together on every replica."""
+    drafts: bool = False
+    """Whether records have a published copy and a working copy (decisions.md, Drafts, versions and
+    scheduled publishing; docs/concepts/drafts.md)."""
 
     def field(self, name: str) -> FieldSpec | None:
         """The schema field called `name`, or None."""
@@ -189,14 +192,39 @@ class Collection:
         return tuple(spec.name for spec in self.fields if spec.localized)
 
 
+DRAFT, PUBLISHED, CHANGED = "draft", "published", "changed"
+"""The `status` values of a record of a collection with drafts (decisions.md, Drafts, versions and
+scheduled publishing): never published (or unpublished), published with no pending change, published
+with a pending working copy."""
+
+
+@dataclass(frozen=True)
+class DraftState:
+    """Where a record of a collection with drafts stands: `status` (DRAFT, PUBLISHED or CHANGED),
+    `published_at` (when its published copy was last published; None for a draft), `scheduled_at` (a
+    pending scheduled publish, else None), `schedule_error` (why the last scheduled publish failed,
+    else None) and `revision` (the working state's counter, raised by every change of it: the
+    condition of a publish, so two replicas publishing at once cannot both win; 0 for a published
+    copy, which has none)."""
+
+    status: str
+    published_at: datetime | None = None
+    scheduled_at: datetime | None = None
+    schedule_error: str | None = None
+    revision: int = 0
+
+
 @dataclass(frozen=True)
 class Record:
-    """A record: system fields plus the values of its collection's fields in `data`."""
+    """A record: system fields plus the values of its collection's fields in `data`; `state` is set
+    for the records of a collection with drafts (their published copy, or their working copy with
+    its status), None elsewhere."""
 
     id: str
     created: datetime
     updated: datetime
     data: dict[str, Any]
+    state: DraftState | None = None
 
 
 @dataclass(frozen=True)

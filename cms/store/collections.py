@@ -63,6 +63,7 @@ def _to_document(collection: Collection) -> dict[str, Any]:
         "rules": dataclasses.asdict(collection.rules),
         "indexes": [{"fields": list(i.fields), "unique": i.unique} for i in collection.indexes],
         "versions": collection.versions,
+        "drafts": collection.drafts,
         "version": collection.version,
         "created": collection.created,
         "updated": collection.updated,
@@ -82,6 +83,7 @@ def _from_document(doc: dict[str, Any]) -> Collection:
         indexes=tuple(IndexDeclaration(fields=tuple(i["fields"]), unique=bool(i.get("unique", False)))
                       for i in doc.get("indexes", [])),
         versions=int(doc.get("versions", 0)),
+        drafts=bool(doc.get("drafts", False)),
         version=doc.get("version", 1),
         created=doc["created"],
         updated=doc["updated"],

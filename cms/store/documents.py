@@ -9,11 +9,16 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
-from cms.models import Record
+from cms.models import DRAFT, PUBLISHED, DraftState, Record
 
 T = TypeVar("T")
 
-SYSTEM_KEYS = ("_id", "created", "updated")
+STATUS, PUBLISHED_AT, SCHEDULED_AT, SCHEDULE_ERROR, REVISION = (
+    "_status", "_published_at", "_scheduled_at", "_schedule_error", "_rev")
+"""The keys of a record's draft state (decisions.md, Drafts, versions and scheduled publishing): a
+published copy of a collection with drafts carries PUBLISHED_AT; a working copy (`working_document`)
+carries all five. Field names start with a letter, so `_`-keys never clash with one."""
+SYSTEM_KEYS = frozenset({"_id", "created", "updated", STATUS, PUBLISHED_AT, SCHEDULED_AT, SCHEDULE_ERROR, REVISION})
 """The keys of a record's document that are not field values."""
 UNIQUE_PREFIX = "unique_"
 """The name of the unique index of a record field `<name>` is `unique_<name>`."""
@@ -56,15 +61,50 @@ def collection_id_of(mongo_name: str) -> str | None:
     return str(parsed) if parsed.hex == hex_part else None
 
 
+WORKING_PREFIX = "drafts_"
+"""Every working-copy collection's MongoDB name starts so (`working_mongo_name`)."""
+
+
+def working_mongo_name(collection_id: str) -> str:
+    """The Mongo collection holding the working copies of a collection with drafts:
+    `drafts_<id without dashes>` (docs/concepts/drafts.md, Storage)."""
+    return f"{WORKING_PREFIX}{collection_id.replace('-', '')}"
+
+
 def record_from_document(doc: dict[str, Any]) -> Record:
-    """A stored document as a Record: system keys apart, the rest in `data`."""
+    """A stored document as a Record: system keys apart, the rest in `data`; a document with draft
+    keys (a published copy, or a working copy) gives the record its `state`."""
     data = {k: v for k, v in doc.items() if k not in SYSTEM_KEYS}
-    return Record(id=doc["_id"], created=doc["created"], updated=doc["updated"], data=data)
+    state = None
+    if STATUS in doc:
+        state = DraftState(doc[STATUS], doc.get(PUBLISHED_AT), doc.get(SCHEDULED_AT), doc.get(SCHEDULE_ERROR),
+                           doc.get(REVISION, 0))
+    elif PUBLISHED_AT in doc:
+        state = DraftState(PUBLISHED, doc[PUBLISHED_AT])
+    return Record(id=doc["_id"], created=doc["created"], updated=doc["updated"], data=data, state=state)
 
 
 def record_to_document(record: Record) -> dict[str, Any]:
-    """A Record as a document (`data` values at the top level)."""
-    return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
+    """A Record as a document (`data` values at the top level); a record with a `state` is stored as
+    a published copy (its `published_at` under PUBLISHED_AT)."""
+    doc = {"_id": record.id, "created": record.created, "updated": record.updated, **record.data}
+    if record.state is not None:
+        doc[PUBLISHED_AT] = record.state.published_at
+    return doc
+
+
+def state_document(state: DraftState) -> dict[str, Any]:
+    """The draft keys of a working copy in `state` (REVISION apart, which writes raise with `$inc`)."""
+    return {STATUS: state.status, PUBLISHED_AT: state.published_at, SCHEDULED_AT: state.scheduled_at,
+            SCHEDULE_ERROR: state.schedule_error}
+
+
+def working_document(record: Record) -> dict[str, Any]:
+    """A working copy as a document: the record's values at the top level (as `record_to_document`, so
+    filters and sorts read the same paths) and every key of its `state` (a draft without one)."""
+    state = record.state or DraftState(DRAFT)
+    return {"_id": record.id, "created": record.created, "updated": record.updated, **record.data,
+            **state_document(state), REVISION: state.revision}
 
 
 def record_after_update(record: Record, set_values: Mapping[str, Any], unset: Iterable[str]) -> Record:
@@ -87,4 +127,5 @@ def record_after_update(record: Record, set_values: Mapping[str, Any], unset: It
         else:
             nested = doc.get(parent)
             doc[parent] = {**(nested if isinstance(nested, dict) else {}), key: value}
-    return record_from_document(doc)
+    changed = record_from_document(doc)
+    return changed if record.state is None else dataclasses.replace(changed, state=record.state)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import DeleteMany, ReturnDocument, UpdateMany, UpdateOne
+from pymongo import DeleteMany, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, OperationFailure
 
@@ -22,6 +22,7 @@ from cms.errors import ValidationFailed
 from cms.models import Record
 from cms.store.bulk import DUPLICATE_KEY, InsertFailure, bulk_write_error, chunks, write_failure
 from cms.store.documents import (
+    PUBLISHED_AT,
     RECORDS_PREFIX,
     UNIQUE_PREFIX,
     record_after_update,
@@ -93,6 +94,28 @@ class RecordRepository(RecordQueries):
             return None
         before = record_from_document(doc)
         return before, record_after_update(before, set_values, unset)
+
+    async def put(self, collection_id: str, record: Record) -> Record | None:
+        """Store `record` whole, replacing the record of its id if there is one (a publish: the
+        published copy of a collection with drafts). Returns the record it replaced, or None when
+        there was none. Raises AlreadyExists on a unique-index conflict."""
+        async with translate_errors("record"):
+            doc = await self._mongo_coll(collection_id).find_one_and_replace(
+                {"_id": record.id}, record_to_document(record), upsert=True, return_document=ReturnDocument.BEFORE,
+                session=current_session())
+        return record_from_document(doc) if doc else None
+
+    async def put_all(self, collection_id: str, records: Sequence[Record]) -> None:
+        """`put` for many records in one bulk write (a batch of publishes, in the caller's transaction).
+        Raises AlreadyExists on a unique-index conflict."""
+        if not records:
+            return
+        requests = [ReplaceOne({"_id": r.id}, record_to_document(r), upsert=True) for r in records]
+        try:
+            async with translate_errors("record"):
+                await self._mongo_coll(collection_id).bulk_write(requests, ordered=True, session=current_session())
+        except BulkWriteError as exc:
+            raise bulk_write_error(exc) from None
 
     async def delete(self, collection_id: str, record_id: str, *,
                      expected_updated: datetime | None = None) -> Record | None:
@@ -167,6 +190,15 @@ class RecordRepository(RecordQueries):
         if not name.startswith(RECORDS_PREFIX):
             raise ValueError(f"{name!r} is not a records collection")
         await self._db.drop_collection(name)
+
+    async def mark_published(self, collection_id: str, record_ids: Sequence[str],
+                             published_at: datetime | None) -> None:
+        """Mark the records of `record_ids` as published at `published_at` (a collection turning drafts
+        on: its records become published copies), or unmark them (None: turning drafts off); one
+        `update_many` per ID_CHUNK ids, so no single command runs long on a large collection."""
+        change = {"$unset": {PUBLISHED_AT: ""}} if published_at is None else {"$set": {PUBLISHED_AT: published_at}}
+        for chunk in chunks(record_ids):
+            await self._mongo_coll(collection_id).update_many({"_id": {"$in": chunk}}, change)
 
     async def unset_fields(self, collection_id: str, names: Sequence[str]) -> None:
         """Remove fields (dropped from the schema) from every record."""

@@ -12,7 +12,7 @@ from typing import Any
 from pymongo import AsyncMongoClient
 from pymongo.errors import OperationFailure
 
-from cms.errors import BadRequest
+from cms.errors import WriteConflict
 
 _session: ContextVar[Any] = ContextVar("cms_mongo_session", default=None)
 
@@ -33,7 +33,7 @@ class Transactions:
     async def begin(self) -> AsyncIterator[None]:
         """Run the block in one transaction: committed when the block ends, aborted when it raises.
         Without server support (`enabled` False) the block runs as is. A write conflict with a
-        concurrent transaction raises BadRequest ("changed by another request; retry")."""
+        concurrent transaction raises WriteConflict (a BadRequest: "changed by another request; retry")."""
         if not self.enabled or _session.get() is not None:
             yield
             return
@@ -47,7 +47,7 @@ class Transactions:
                 if session.in_transaction:
                     await session.abort_transaction()
                 if exc.has_error_label("TransientTransactionError"):
-                    raise BadRequest("The records were changed by another request; retry") from None
+                    raise WriteConflict("The records were changed by another request; retry") from None
                 raise
             except BaseException:
                 if session.in_transaction:

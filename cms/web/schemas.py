@@ -105,15 +105,20 @@ VERSIONS_DOC = {
 }
 """The OpenAPI shape of a collection's `versions` in requests (`content.versions.check_versions` checks it)."""
 
+DRAFTS_DOC = ("Base collections: records have a published copy (what readers see) and a working copy (publish, "
+              "unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing "
+              "is published or discarded")
+
 
 class CollectionCreateSchema(Schema):
-    """Body of a collection create: name, type (`base`/`auth`), schema, declared indexes, auth options and
-    the five rules."""
+    """Body of a collection create: name, type (`base`/`auth`), schema, declared indexes, drafts, auth
+    options and the five rules."""
 
     name = fields.String(required=True)
     type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
     schema = fields.Raw(load_default=list, metadata=SCHEMA_DOC)
     indexes = fields.Raw(load_default=None, metadata=INDEXES_DOC)
+    drafts = StrictBoolean(load_default=None, metadata={"description": DRAFTS_DOC})
     otp_enabled = StrictBoolean(load_default=None)
     mfa_enabled = StrictBoolean(load_default=None)
     oauth_enabled = StrictBoolean(load_default=None)
@@ -132,6 +137,7 @@ class CollectionUpdateSchema(Schema):
     name = fields.String()
     schema = fields.Raw(metadata=SCHEMA_DOC)
     indexes = fields.Raw(metadata=INDEXES_DOC)
+    drafts = StrictBoolean(metadata={"description": DRAFTS_DOC})
     otp_enabled = StrictBoolean()
     mfa_enabled = StrictBoolean()
     oauth_enabled = StrictBoolean()

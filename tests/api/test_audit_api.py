@@ -31,6 +31,8 @@ TWO_FACTOR_SEVERITIES = {"mfa_enabled": "info", "mfa_disabled": "warning", "mfa_
                          "mfa_recovery_used": "warning"}
 # added by docs/operations/backups.md (GET /api/v1/backups/{filename})
 README_SEVERITIES = {"backup_downloaded": "warning"}
+# decisions.md, Drafts, versions and scheduled publishing: a scheduled publish that fails validation
+DRAFTS_SEVERITIES = {"record_publish_failed": "warning"}
 # (event_type, user_id, ip_address), written one clock second apart in this order
 SEEDED = [
     ("login_failed", "u1", "10.0.0.1"),
@@ -89,7 +91,7 @@ async def test_only_admins_may_read_the_audit_log(client, user_token, collection
 
 
 def test_every_event_type_of_the_decisions_has_its_severity():
-    assert SEVERITIES == {**DECISIONS_SEVERITIES, **TWO_FACTOR_SEVERITIES, **README_SEVERITIES}
+    assert SEVERITIES == {**DECISIONS_SEVERITIES, **TWO_FACTOR_SEVERITIES, **README_SEVERITIES, **DRAFTS_SEVERITIES}
 
 
 async def test_every_event_type_is_stored_with_its_severity(client, services, admin_token):

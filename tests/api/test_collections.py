@@ -70,8 +70,8 @@ async def test_create_returns_the_collection_shape(client, admin_token):
     response = await create(client, admin_token, {"name": "posts", "type": "base", "schema": EVERY_TYPE})
     assert response.status == 201, await response.text()
     body = await response.json()
-    assert set(body) == {"id", "name", "type", "schema", "indexes", "otp_enabled", "mfa_enabled", "oauth_enabled",
-                         "versions", "created", "updated",
+    assert set(body) == {"id", "name", "type", "schema", "indexes", "drafts", "otp_enabled", "mfa_enabled",
+                         "oauth_enabled", "versions", "created", "updated",
                          "list_rule", "view_rule", "create_rule", "update_rule", "delete_rule", "email_view_rule"}
     assert body["name"] == "posts" and body["type"] == "base" and body["otp_enabled"] is False
     assert body["created"].endswith("Z") and body["created"] == body["updated"]

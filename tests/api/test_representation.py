@@ -201,6 +201,17 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     (slow,) = await c.call("GET", V1 + "/slow-queries", admin_token)
     assert slow["suggested_index"] == {"fields": ["views"], "unique": False}
     await c.call("POST", V1 + "/slow-queries/{slow_query_id}/index", admin_token, args={"slow_query_id": slow["id"]})
+    # drafts: a working copy, its publish (now and scheduled) and unpublish
+    await c.call("POST", V1 + "/collections", admin_token, json={
+        "name": "pages", "drafts": True, "schema": [{"name": "title", "type": "text"}]})
+    page = await c.call("POST", RECORDS, admin_token, args={"collection_name": "pages"}, json={"data": {"title": "p"}})
+    page_args = {"collection_name": "pages", "record_id": page["id"]}
+    published = await c.call("POST", RECORDS + "/{record_id}/publish", admin_token, args=page_args)
+    assert published["status"] == "published"
+    scheduled = await c.call("POST", RECORDS + "/{record_id}/publish", admin_token, args=page_args,
+                             json={"at": (clock() + timedelta(hours=1)).isoformat()})
+    assert scheduled["scheduled_at"] is not None
+    assert (await c.call("POST", RECORDS + "/{record_id}/unpublish", admin_token, args=page_args))["status"] == "draft"
 
     # API keys, audit, settings, health, backups
     await c.call("POST", V1 + "/api-keys", admin_token, json={"name": "ci", "scopes": ["read"]})

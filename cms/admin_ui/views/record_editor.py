@@ -38,6 +38,7 @@ from cms.admin_ui.common import (
     streamed_admin_page,
 )
 from cms.admin_ui.session import CSRF_FIELD, CSRF_HEADER, csrf_token_matches
+from cms.admin_ui.views.record_drafts import draft_panel
 from cms.admin_ui.views.record_locales import editor_locale, fallback_of, locale_tabs
 from cms.admin_ui.views.relations import (
     MAX_PICK_QUERY_CHARS,
@@ -261,8 +262,9 @@ async def _editor(request: web.Request, principal: Principal, collection: Collec
     fields = await editor_fields(request, principal, collection, values,
                                  error.fields if error else {}, shown=shown, record=record, editing=editing)
     tabs = locale_tabs(collection, editing, record)
+    panel = await draft_panel(request, principal, collection, record) if record and collection.drafts else None
     return await render(request, "records/editor.html", status=status, collection=collection, record=record,
-                        fields=fields, error=_other_errors(collection, error),
+                        fields=fields, error=_other_errors(collection, error), drafts=panel,
                         file_prefix=FILE_INPUT_PREFIX, max_pick=MAX_PICK_QUERY_CHARS, locale_tabs=tabs,
                         editing_locale=editing.locale if tabs else None, fallbacks=editing.chain[1:])
 
@@ -270,7 +272,10 @@ async def _editor(request: web.Request, principal: Principal, collection: Collec
 async def record_json_of(request: web.Request, principal: Principal, collection: Collection,
                          record_id: str, view: RecordView = FULL) -> dict[str, Any]:
     """The record as `GET /api/v1/collections/{name}/records/{record_id}` answers it (view rule,
-    read cache), as `view` shows it. Raises NotFound, Unauthorized / Forbidden."""
+    read cache), as `view` shows it; in a collection with drafts, its working copy (`?draft=true`:
+    what an editor edits). Raises NotFound, Unauthorized / Forbidden."""
+    if collection.drafts:
+        return await services(request).drafts.reads.get_json(principal, collection.name, record_id, view=view)
     return await services(request).records.get_json(collection.name, record_id, principal=principal, view=view)
 
 

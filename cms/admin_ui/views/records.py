@@ -31,17 +31,20 @@ from cms.admin_ui.common import (
     redirect,
     render,
 )
-from cms.admin_ui.views import record_versions, records_live, relations, view_as
+from cms.admin_ui.views import record_drafts, record_versions, records_live, relations, view_as
 from cms.admin_ui.views.record_editor import create, edit, new, record_json_of, update
 from cms.admin_ui.views.relations import RelationTarget, chosen, expand_view, relation_targets
 from cms.errors import CmsError
 from cms.models import Collection, FieldSpec, Page, Principal
 from cms.services.content.fields import value_list
 from cms.services.content.records import DEFAULT_PER_PAGE, MAX_PER_PAGE
+from cms.services.representation.record_view import RecordView
 from cms.web.context import services
 from cms.web.files import file_headers
 
 SYSTEM_COLUMNS = ("created", "updated")
+DRAFT_COLUMNS = ("status", "scheduled_at")
+"""The columns a collection with drafts adds (its table lists working copies)."""
 MAX_SEARCH_CHARS = 500
 CELL_CHARS = 120
 _INT = re.compile(r"[+-]?\d+")
@@ -101,7 +104,8 @@ def table_state(request: web.Request, collection: Collection) -> TableState:
         problems["search"] = f"search may have at most {MAX_SEARCH_CHARS} characters."
         state.search = state.search[:MAX_SEARCH_CHARS]
     if "cols" in query:
-        known = [f.name for f in collection.fields] + list(SYSTEM_COLUMNS)
+        known = [f.name for f in collection.fields] + list(SYSTEM_COLUMNS) + (
+            list(DRAFT_COLUMNS) if collection.drafts else [])
         chosen = set(query.getall("cols"))
         state.cols = [c for c in known if c in chosen]
     return state
@@ -149,17 +153,15 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     status = 200
     listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)
     specs = {f.name: f for f in collection.fields}
-    columns = state.cols if state.cols is not None else [*specs, *SYSTEM_COLUMNS]
+    system = [*SYSTEM_COLUMNS, *DRAFT_COLUMNS] if collection.drafts else list(SYSTEM_COLUMNS)
+    columns = state.cols if state.cols is not None else [*specs, *system]
     targets = await relation_targets(svc, collection, columns)
     if state.problems:
         error, status = ErrorMessage(detail="Invalid table parameters", code="validation_error",
                                      fields={k: [v] for k, v in state.problems.items()}), 422
     else:
         try:
-            listing = await svc.records.list_json(
-                collection.name, page=state.page, per_page=state.per_page, sort=state.sort or None,
-                filter_expr=state.filter or None, search=state.search or None, principal=principal,
-                view=expand_view(targets))
+            listing = await _listing(request, collection, state, principal, expand_view(targets))
         except CmsError as exc:
             if exc.status == 404:
                 raise
@@ -191,10 +193,25 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     return await render(
         request, "records/table.html" if refresh else "records/index.html", status=status,
         collection=collection, state=state, error=error, live_url=live_url, table_url=url(),
-        columns=columns, all_columns=[*specs, *SYSTEM_COLUMNS], rows=rows, total=total, pages=pages,
+        columns=columns, all_columns=[*specs, *system], rows=rows, total=total, pages=pages,
         url=url, sort_link=sort_link, per_page_choices=(10, 30, 50, 100),
         related={name: target.collection.name for name, target in targets.items()}, envelope=envelope,
     )
+
+
+async def _listing(request: web.Request, collection: Collection, state: TableState, principal: Principal,
+                   view: RecordView) -> Page[dict[str, Any]]:
+    """The table's page: the REST list's (read cache), or in a collection with drafts the working copies
+    (`?draft=true`, with their status), so drafts never published are listed too."""
+    svc = services(request)
+    if not collection.drafts:
+        return await svc.records.list_json(
+            collection.name, page=state.page, per_page=state.per_page, sort=state.sort or None,
+            filter_expr=state.filter or None, search=state.search or None, principal=principal, view=view)
+    body = await svc.drafts.reads.list_json(
+        principal, collection.name, page=state.page, per_page=state.per_page, sort=state.sort or None,
+        filter_expr=state.filter or None, search=state.search or None, view=view)
+    return Page(items=body["items"], total=body["total"], page=body["page"], per_page=body["per_page"])
 
 
 @admin_page
@@ -253,5 +270,6 @@ def routes() -> list[web.RouteDef]:
         *relations.routes(),
         *view_as.routes(),
         *record_versions.routes(),
+        *record_drafts.routes(),
     ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from marshmallow import Schema, fields, validate
 
 from cms.services.content.records import DEFAULT_PER_PAGE
+from cms.services.content.value_fields import IsoDateTime
 
 
 class RecordWriteSchema(Schema):
@@ -44,6 +45,32 @@ class RecordViewQuerySchema(RecordLocaleQuerySchema):
         "example": "id,title,expand.author.name"})
 
 
+DRAFT_DOC = ("Collections with drafts only (400 elsewhere): true answers working copies (`status`, `scheduled_at`, the "
+             "pending values) of the records the caller may update and view; without that right a view is 403 (401 "
+             "without credentials) and a list is empty. Never cached")
+
+
+def draft_flag() -> fields.Boolean:
+    """The `draft` query parameter of record list and view."""
+    return fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
+                          metadata={"description": DRAFT_DOC})
+
+
+class RecordGetQuerySchema(RecordViewQuerySchema):
+    """Query of a record view: the view (`expand`, `fields`) and `draft`."""
+
+    draft = draft_flag()
+
+
+class RecordPublishSchema(Schema):
+    """Body of a publish: none (publish now) or `{"at": "<ISO 8601>"}` (schedule it)."""
+
+    at = IsoDateTime(load_default=None, allow_none=True, metadata={
+        "description": "When to publish (ISO 8601; naive means UTC); must be in the future (422 otherwise). "
+                       "Replaces a pending schedule. Absent or null: publish now",
+        "type": "string", "format": "date-time"})
+
+
 class RecordListQuerySchema(RecordViewQuerySchema):
     """Query of a record list: page (1-based), per_page, sort, filter, search, skip_total, explain, and
     the view (`expand`, `fields`)."""
@@ -56,6 +83,7 @@ class RecordListQuerySchema(RecordViewQuerySchema):
     search = fields.String(load_default=None, validate=validate.Length(max=500))
     skip_total = fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
                                 metadata={"description": "true: do not count the matches (`total` is -1)"})
+    draft = draft_flag()
     explain = fields.Boolean(load_default=False, truthy={"true", "1"}, falsy={"false", "0"},
                              metadata={"description": "admins only (403 for others): true adds `explain`, how the "
                                        "database ran the page's query: {index (name or null), collection_scan, "

@@ -63,6 +63,7 @@ from cms.services.access.records import (
     check_field_rules,
     check_rules,
     compile_filter,
+    draft_access,
     fields_rules_filter_by,
     refused,
 )
@@ -71,7 +72,8 @@ __all__ = [
     "ADMIN_TABLE_TOKEN_ONLY", "API_KEY_PATHS", "AUTH_TYPE", "COLLECTION_TOKEN_ONLY", "CREATE", "DELETE",
     "EMAIL_FIELD", "EVERY_FIELD", "LIST", "READ_METHODS", "REALTIME_PATH", "UPDATE", "VIEW", "Access",
     "CallerFields", "Condition", "FieldView", "Policy", "acts_as_admin", "authorize", "check",
-    "check_field_rules", "check_rules", "compile_filter", "field_view", "fields_rules_filter_by", "manages",
+    "check_field_rules", "check_rules", "compile_filter", "draft_access", "field_view", "fields_rules_filter_by",
+    "manages",
     "metrics_token_matches",
     "owner_scope", "record_document", "refused", "request_context", "require_admin",
     "require_admin_or_operator", "require_admin_table", "require_api_key_reach", "require_principal",

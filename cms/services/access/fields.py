@@ -79,7 +79,7 @@ class FieldView:
         if not hidden:
             return record
         return Record(id=record.id, created=record.created, updated=record.updated,
-                      data={k: v for k, v in record.data.items() if k not in hidden})
+                      data={k: v for k, v in record.data.items() if k not in hidden}, state=record.state)
 
     def key_parts(self) -> tuple[Any, ...]:
         """What distinguishes this view in a read cache key: each guard rendered, `(name, rendered)`

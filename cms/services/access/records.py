@@ -264,6 +264,17 @@ def check(principal: Principal | None, collection: Collection, action: str,
     return Access(principal, collection, action, condition, field_view(principal, collection), context, asked)
 
 
+def draft_access(principal: Principal | None, collection: Collection, *, locale: str | None = None) -> Access:
+    """Who may see working copies (`?draft=true`, the editors' reads; decisions.md, Drafts, versions and
+    scheduled publishing): the update rule with the view rule, on the working copy, the fields as the
+    view rule shows them, localized fields read as `locale` asks (as `check`). An `Access` of action
+    update: its refusal is the update rule's (401 without credentials, else 403). Raises BadRequest for
+    a locale that is not configured."""
+    view, update = check(principal, collection, VIEW, locale=locale), check(principal, collection, UPDATE)
+    return Access(principal, collection, UPDATE, all_of(view.condition, update.condition), view.fields, view.context,
+                  view.locale)
+
+
 @dataclass(frozen=True)
 class Condition:
     """A client's `filter` compiled for one collection and caller: `query` is its MongoDB query,

@@ -12,12 +12,14 @@ from cms.errors import BadRequest, ValidationFailed
 from cms.models import Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.caching.catalog import Catalog
+from cms.services.content.draft_stores import DraftStores
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.content.indexes import check_indexes, managed_indexes, parse_indexes
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
 from cms.services.content.versions import check_versions
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
+from cms.services.representation.records import DRAFT_KEYS
 from cms.store.backups import STAGING_PREFIX, staging_started
 from cms.store.collections import CollectionRepository
 from cms.store.documents import RECORDS_PREFIX, collection_id_of, records_mongo_name
@@ -76,8 +78,11 @@ class CollectionService:
         *,
         catalog: Catalog,
         clock: Clock = utcnow,
+        drafts: DraftStores | None = None,
     ) -> None:
+        """`drafts`: the working copies and schedules of collections with drafts (None: drafts refused)."""
         self._catalog = catalog
+        self._drafts = drafts
         self._events = events
         self._collections = collections
         self._records = records
@@ -103,11 +108,12 @@ class CollectionService:
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
         rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0, drafts: bool | None = None,
     ) -> Collection:
         """Create a collection of type `base` or `auth` with the schema (list or `{fields}`) and the
         declared `indexes` (`[{fields, unique}]`, `content.indexes.parse_indexes`; None: none);
-        `versions`: versions kept per record (0..1000, `content.versions.check_versions`).
+        `versions`: versions kept per record (0..1000, `content.versions.check_versions`); `drafts`
+        (decisions.md, Drafts, versions and scheduled publishing; base collections only).
         Auth collections copy `otp_enabled`, `mfa_enabled` and `oauth_enabled` from the global
         settings unless given. `rules` maps
         `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
@@ -132,13 +138,17 @@ class CollectionService:
             id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled,
             mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled, rules=replace(default_rules(type_), **(rules or {})),
             indexes=parse_indexes(indexes) if indexes is not None else (), versions=check_versions(versions),
+            drafts=bool(drafts),
         )
+        self._check_drafts(collection)
         check_rules(collection.rules, collection)
         check_indexes(collection)
         await self._check_relations(collection)
         await self._collections.insert(collection)
         try:
             await self._sync_indexes(collection)
+            if collection.drafts and self._drafts is not None:
+                await self._drafts.working.ensure_indexes(collection.id)
         except Exception:
             await self._collections.delete(collection.id)
             try:
@@ -157,12 +167,13 @@ class CollectionService:
     async def update(
         self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
         otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = None,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = None, drafts: bool | None = None,
     ) -> Collection:
         """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled, access rules
         (`rules`: the `<action>_rule`s given; the others are kept), the declared `indexes`
-        (replaced as a whole) and/or `versions` (kept versions stay until a record's next version
-        trims them, or its delete). Fields dropped from the schema
+        (replaced as a whole), `versions` (kept versions stay until a record's next version
+        trims them, or its delete) and/or `drafts` (turned on, the records are `published`; turned
+        off, nothing is published or discarded). Fields dropped from the schema
         are removed from every record; unique, text, automatic and declared indexes follow the new
         schema and rules (a declared index naming a dropped field is 422). Values of a
         changed field are converted to its new type or shape (`schema_changes`). Every rule must fit
@@ -194,6 +205,9 @@ class CollectionService:
             changed = replace(changed, indexes=parse_indexes(indexes))
         if versions is not None:
             changed = replace(changed, versions=check_versions(versions))
+        if drafts is not None:
+            changed = replace(changed, drafts=drafts)
+        self._check_drafts(changed)
         check_rules(changed.rules, changed)
         check_indexes(changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
@@ -209,8 +223,11 @@ class CollectionService:
             await self._restore_indexes(collection_id)
             raise
         kept = {f.name for f in stored.fields}
-        await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
+        dropped = [f.name for f in current.fields if f.name not in kept]
+        await self._records.unset_fields(collection_id, dropped)
         await apply_schema_change(self._records, collection_id, field_changes)
+        if self._drafts is not None:
+            await self._drafts.follow(current, stored, dropped, field_changes)
         self._forget()
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
         await self._events.emit([CollectionEvent(UPDATE, stored)])
@@ -285,6 +302,8 @@ class CollectionService:
             )
         await self._collections.delete(collection.id)
         await self._drop_records(collection)
+        if self._drafts is not None:
+            await self._drafts.drop(collection.id)
         await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._events.emit([AuditEvent("collection_deleted", user_id=principal.user_id,
@@ -341,6 +360,20 @@ class CollectionService:
             dropped.append(name)
             log.warning("dropped %s: the records of a collection that no longer exists", name)
         return tuple(dropped)
+
+    def _check_drafts(self, collection: Collection) -> None:
+        """A collection with drafts is a base collection whose fields do not take the names of the
+        draft keys of its records' JSON (`status`, `published_at`, ...). Raises ValidationFailed."""
+        if not collection.drafts:
+            return
+        if collection.type != "base" or self._drafts is None:
+            raise ValidationFailed("Only base collections have drafts",
+                                   errors={"drafts": ["Only base collections have drafts."]})
+        taken = [spec.name for spec in collection.fields if spec.name in DRAFT_KEYS]
+        if taken:
+            raise ValidationFailed("A collection with drafts reserves the field names " + ", ".join(DRAFT_KEYS),
+                                   errors={"schema": [f"{name}: the name is reserved in a collection with drafts"
+                                                      for name in taken]})
 
     def _forget(self) -> None:
         """After a change made here: this process's cached definitions go at once (the epoch bump

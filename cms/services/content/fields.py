@@ -291,11 +291,15 @@ default locale (`required` holds), of another locale (never required: null remov
 value), or objects of locale to value (`?locale=*`)."""
 
 
-def build_record_schema(collection: Collection, mode: str = DEFAULT_LOCALE) -> Schema:
+def build_record_schema(collection: Collection, mode: str = DEFAULT_LOCALE, *, working: bool = False) -> Schema:
     """A marshmallow schema validating the `data` of a record of `collection` (unknown keys raise),
-    its localized fields read as `mode` says (DEFAULT_LOCALE, OTHER_LOCALE or ALL_LOCALES)."""
+    its localized fields read as `mode` says (DEFAULT_LOCALE, OTHER_LOCALE or ALL_LOCALES); `working`:
+    of a working copy (drafts), whose fields are all optional (types and lengths checked)."""
+    specs = collection.fields
+    if working:
+        specs = tuple(replace(spec, validation=replace(spec.validation, required=False)) for spec in specs)
     declared = {spec.name: _localized_field(spec, collection, mode) if spec.localized else record_field(spec)
-                for spec in collection.fields}
+                for spec in specs}
     schema_class = Schema.from_dict(declared, name=f"Record_{collection.name}")
     return schema_class(unknown=RAISE)
 
@@ -318,15 +322,16 @@ class RecordSchemas:
     """
 
     def __init__(self, size: int = SCHEMA_CACHE_SIZE) -> None:
-        self._cache: OrderedDict[tuple[str, int, Locales, str], Schema] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int, Locales, str, bool], Schema] = OrderedDict()
         self._size = size
 
-    def schema_for(self, collection: Collection, mode: str = DEFAULT_LOCALE) -> Schema:
-        """The schema of this collection version, locales and `mode` (`build_record_schema`), built once."""
-        key = (collection.id, collection.version, collection.locales, mode)
+    def schema_for(self, collection: Collection, mode: str = DEFAULT_LOCALE, *, working: bool = False) -> Schema:
+        """The schema of this collection version, locales and `mode` (`build_record_schema`; `working`:
+        of its working copies), built once."""
+        key = (collection.id, collection.version, collection.locales, mode, working)
         schema = self._cache.get(key)
         if schema is None:
-            schema = build_record_schema(collection, mode)
+            schema = build_record_schema(collection, mode, working=working)
             self._cache[key] = schema
             if len(self._cache) > self._size:
                 self._cache.popitem(last=False)
@@ -334,9 +339,11 @@ class RecordSchemas:
             self._cache.move_to_end(key)
         return schema
 
-    def load(self, collection: Collection, data: Any, *, partial: bool, mode: str = DEFAULT_LOCALE) -> dict[str, Any]:
+    def load(self, collection: Collection, data: Any, *, partial: bool, mode: str = DEFAULT_LOCALE,
+             working: bool = False) -> dict[str, Any]:
         """Validate `data` (an object of field values); `partial` for updates; localized fields read as
-        `mode` says (`build_record_schema`).
+        `mode` says (`build_record_schema`); `working` for a working copy (drafts: no field is required,
+        any may be cleared).
 
         Returns the validated values (a localized field's as given: one locale's value, or its object),
         with None for fields to clear. Raises ValidationFailed with `errors: {field: [message]}` (unknown
@@ -345,7 +352,7 @@ class RecordSchemas:
         if not isinstance(data, dict):
             raise ValidationFailed("'data' must be an object", errors={"data": ["Must be an object."]})
         try:
-            loaded: dict[str, Any] = self.schema_for(collection, mode).load(data, partial=partial)
+            loaded: dict[str, Any] = self.schema_for(collection, mode, working=working).load(data, partial=partial)
         except ValidationError as exc:
             raise ValidationFailed("Record validation failed",
                                    errors=flatten_errors(exc.messages, root_key="data")) from None

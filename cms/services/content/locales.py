@@ -163,9 +163,11 @@ class Localization:
                        if isinstance(data.get(name), dict) and not set(data[name]) <= set(self.codes)}
             if not changed:
                 return record
-            return Record(id=record.id, created=record.created, updated=record.updated, data={**data, **changed})
+            return Record(id=record.id, created=record.created, updated=record.updated, data={**data, **changed},
+                          state=record.state)
         resolved = {name: resolve(data[name], self.chain) for name in self.fields if name in data}
-        return Record(id=record.id, created=record.created, updated=record.updated, data={**data, **resolved})
+        return Record(id=record.id, created=record.created, updated=record.updated, data={**data, **resolved},
+                      state=record.state)
 
 
 def served_object(stored: Mapping[str, Any], codes: tuple[str, ...]) -> dict[str, Any]:

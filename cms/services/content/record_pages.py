@@ -26,6 +26,7 @@ from typing import Any
 
 from cms.errors import InvalidFilter
 from cms.models import Collection, Principal, Record, SortSpec
+from cms.services.access import Access
 from cms.services.caching.read_cache import entry_key
 from cms.services.caching.result_sets import (
     OVER_BOUND,
@@ -43,6 +44,18 @@ MATCH_NOTHING: dict[str, Any] = {"_id": {"$in": []}}
 """The query of a list the caller may see nothing of (answered without a database round trip)."""
 
 SortOrder = SortSpec
+DEFAULT_SORT: SortSpec = [("created", 1)]
+
+
+def sort_order(access: Access, sort: str | None) -> SortOrder:
+    """The sort of a list or export: `sort` (default `created`), then `id` in the direction of
+    the first key, so the order is total and `created` / `-created` are the `created_id` index
+    walked forward or backward (no in-memory sort, on MongoDB as on the embedded server).
+    Raises InvalidFilter (unknown field)."""
+    order = access.sort(sort) if sort else list(DEFAULT_SORT)
+    if not any(path == "_id" for path, _ in order):
+        order.append(("_id", order[0][1]))
+    return order
 
 
 def scan_client(principal: Principal | None, client_ip: str | None) -> str | None:

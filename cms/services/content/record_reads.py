@@ -20,7 +20,7 @@ from cms.services.caching.single_flight import SingleFlight
 from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.content.locales import localization
 from cms.services.content.record_checks import permitted_record
-from cms.services.content.record_pages import RecordPages, scan_client
+from cms.services.content.record_pages import RecordPages, scan_client, sort_order
 from cms.services.content.record_sight import RecordSight, sight
 from cms.services.representation import records as represent
 from cms.services.representation.record_view import FULL, RecordView
@@ -28,7 +28,6 @@ from cms.store.records import RecordRepository
 
 MAX_PER_PAGE = 100
 DEFAULT_PER_PAGE = 30
-DEFAULT_SORT: SortSpec = [("created", 1)]
 
 # Aliases for annotations inside RecordReads, whose `list` method shadows the builtin there.
 SortOrder = SortSpec
@@ -340,10 +339,7 @@ class RecordReads:
         the first key, so the order is total and `created` / `-created` are the `created_id` index
         walked forward or backward (no in-memory sort, on MongoDB as on the embedded server).
         Raises InvalidFilter (unknown field)."""
-        order = access.sort(sort) if sort else list(DEFAULT_SORT)
-        if not any(path == "_id" for path, _ in order):
-            order.append(("_id", order[0][1]))
-        return order
+        return sort_order(access, sort)
 
     async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> Record:
         """One record that the view rule lets `principal` (None: no credentials) see. Raises

@@ -126,26 +126,28 @@ class RecordWriter:
     # --- the steps --------------------------------------------------------------------------------
 
     def new_record(self, collection: Collection, data: Any, *, fixed: Mapping[str, Any] | None = None,
-                   record_id: str | None = None, locale: str | None = None) -> Record:
+                   record_id: str | None = None, locale: str | None = None, working: bool = False) -> Record:
         """Step 1: the record `data` (an object of schema field values) would store, stamped now,
         with `fixed` values (an auth collection's `email`, `verified`) first; empty optional fields
         are left out; localized fields' values are `locale`'s (None: the default locale; `*`: objects;
-        decisions.md, Localized fields). `record_id`: the id to give it (default: a new one). Raises
-        ValidationFailed (422, `errors: {field: [message]}`) or BadRequest (a locale not configured)."""
+        decisions.md, Localized fields). `record_id`: the id to give it (default: a new one). `working`:
+        a working copy (types and lengths only, `required` not checked). Raises ValidationFailed (422,
+        `errors: {field: [message]}`) or BadRequest (a locale not configured)."""
         mode, write_locale = write_mode(collection, locale)
-        loaded = self._schemas.load(collection, data, partial=False, mode=mode)
+        loaded = self._schemas.load(collection, data, partial=working, mode=mode, working=working)
         values = stored_create(collection.localized_fields, loaded, write_locale)
         now = self.clock()
         return Record(id=record_id or new_id(), created=now, updated=now, data={**(fixed or {}), **values})
 
-    def changes(self, collection: Collection, data: Any, locale: str | None = None) -> tuple[dict[str, Any], list[str]]:
+    def changes(self, collection: Collection, data: Any, locale: str | None = None, *,
+                working: bool = False) -> tuple[dict[str, Any], list[str]]:
         """Step 1 of an update: partial `data` validated, as (values to set, names to clear); a
         localized field's value under `locale` (None: the default locale) sets or clears only
-        `field.<locale>`, with `*` its object replaces the stored one. Raises ValidationFailed or
-        BadRequest (a locale not configured)."""
+        `field.<locale>`, with `*` its object replaces the stored one; `working`: of a working copy
+        (any field may be cleared). Raises ValidationFailed or BadRequest (a locale not configured)."""
         mode, write_locale = write_mode(collection, locale)
-        return stored_changes(collection.localized_fields, self._schemas.load(collection, data, partial=True,
-                                                                              mode=mode), write_locale)
+        return stored_changes(collection.localized_fields, self._schemas.load(
+            collection, data, partial=True, mode=mode, working=working), write_locale)
 
     async def check_relations(self, collection: Collection, values: Mapping[str, Any]) -> None:
         """Step 3: every relation id in `values` names an existing record of its target collection.
@@ -201,10 +203,10 @@ class RecordWriter:
         await emit_changed(self._events, kind, collection, records, self.clock(), previous)
 
     async def emit_deleted(self, collection: Collection, record_ids: Sequence[str],
-                           records: Sequence[Record] = ()) -> None:
-        """Forget the deleted records' versions, then one `delete` event per deleted record id
-        (`emit_deleted`)."""
-        if self._versions is not None:
+                           records: Sequence[Record] = (), *, forget: bool = True) -> None:
+        """Forget the deleted records' versions (not with `forget` False: an unpublish, whose record
+        stays), then one `delete` event per deleted record id (`emit_deleted`)."""
+        if forget and self._versions is not None:
             await self._versions.forget(collection, record_ids)
         await emit_deleted(self._events, collection, record_ids, self.clock(), records)
 

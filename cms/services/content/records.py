@@ -10,20 +10,27 @@ changed record after the write succeeded; failed writes emit nothing.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
+from cms.errors import BadRequest, NotFound
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
 from cms.services.access import Access, check, record_document
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
+from cms.services.content.bulk_checks import (
+    MAX_BULK_IDS,
+    bulk_refused,
+    check_record_ids,
+    no_bulk_drafts,
+    refused_ids,
+)
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
+from cms.services.content.drafts import WorkingCopies
 from cms.services.content.files import FileService
 from cms.services.content.locales import unique_writes
 from cms.services.content.record_checks import checked_record, permitted_record
@@ -43,46 +50,6 @@ __all__ = [  # the names other modules import from here
     "emit_changed", "emit_deleted", "permitted_record",
 ]
 
-MAX_BULK_IDS = 1_000
-
-
-def check_record_ids(record_ids: Sequence[str], max_ids: int = MAX_BULK_IDS) -> list[str]:
-    """The ids of a bulk request: 1..`max_ids` (the `bulk_max_ids` setting), each listed once.
-    Raises ValidationFailed (422, `errors: {"record_ids": [...]}`) for an empty list, too many ids
-    or a repeated id."""
-    ids = list(record_ids)
-    if not ids:
-        raise _ids_error("At least one id is required.")
-    if len(ids) > max_ids:
-        raise _ids_error(f"At most {max_ids:,} ids per request; {len(ids):,} given.")
-    repeated = [i for i, n in Counter(ids).items() if n > 1]
-    if repeated:
-        shown = ", ".join(repeated[:20]) + (", ..." if len(repeated) > 20 else "")
-        raise _ids_error(f"Each id may be listed once; repeated: {shown}.")
-    return ids
-
-
-
-
-def _refused_ids(refused: Sequence[str], verb: str) -> Forbidden:
-    """Bulk changes are all or nothing: 403 with `errors: {<id>: [reason]}` for the records the
-    caller may view but not change."""
-    return Forbidden(
-        f"You may not {verb} {len(refused)} of these records; nothing was changed",
-        errors={record_id: [f"You may not {verb} this record."] for record_id in refused},
-    )
-
-
-def _ids_error(message: str) -> ValidationFailed:
-    return ValidationFailed(f"Invalid record_ids: {message}", errors={"record_ids": [message]})
-
-
-def _bulk_refused(action: str, failures: dict[str, list[str]], total: int) -> ValidationFailed:
-    """422 for a bulk request that would fail for some records: `errors` maps each record id to why."""
-    return ValidationFailed(
-        f"{len(failures)} of {total} records cannot be {action}; nothing was changed", errors=failures
-    )
-
 class RecordService(RecordReads):
     """Records of user collections. Who may list, view, create, change and delete them is decided
     by the collection's access rules (`access.check`) on every path: single, bulk and CSV.
@@ -90,10 +57,13 @@ class RecordService(RecordReads):
 
     def __init__(self, catalog: Catalog, records: RecordRepository, writer: RecordWriter, *,
                  settings: SettingsService | None = None, cache: ReadCache | None = None,
-                 result_sets: ResultSetCache | None = None, files: FileService | None = None) -> None:
+                 result_sets: ResultSetCache | None = None, files: FileService | None = None,
+                 working_copies: WorkingCopies | None = None) -> None:
         """`writer`: the process's one record writer (cms/wiring.py), which every write goes through;
-        `cache` and `result_sets`: the read cache and the result sets beside it (`RecordReads`)."""
+        `cache` and `result_sets`: the read cache and the result sets beside it (`RecordReads`);
+        `working_copies`: the writes of collections with drafts (drafts.py)."""
         super().__init__(catalog, records, cache=cache, result_sets=result_sets)
+        self._copies = working_copies
         self._writer = writer
         self._groups = writer.groups
         self._settings = settings
@@ -121,6 +91,9 @@ class RecordService(RecordReads):
         epoch `epoch`; `record_id`: the new record's id (default: a new one). Raises as `create`."""
         create = check(principal, collection, actions.CREATE, data if isinstance(data, dict) else None)
         create.require()
+        if collection.drafts:
+            return await self._drafted().create(collection, data, epoch=epoch, create=create, record_id=record_id,
+                                                locale=locale)
         return await self._writer.create(collection, data, epoch=epoch, create=create, record_id=record_id,
                                          locale=locale)
 
@@ -134,6 +107,8 @@ class RecordService(RecordReads):
         Forbidden (the rule refuses), ValidationFailed, AlreadyExists, or BadRequest (the record kept
         changing under a rule that depends on it; a locale not configured)."""
         collection = await self._catalog.by_name(collection_name)
+        if collection.drafts:  # the working copy: no event
+            return await self._drafted().update(principal, collection, record_id, data, locale=locale)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
         update.require()
@@ -163,6 +138,8 @@ class RecordService(RecordReads):
         collection = await self._catalog.by_name(collection_name)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
         delete.require()
+        if collection.drafts:  # both copies; an event only for a published one
+            return await self._drafted().delete(view, delete, record_id, self._relations)
         for _ in range(MAX_RULE_ATTEMPTS):
             expected = await self._checked(view, delete, record_id)
             plan = await self._relations.plan_release(collection, [record_id])
@@ -176,6 +153,12 @@ class RecordService(RecordReads):
                 raise NotFound("Record not found")
         raise BadRequest("The record kept changing while your change was checked; retry")
 
+
+    def _drafted(self) -> WorkingCopies:
+        """The writes of collections with drafts. Raises RuntimeError when built without them."""
+        if self._copies is None:
+            raise RuntimeError("RecordService was built without working copies")
+        return self._copies
 
     async def _checked(self, view: Access, change: Access, record_id: str) -> datetime | None:
         """Check a single update or delete against the record as stored now. Returns None when
@@ -205,6 +188,7 @@ class RecordService(RecordReads):
         would fail; nothing changes) or AlreadyExists (a concurrent write took a unique value
         first)."""
         collection = await self._catalog.by_name(collection_name)
+        no_bulk_drafts(collection, "bulk-update")
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
@@ -215,7 +199,7 @@ class RecordService(RecordReads):
         for record_id, messages in (await self._unique_conflicts(collection, set_values, list(found))).items():
             failures.setdefault(record_id, []).extend(messages)
         if failures:
-            raise _bulk_refused("updated", failures, len(ids))
+            raise bulk_refused("updated", failures, len(ids))
         change = {**set_values, "updated": self._writer.clock()}
         async with await self._writer.unit(collection):
             matched = await self._records.update_many(collection.id, ids, change, unset)
@@ -240,7 +224,7 @@ class RecordService(RecordReads):
         refused = [i for i in record_ids
                    if i not in found or not view.allows(found[i]) or not change.allows(found[i])]
         if refused:
-            raise _refused_ids(refused, verb)
+            raise refused_ids(refused, verb)
         for record in found.values():
             name = change.refused_field(record_document(record))
             if name is not None:
@@ -273,12 +257,13 @@ class RecordService(RecordReads):
         request between the check and the delete is not counted, but still gets a `delete` event
         (subscribers see at least one)."""
         collection = await self._catalog.by_name(collection_name)
+        no_bulk_drafts(collection, "bulk-delete")
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
         existing = await self._permitted(view, delete, ids, "delete")
         missing = {i: ["Record not found."] for i in ids if i not in existing}
         if missing:
-            raise _bulk_refused("deleted", missing, len(ids))
+            raise bulk_refused("deleted", missing, len(ids))
         plan = await self._relations.plan_release(collection, ids)
         async with await self._writer.unit(collection):
             deleted = await self._records.delete_many(collection.id, ids)
@@ -322,6 +307,7 @@ class RecordService(RecordReads):
         auth collection), Forbidden (the create rule refuses outright), PayloadTooLarge (over 10
         MiB) or ValidationFailed (the file as a whole is refused; nothing is stored)."""
         collection, epoch = await self.writable_for_new_records(collection_name)
+        no_bulk_drafts(collection, "CSV import")
         limits = await self._limits()
         if collection.rules.create_rule is None:  # admins only: refuse the file as a whole
             check(principal, collection, actions.CREATE).require()
@@ -338,8 +324,11 @@ class RecordService(RecordReads):
         and its update rule lets it change it (the record as stored). Raises NotFound (collection,
         or a record the caller may not see) or Unauthorized / Forbidden (the rule refuses)."""
         collection = await self._catalog.by_name(collection_name)
-        await permitted_record(self._records, check(principal, collection, actions.VIEW),
-                               check(principal, collection, actions.UPDATE), record_id)
+        view, update = check(principal, collection, actions.VIEW), check(principal, collection, actions.UPDATE)
+        if collection.drafts:
+            await self._drafted().editable(view, update, record_id)
+        else:
+            await permitted_record(self._records, view, update, record_id)
         return collection
 
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:

@@ -3,7 +3,8 @@ Versions): `GET .../records/{id}/versions`, `GET .../versions/{n}` and `POST ...
 The versions are stored by `versions.RecordVersions` (the write side).
 
 Who may read a record's versions is who may view the record now (its view rule, on the record as
-stored: a hidden or missing record is 404 like a view). Field view rules apply to each version's
+stored: a hidden or missing record is 404 like a view; with drafts, on its working copy, so the
+versions of an unpublished record stay within reach of its editors). Field view rules apply to each version's
 `data` exactly as to a record read (`Access.redact`), decided on the record as that version left it.
 A restore is an update of the record (the update rule, field write rules, validation, unique fields,
 relations: a relation id whose record is gone is 422 like any write to a missing relation), made
@@ -21,6 +22,7 @@ from cms.models import Collection, Page, Principal, Record, RecordVersion
 from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
+from cms.services.content.drafts import WorkingCopies
 from cms.services.content.fields import to_json_value
 from cms.services.content.locales import ALL
 from cms.services.content.record_checks import permitted_record
@@ -40,12 +42,14 @@ class VersionService:
     """Reads and restores of record versions (see the module docstring)."""
 
     def __init__(self, catalog: Catalog, records: RecordRepository, versions: RecordVersionRepository, *,
-                 write: RestoreWrite) -> None:
-        """`write`: the one function a restore writes through (`RestoreWrite`)."""
+                 write: RestoreWrite, working: WorkingCopies | None = None) -> None:
+        """`write`: the one function a restore writes through (`RestoreWrite`); `working`: the working
+        copies of collections with drafts (their records are looked up there)."""
         self._catalog = catalog
         self._records = records
         self._versions = versions
         self._write = write
+        self._working = working
 
     async def list(self, principal: Principal | None, collection_name: str, record_id: str, *,
                    page: int = 1, per_page: int = 30) -> Page[RecordVersion]:
@@ -90,6 +94,8 @@ class VersionService:
         collection = await self._catalog.by_name(collection_name)
         # a version is the whole record: localized fields as objects (decisions.md, Localized fields)
         view = check(principal, collection, actions.VIEW, locale=ALL)
+        if collection.drafts and self._working is not None:
+            return collection, view, await self._working.editable(view, None, record_id)
         return collection, view, await permitted_record(self._records, view, None, record_id)
 
     async def _stored(self, collection: Collection, record_id: str, version: int) -> RecordVersion:

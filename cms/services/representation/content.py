@@ -85,6 +85,7 @@ class CollectionSchema(Representation):
     schema = SameObject(CollectionSchemaSchema)
     indexes = fields.List(fields.Nested(IndexDeclarationSchema),
                           metadata={"description": "Declared indexes, as given; the automatic ones are not listed"})
+    drafts = fields.Boolean(metadata={"description": "Records have a published copy and a working copy"})
     otp_enabled = fields.Boolean()
     mfa_enabled = fields.Boolean()
     oauth_enabled = fields.Boolean()
@@ -140,7 +141,7 @@ _SLOW_QUERY = SlowQuerySchema()
 
 
 def collection(c: Collection) -> dict[str, Any]:
-    """`{id, name, type, schema: {fields}, indexes, otp_enabled, mfa_enabled, oauth_enabled, versions,
+    """`{id, name, type, schema: {fields}, indexes, drafts, otp_enabled, mfa_enabled, oauth_enabled, versions,
     <action>_rule x5, created, updated}`."""
     return dump_one(_COLLECTION, c)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from marshmallow import INCLUDE, fields
 
-from cms.models import Collection, Page, QueryPlan, Record
+from cms.models import Collection, DraftState, Page, QueryPlan, Record
 from cms.services.content.fields import to_json_value
 from cms.services.representation.base import Rendered, Representation, Timestamp, dump_one
 from cms.services.representation.record_view import FULL, Expanded, RecordView
@@ -48,11 +48,24 @@ class RecordSchema(Representation):
         """marshmallow options."""
 
         unknown = INCLUDE  # documents additionalProperties: the collection's fields sit beside these
-        optional = ("expand",)  # only with `?expand=`, and only when a related record is visible
+        # `expand` only with `?expand=` (and a visible related record); the draft keys only in collections with drafts
+        optional = ("expand", "status", "published_at", "scheduled_at", "schedule_error")
 
     id = fields.String()
     created = Timestamp()
     updated = Timestamp()
+    status = fields.String(metadata={
+        "enum": ["draft", "published", "changed"],
+        "description": "Only in collections with drafts: `draft` (never published, or unpublished), `published` (no "
+                       "pending change), `changed` (published, with a pending working copy). Readers see published "
+                       "copies only, always `published`; `?draft=true` shows the working state"})
+    published_at = Timestamp(allow_none=True, metadata={
+        "description": "Only in collections with drafts: when the published copy was last published (null: never)"})
+    scheduled_at = Timestamp(allow_none=True, metadata={
+        "description": "Only in collections with drafts: when a scheduled publish will run (null: none; readers "
+                       "always see null)"})
+    schedule_error = fields.String(allow_none=True, metadata={
+        "description": "Only in a working copy whose last scheduled publish failed validation: why"})
     expand = fields.Dict(metadata={
         "description": "Only with `?expand=`: relation segment -> the related record (a relation holding at most "
                        "one id) or an array of records (more, and back-relations `<collection>_via_<field>`); "
@@ -62,6 +75,9 @@ class RecordSchema(Representation):
 
 SYSTEM_KEYS = ("id", "created", "updated")
 """The record attributes `record_json` writes first, in order (`expand` is added only when asked)."""
+DRAFT_KEYS = ("status", "published_at", "scheduled_at", "schedule_error")
+"""The keys `record_json` writes after SYSTEM_KEYS for a record with a draft state (`schedule_error` only
+when there is one); a collection with drafts reserves them as field names."""
 
 
 class RecordPageSchema(Representation):
@@ -110,6 +126,13 @@ def record_json(record: Record, view: RecordView = FULL, expanded: Sequence[Expa
     `expand: {segment: record | [records]}` when `expanded` (the related records `view.expand`
     loaded) holds any for this record (no `expand` key otherwise), then narrowed to `view.fields`."""
     body: dict[str, Any] = {key: to_json_value(getattr(record, key)) for key in SYSTEM_KEYS}
+    state = record.state
+    if state is not None:
+        body["status"] = state.status
+        body["published_at"] = to_json_value(state.published_at)
+        body["scheduled_at"] = to_json_value(state.scheduled_at)
+        if state.schedule_error is not None:
+            body["schedule_error"] = state.schedule_error
     for key, value in record.data.items():
         body[key] = _json_value(value)
     if expanded:
@@ -146,19 +169,31 @@ def written_record_json(record: Record) -> dict[str, Any]:
 
 def record_from_json(body: dict[str, Any], collection: Collection) -> Record:
     """The inverse of `record_json` (FULL view) for a record of `collection`: `created`, `updated` and
-    the values of its date fields back to aware datetimes, everything else as is. Raises KeyError
-    (no `id`) or ValueError (a date that is not ISO 8601)."""
+    the values of its date fields back to aware datetimes, the draft keys (a collection with drafts)
+    back to its `state`, everything else as is. Raises KeyError (no `id`) or ValueError (a date that
+    is not ISO 8601)."""
     dates = {spec.name for spec in collection.fields if spec.type == "date"}
     data: dict[str, Any] = {}
     for key, value in body.items():
-        if key in SYSTEM_KEYS or key == "expand":
+        if key in SYSTEM_KEYS or key == "expand" or (collection.drafts and key in DRAFT_KEYS):
             continue
         if key in dates and value is not None:
             value = _datetimes(value)
         data[key] = value
     created, updated = body.get("created"), body.get("updated")
     return Record(id=body["id"], created=_datetime(created) if created else _EPOCH,
-                  updated=_datetime(updated) if updated else _EPOCH, data=data)
+                  updated=_datetime(updated) if updated else _EPOCH, data=data,
+                  state=_state_from_json(body) if collection.drafts else None)
+
+
+def _state_from_json(body: dict[str, Any]) -> DraftState | None:
+    """The draft state `record_json` wrote into `body` (None when it wrote none)."""
+    status = body.get("status")
+    if not isinstance(status, str):
+        return None
+    published_at, scheduled_at = body.get("published_at"), body.get("scheduled_at")
+    return DraftState(status, _datetime(published_at) if published_at else None,
+                      _datetime(scheduled_at) if scheduled_at else None, body.get("schedule_error"))
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

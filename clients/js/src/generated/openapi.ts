@@ -276,7 +276,7 @@ export interface paths {
                     /** @description 1..200, default 50; larger values are clamped to 200 */
                     limit?: number;
                     offset?: number;
-                    event_type?: "api_key_created" | "api_key_revoked" | "backup_created" | "backup_deleted" | "backup_downloaded" | "backup_restored" | "collection_created" | "collection_deleted" | "collection_updated" | "email_verified" | "login_failed" | "login_success" | "logout" | "mfa_disabled" | "mfa_enabled" | "mfa_failed" | "mfa_recovery_used" | "otp_failed" | "password_changed" | "password_reset_completed" | "password_reset_requested" | "rate_limited" | "refresh_token_reuse" | "register" | "session_revoked" | "setting_changed" | null;
+                    event_type?: "api_key_created" | "api_key_revoked" | "backup_created" | "backup_deleted" | "backup_downloaded" | "backup_restored" | "collection_created" | "collection_deleted" | "collection_updated" | "email_verified" | "login_failed" | "login_success" | "logout" | "mfa_disabled" | "mfa_enabled" | "mfa_failed" | "mfa_recovery_used" | "otp_failed" | "password_changed" | "password_reset_completed" | "password_reset_requested" | "rate_limited" | "record_publish_failed" | "refresh_token_reuse" | "register" | "session_revoked" | "setting_changed" | null;
                     severity?: "info" | "warning" | "critical" | null;
                     user_id?: string | null;
                     ip_address?: string | null;
@@ -5228,7 +5228,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List records (page, per_page, sort, filter, search, expand, fields) */
+        /** List records (page, per_page, sort, filter, search, expand, fields; draft: the working copies) */
         get: {
             parameters: {
                 query?: {
@@ -5248,6 +5248,8 @@ export interface paths {
                     search?: string | null;
                     /** @description true: do not count the matches (`total` is -1) */
                     skip_total?: boolean;
+                    /** @description Collections with drafts only (400 elsewhere): true answers working copies (`status`, `scheduled_at`, the pending values) of the records the caller may update and view; without that right a view is 403 (401 without credentials) and a list is empty. Never cached */
+                    draft?: boolean;
                     /** @description admins only (403 for others): true adds `explain`, how the database ran the page's query: {index (name or null), collection_scan, docs_examined, returned}; never cached; 400 when the server cannot explain */
                     explain?: boolean;
                 };
@@ -5820,7 +5822,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Get a record */
+        /** Get a record (draft: its working copy) */
         get: {
             parameters: {
                 query?: {
@@ -5830,6 +5832,8 @@ export interface paths {
                     expand?: string | null;
                     /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
                     fields?: string | null;
+                    /** @description Collections with drafts only (400 elsewhere): true answers working copies (`status`, `scheduled_at`, the pending values) of the records the caller may update and view; without that right a view is 403 (401 without credentials) and a list is empty. Never cached */
+                    draft?: boolean;
                 };
                 header?: never;
                 path: {
@@ -6074,6 +6078,392 @@ export interface paths {
                 };
             };
         };
+        trace?: never;
+    };
+    "/api/v1/collections/{collection_name}/records/{record_id}/draft": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Drop the pending working copy (404 when there is none) */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/collections/{collection_name}/records/{record_id}/publish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Publish the working copy (collections with drafts); with `at`, schedule the publish instead (replacing a pending one) */
+        post: {
+            parameters: {
+                query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
+                    /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
+                    expand?: string | null;
+                    /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
+                    fields?: string | null;
+                };
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["RecordPublish"];
+                };
+            };
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Record"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/collections/{collection_name}/records/{record_id}/schedule": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Cancel the pending scheduled publish (404 when there is none) */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/collections/{collection_name}/records/{record_id}/unpublish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Turn a published record back into a draft (its content kept as the working copy) */
+        post: {
+            parameters: {
+                query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
+                    /** @description Relation paths whose records are embedded under each record's `expand`: field names joined by `.` (at most 6 levels), or back-relations `<collection>_via_<field>`; at most 10 paths, comma-separated. Records the caller may not view are left out. An unknown or non-relation segment is 400 `invalid_filter` */
+                    expand?: string | null;
+                    /** @description Keys kept in each record (the list envelope is never narrowed): names, `*` (every top-level field) and `expand.<segment>.<name>`; unknown names are ignored */
+                    fields?: string | null;
+                };
+                header?: never;
+                path: {
+                    collection_name: string;
+                    record_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Record"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
         trace?: never;
     };
     "/api/v1/collections/{collection_name}/records/{record_id}/versions": {
@@ -8425,6 +8815,8 @@ export interface components {
             created: string;
             /** @description Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             delete_rule: string | null;
+            /** @description Records have a published copy and a working copy */
+            drafts: boolean;
             /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
             email_view_rule: string | null;
             id: string;
@@ -8453,6 +8845,11 @@ export interface components {
             create_rule?: string | null;
             /** @description Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             delete_rule?: string | null;
+            /**
+             * @description Base collections: records have a published copy (what readers see) and a working copy (publish, unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing is published or discarded
+             * @default null
+             */
+            drafts?: boolean | null;
             /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
             email_view_rule?: string | null;
             /**
@@ -8521,6 +8918,8 @@ export interface components {
             create_rule?: string | null;
             /** @description Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             delete_rule?: string | null;
+            /** @description Base collections: records have a published copy (what readers see) and a working copy (publish, unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing is published or discarded */
+            drafts?: boolean;
             /** @description Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it */
             email_view_rule?: string | null;
             /** @description Declared indexes: at most 16 of {fields: 1 to 8 names of schema fields or id, created, updated, '-' prefix for descending; unique: false by default}. The service's automatic indexes (relation fields, fields rules compare with @request.auth.*) are not listed */
@@ -8740,6 +9139,23 @@ export interface components {
                 [key: string]: unknown;
             };
             id: string;
+            /**
+             * Format: date-time
+             * @description Only in collections with drafts: when the published copy was last published (null: never)
+             */
+            published_at?: string | null;
+            /** @description Only in a working copy whose last scheduled publish failed validation: why */
+            schedule_error?: string | null;
+            /**
+             * Format: date-time
+             * @description Only in collections with drafts: when a scheduled publish will run (null: none; readers always see null)
+             */
+            scheduled_at?: string | null;
+            /**
+             * @description Only in collections with drafts: `draft` (never published, or unpublished), `published` (no pending change), `changed` (published, with a pending working copy). Readers see published copies only, always `published`; `?draft=true` shows the working state
+             * @enum {string}
+             */
+            status?: "draft" | "published" | "changed";
             /** Format: date-time */
             updated: string;
         } & {
@@ -8752,6 +9168,14 @@ export interface components {
             per_page: number;
             /** @description every match; -1 with skip_total */
             total: number;
+        };
+        RecordPublish: {
+            /**
+             * Format: date-time
+             * @description When to publish (ISO 8601; naive means UTC); must be in the future (422 otherwise). Replaces a pending schedule. Absent or null: publish now
+             * @default null
+             */
+            at?: string | null;
         };
         RecordVersion: {
             /** @description the writer's user id; null for the system */

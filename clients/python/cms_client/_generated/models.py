@@ -181,6 +181,10 @@ class CollectionCreate(TypedDict, closed=True):
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
     """
+    drafts: NotRequired[bool | None]
+    """
+    Base collections: records have a published copy (what readers see) and a working copy (publish, unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing is published or discarded
+    """
     email_view_rule: NotRequired[str | None]
     """
     Auth collections: who sees a user's email (a field view rule; default: the user themself). Base collections ignore it
@@ -230,6 +234,10 @@ class CollectionUpdate(TypedDict, closed=True):
     delete_rule: NotRequired[str | None]
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    drafts: NotRequired[bool]
+    """
+    Base collections: records have a published copy (what readers see) and a working copy (publish, unpublish, schedule); default false. Turned on, existing records are published; turned off, nothing is published or discarded
     """
     email_view_rule: NotRequired[str | None]
     """
@@ -462,6 +470,22 @@ class Record(TypedDict):
     Only with `?expand=`: relation segment -> the related record (a relation holding at most one id) or an array of records (more, and back-relations `<collection>_via_<field>`); records the caller may not view are left out, and so is a segment with none
     """
     id: str
+    published_at: NotRequired[str | None]
+    """
+    Only in collections with drafts: when the published copy was last published (null: never)
+    """
+    schedule_error: NotRequired[str | None]
+    """
+    Only in a working copy whose last scheduled publish failed validation: why
+    """
+    scheduled_at: NotRequired[str | None]
+    """
+    Only in collections with drafts: when a scheduled publish will run (null: none; readers always see null)
+    """
+    status: NotRequired[Literal['draft', 'published', 'changed']]
+    """
+    Only in collections with drafts: `draft` (never published, or unpublished), `published` (no pending change), `changed` (published, with a pending working copy). Readers see published copies only, always `published`; `?draft=true` shows the working state
+    """
     updated: str
 
 
@@ -475,6 +499,13 @@ class RecordPage(TypedDict, closed=True):
     total: int
     """
     every match; -1 with skip_total
+    """
+
+
+class RecordPublish(TypedDict, closed=True):
+    at: NotRequired[str | None]
+    """
+    When to publish (ISO 8601; naive means UTC); must be in the future (422 otherwise). Replaces a pending schedule. Absent or null: publish now
     """
 
 
@@ -811,6 +842,10 @@ class Collection(TypedDict, closed=True):
     delete_rule: str | None
     """
     Who may delete records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
+    """
+    drafts: bool
+    """
+    Records have a published copy and a working copy
     """
     email_view_rule: str | None
     """

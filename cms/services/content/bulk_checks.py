@@ -1,0 +1,56 @@
+"""The checks of bulk changes (spec: Records, bulk update and delete; decisions.md: Limits): the id list,
+and the all-or-nothing refusals that name each record a bulk change would fail for."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from cms.errors import BadRequest, Forbidden, ValidationFailed
+from cms.models import Collection
+
+MAX_BULK_IDS = 1_000
+
+
+def check_record_ids(record_ids: Sequence[str], max_ids: int = MAX_BULK_IDS) -> list[str]:
+    """The ids of a bulk request: 1..`max_ids` (the `bulk_max_ids` setting), each listed once.
+    Raises ValidationFailed (422, `errors: {"record_ids": [...]}`) for an empty list, too many ids
+    or a repeated id."""
+    ids = list(record_ids)
+    if not ids:
+        raise _ids_error("At least one id is required.")
+    if len(ids) > max_ids:
+        raise _ids_error(f"At most {max_ids:,} ids per request; {len(ids):,} given.")
+    repeated = [i for i, n in Counter(ids).items() if n > 1]
+    if repeated:
+        shown = ", ".join(repeated[:20]) + (", ..." if len(repeated) > 20 else "")
+        raise _ids_error(f"Each id may be listed once; repeated: {shown}.")
+    return ids
+
+
+def refused_ids(refused: Sequence[str], verb: str) -> Forbidden:
+    """Bulk changes are all or nothing: 403 with `errors: {<id>: [reason]}` for the records the
+    caller may view but not change."""
+    return Forbidden(
+        f"You may not {verb} {len(refused)} of these records; nothing was changed",
+        errors={record_id: [f"You may not {verb} this record."] for record_id in refused},
+    )
+
+
+def no_bulk_drafts(collection: Collection, what: str) -> None:
+    """Bulk changes and CSV import write published records at once: a collection with drafts refuses
+    them (400; docs/concepts/drafts.md, What works on working copies)."""
+    if collection.drafts:
+        raise BadRequest(f"Collection '{collection.name}' has drafts: {what} is not available for it; "
+                         "write records one at a time (or in a batch) and publish them")
+
+
+def _ids_error(message: str) -> ValidationFailed:
+    return ValidationFailed(f"Invalid record_ids: {message}", errors={"record_ids": [message]})
+
+
+def bulk_refused(action: str, failures: dict[str, list[str]], total: int) -> ValidationFailed:
+    """422 for a bulk request that would fail for some records: `errors` maps each record id to why."""
+    return ValidationFailed(
+        f"{len(failures)} of {total} records cannot be {action}; nothing was changed", errors=failures
+    )

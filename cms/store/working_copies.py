@@ -1,0 +1,158 @@
+"""Repository of working copies: the editors' state of every record of a collection with drafts, one
+Mongo collection per CMS collection, `drafts_<collection id>` (docs/concepts/drafts.md, Storage).
+
+A working copy is stored like a record (`_id`, `created`, `updated` and the field values at the top
+level, so the one filter engine's queries, sorts and searches run on it unchanged) plus the draft
+keys of documents.py: `_status`, `_published_at`, `_scheduled_at`, `_schedule_error` and `_rev`, the
+revision every change of the working state raises (the condition of a publish). The published copies
+stay in `records_<collection id>` (records.py), which readers alone query. `WorkingCopyRepository`
+is a `RecordRepository` on the other Mongo collection: its reads, relation clean-ups and schema
+upkeep (dropped fields, converted values) are the records' own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pymongo import ReturnDocument, UpdateOne
+from pymongo.asynchronous.collection import AsyncCollection
+from pymongo.errors import BulkWriteError
+
+from cms.models import PUBLISHED, DraftState, Record
+from cms.store.bulk import DUPLICATE_KEY, chunks
+from cms.store.documents import (
+    PUBLISHED_AT,
+    REVISION,
+    SCHEDULE_ERROR,
+    SCHEDULED_AT,
+    STATUS,
+    record_from_document,
+    working_document,
+    working_mongo_name,
+)
+from cms.store.records import RecordRepository
+from cms.store.transactions import current_session
+
+
+class WorkingCopyRepository(RecordRepository):
+    """Working copies of every collection with drafts; callers pass the collection id. Every write
+    that changes the working state raises its revision; `revision=` makes it conditional on the
+    revision read before (None when another writer got there first)."""
+
+    def _mongo_coll(self, collection_id: str) -> AsyncCollection[dict[str, Any]]:
+        return self._db[working_mongo_name(collection_id)]
+
+    async def ensure_indexes(self, collection_id: str) -> None:
+        """The index of the default sort of `?draft=true` lists (`created`, `_id`), as records have."""
+        await self._mongo_coll(collection_id).create_index([("created", 1), ("_id", 1)], name="created_id")
+
+    async def insert_working(self, collection_id: str, record: Record) -> None:
+        """Store a new working copy (`documents.working_document`: a draft unless `record.state` says)."""
+        await self._mongo_coll(collection_id).insert_one(working_document(record), session=current_session())
+
+    async def insert_missing(self, collection_id: str, records: Sequence[Record]) -> int:
+        """Store working copies of `records` (published copies, `state` set) for those that have none
+        yet; one unordered insert per chunk, an existing one left as it is. Returns how many were stored."""
+        stored = 0
+        for chunk in chunks(records):
+            try:
+                result = await self._mongo_coll(collection_id).insert_many([working_document(r) for r in chunk],
+                                                                           ordered=False)
+                stored += len(result.inserted_ids)
+            except BulkWriteError as exc:
+                errors = exc.details.get("writeErrors", [])
+                if any(e.get("code") != DUPLICATE_KEY for e in errors) or exc.details.get("writeConcernErrors"):
+                    raise
+                stored += int(exc.details.get("nInserted", 0))
+        return stored
+
+    async def edit(self, collection_id: str, record_id: str, set_values: Mapping[str, Any], unset: Sequence[str],
+                   *, status: str, revision: int) -> Record | None:
+        """Set and unset field values of one working copy (`set_values` may stamp `updated`), give it
+        `status` and raise its revision, if its revision is still `revision`. Returns the working copy
+        after, or None (gone, or changed since it was read)."""
+        change: dict[str, Any] = {"$set": {**set_values, STATUS: status}, "$inc": {REVISION: 1}}
+        if unset:
+            change["$unset"] = {name: "" for name in unset}
+        return await self._change(collection_id, record_id, revision, change)
+
+    async def set_state(self, collection_id: str, record_id: str, state: DraftState, *, revision: int,
+                        updated: datetime | None = None, scheduled_at: datetime | None = None) -> Record | None:
+        """Give one working copy the `status` and `published_at` of `state` (and `updated`, if given)
+        and raise its revision, if its revision is still `revision` (a publish's claim, an unpublish,
+        an undone claim). `scheduled_at`: a scheduled publish's time, which the working copy must
+        still show (not cancelled or replaced meanwhile); it is cleared with the claim. Returns the
+        working copy after, or None."""
+        values: dict[str, Any] = {STATUS: state.status, PUBLISHED_AT: state.published_at}
+        if updated is not None:
+            values["updated"] = updated
+        query: dict[str, Any] = {"_id": record_id, REVISION: revision}
+        if scheduled_at is not None:
+            query[SCHEDULED_AT] = scheduled_at
+            values.update({SCHEDULED_AT: None, SCHEDULE_ERROR: None})
+        doc = await self._mongo_coll(collection_id).find_one_and_update(
+            query, {"$set": values, "$inc": {REVISION: 1}}, return_document=ReturnDocument.AFTER,
+            session=current_session())
+        return record_from_document(doc) if doc else None
+
+    async def set_states(self, collection_id: str, claims: Sequence[tuple[str, int, datetime | None]],
+                         state: DraftState, *, updated: datetime) -> int:
+        """`set_state` for many working copies in one bulk write (a batch of scheduled publishes, in the
+        caller's transaction): `claims` holds (record id, revision, scheduled_at or None) of each.
+        Returns how many still matched (fewer than `claims`: the caller's transaction must abort)."""
+        if not claims:
+            return 0
+        values: dict[str, Any] = {STATUS: state.status, PUBLISHED_AT: state.published_at, "updated": updated}
+        requests = []
+        for record_id, revision, scheduled_at in claims:
+            query: dict[str, Any] = {"_id": record_id, REVISION: revision}
+            change = dict(values)
+            if scheduled_at is not None:
+                query[SCHEDULED_AT] = scheduled_at
+                change.update({SCHEDULED_AT: None, SCHEDULE_ERROR: None})
+            requests.append(UpdateOne(query, {"$set": change, "$inc": {REVISION: 1}}))
+        result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True, session=current_session())
+        return result.matched_count
+
+    async def _change(self, collection_id: str, record_id: str, revision: int,
+                      change: dict[str, Any]) -> Record | None:
+        doc = await self._mongo_coll(collection_id).find_one_and_update(
+            {"_id": record_id, REVISION: revision}, change, return_document=ReturnDocument.AFTER,
+            session=current_session())
+        return record_from_document(doc) if doc else None
+
+    async def end_schedule(self, collection_id: str, record_id: str, scheduled_at: datetime,
+                           error: str | None) -> bool:
+        """Clear the scheduled time of one working copy (with the `error` of its failed publish, or
+        None) if it still shows `scheduled_at`. Returns False when it does not (cancelled, replaced,
+        or already served)."""
+        result = await self._mongo_coll(collection_id).update_one(
+            {"_id": record_id, SCHEDULED_AT: scheduled_at}, {"$set": {SCHEDULED_AT: None, SCHEDULE_ERROR: error}},
+            session=current_session())
+        return result.modified_count == 1
+
+    async def replace_values(self, collection_id: str, record: Record, *, revision: int) -> Record | None:
+        """Replace the field values and the state of one working copy by `record`'s (its revision
+        raised), if its revision is still `revision`. Returns the working copy after, or None."""
+        doc = working_document(record)
+        doc[REVISION] = revision + 1
+        stored = await self._mongo_coll(collection_id).find_one_and_replace(
+            {"_id": record.id, REVISION: revision}, doc, return_document=ReturnDocument.AFTER,
+            session=current_session())
+        return record_from_document(stored) if stored else None
+
+    async def set_schedule(self, collection_id: str, record_id: str, at: Any, error: str | None) -> Record | None:
+        """Set the scheduled time `at` (None: no schedule) and the `error` of the last scheduled
+        publish of one working copy, its revision untouched (a schedule is not an edit). Returns the
+        working copy after, or None when there is none."""
+        doc = await self._mongo_coll(collection_id).find_one_and_update(
+            {"_id": record_id}, {"$set": {SCHEDULED_AT: at, SCHEDULE_ERROR: error}},
+            return_document=ReturnDocument.AFTER, session=current_session())
+        return record_from_document(doc) if doc else None
+
+    async def drop_published(self, collection_id: str) -> int:
+        """Remove the working copies with nothing pending (`published`), to be made again from the
+        published copies (a collection turning drafts on again). Returns how many."""
+        return (await self._mongo_coll(collection_id).delete_many({STATUS: PUBLISHED})).deleted_count
