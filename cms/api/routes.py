@@ -13,6 +13,7 @@ from marshmallow import Schema
 
 from cms.api import (
     admin_auth,
+    aggregates,
     api_keys,
     audit,
     backups,
@@ -34,7 +35,9 @@ from cms.api import (
 from cms.api import schemas as s
 from cms.api.guards import ROUTE_TABLE
 from cms.api.ratelimit import RateLimit
+from cms.api.schemas.aggregates import AggregateQuerySchema
 from cms.services.access import Policy
+from cms.services.representation.aggregates import AggregatePageSchema
 from cms.web import schemas as ws
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -219,6 +222,11 @@ ROUTES: tuple[Route, ...] = (
           policy=OPTIONAL, query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema),
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
           policy=OPTIONAL, status=204),
+    # --- aggregation (decisions.md: Aggregation and view collections)
+    Route("GET", V1 + "/collections/{collection_name}/aggregate", aggregates.aggregate,
+          "Groups of the records a list shows the caller (filter, group_by, aggregates, sort, page, per_page): "
+          "counts, sums, averages, minima, maxima and distinct counts; 503 with Retry-After past the time limit",
+          "records", policy=OPTIONAL, query=AggregateQuerySchema, response=AggregatePageSchema),
     # --- records: bulk and CSV (issue 4)
     Route("POST", RECORDS + "/bulk-delete", records.bulk_delete_records,
           "Delete up to 1,000 records by id, all or nothing", "records",

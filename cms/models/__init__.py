@@ -13,6 +13,7 @@ from cms.models.content import (
     DEFAULT_LOCALES,
     OWN_RECORD_RULE,
     SIGNED_IN_RULE,
+    VIEW_TYPE,
     AccessRules,
     Collection,
     FieldSpec,
@@ -29,6 +30,7 @@ from cms.models.content import (
     SortSpec,
     StoredFile,
     Validation,
+    ViewDefinition,
     default_rules,
 )
 from cms.models.delivery import DeliveryAttempt, Webhook, WebhookDelivery
@@ -53,9 +55,9 @@ from cms.models.operations import AuditEntry
 
 __all__ = [
     "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "DEFAULT_LOCALES", "OWN_RECORD_RULE", "ROLE_ADMIN", "ROLE_USER",
-    "SIGNED_IN_RULE", "AccessRules", "AdminUser", "ApiKey", "AuditEntry", "Collection", "CollectionUser",
+    "SIGNED_IN_RULE", "VIEW_TYPE", "AccessRules", "AdminUser", "ApiKey", "AuditEntry", "Collection", "CollectionUser",
     "DeliveryAttempt", "FieldSpec", "IndexDeclaration", "Locale", "Locales", "LoginResult", "OneTimeToken",
     "OtpCode", "Page", "Principal", "PrincipalKind", "QueryPlan", "QueryShape", "Record", "RecordVersion",
-    "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile", "TokenPair", "Validation", "Webhook",
-    "WebhookDelivery", "audience_collection_id", "collection_audience", "default_rules",
+    "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile", "TokenPair", "Validation", "ViewDefinition",
+    "Webhook", "WebhookDelivery", "audience_collection_id", "collection_audience", "default_rules",
 ]

@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo import ReturnDocument
 
-from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, default_rules
+from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, ViewDefinition, default_rules
 from cms.store.client import Database
 from cms.store.errors import translate_errors
 from cms.store.repository import Repository
@@ -63,6 +63,7 @@ def _to_document(collection: Collection) -> dict[str, Any]:
         "rules": dataclasses.asdict(collection.rules),
         "indexes": [{"fields": list(i.fields), "unique": i.unique} for i in collection.indexes],
         "versions": collection.versions,
+        **({"view": dataclasses.asdict(collection.view)} if collection.view is not None else {}),
         "version": collection.version,
         "created": collection.created,
         "updated": collection.updated,
@@ -82,6 +83,7 @@ def _from_document(doc: dict[str, Any]) -> Collection:
         indexes=tuple(IndexDeclaration(fields=tuple(i["fields"]), unique=bool(i.get("unique", False)))
                       for i in doc.get("indexes", [])),
         versions=int(doc.get("versions", 0)),
+        view=ViewDefinition(**doc["view"]) if isinstance(doc.get("view"), dict) else None,
         version=doc.get("version", 1),
         created=doc["created"],
         updated=doc["updated"],

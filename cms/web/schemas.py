@@ -106,14 +106,27 @@ VERSIONS_DOC = {
 """The OpenAPI shape of a collection's `versions` in requests (`content.versions.check_versions` checks it)."""
 
 
+VIEW_DOC = {
+    "description": "Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): "
+                   "the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by "
+                   "`group_by`, with `aggregates`; each string as the aggregate endpoint's parameter",
+    "type": "object", "required": ["source"], "additionalProperties": False,
+    "properties": {"source": {"type": "string"}, "filter": {"type": "string", "nullable": True},
+                   "group_by": {"type": "string", "nullable": True, "example": "published,created:month"},
+                   "aggregates": {"type": "string", "nullable": True, "example": "count(),sum(views)"}},
+}
+"""The OpenAPI shape of a view collection's `view` in requests (`content.views.definition.parse_view`)."""
+
+
 class CollectionCreateSchema(Schema):
-    """Body of a collection create: name, type (`base`/`auth`), schema, declared indexes, auth options and
-    the five rules."""
+    """Body of a collection create: name, type (`base`/`auth`/`view`), schema (a view: `view`), declared
+    indexes, auth options and the five rules."""
 
     name = fields.String(required=True)
-    type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
+    type = fields.String(load_default="base", metadata={"enum": ["base", "auth", "view"]})
     schema = fields.Raw(load_default=list, metadata=SCHEMA_DOC)
     indexes = fields.Raw(load_default=None, metadata=INDEXES_DOC)
+    view = fields.Raw(load_default=None, metadata=VIEW_DOC)
     otp_enabled = StrictBoolean(load_default=None)
     mfa_enabled = StrictBoolean(load_default=None)
     oauth_enabled = StrictBoolean(load_default=None)
@@ -132,6 +145,7 @@ class CollectionUpdateSchema(Schema):
     name = fields.String()
     schema = fields.Raw(metadata=SCHEMA_DOC)
     indexes = fields.Raw(metadata=INDEXES_DOC)
+    view = fields.Raw(metadata=VIEW_DOC)
     otp_enabled = StrictBoolean()
     mfa_enabled = StrictBoolean()
     oauth_enabled = StrictBoolean()

@@ -8,14 +8,15 @@ from dataclasses import replace
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, ValidationFailed
-from cms.models import Collection, Principal, default_rules
+from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.models import VIEW_TYPE, Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.content.indexes import check_indexes, managed_indexes, parse_indexes
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
 from cms.services.content.versions import check_versions
+from cms.services.content.views.definition import VIEW_RULES, check_sources_kept, view_collection, view_definition
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
 from cms.store.backups import STAGING_PREFIX, staging_started
@@ -103,21 +104,32 @@ class CollectionService:
     async def create(
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
         rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0, view: Any = None,
     ) -> Collection:
-        """Create a collection of type `base` or `auth` with the schema (list or `{fields}`) and the
-        declared `indexes` (`[{fields, unique}]`, `content.indexes.parse_indexes`; None: none);
-        `versions`: versions kept per record (0..1000, `content.versions.check_versions`).
-        Auth collections copy `otp_enabled`, `mfa_enabled` and `oauth_enabled` from the global
-        settings unless given. `rules` maps
+        """Create a collection of type `base`, `auth` or `view` (with `view`, `{source, filter,
+        group_by, aggregates}`, instead of a schema and indexes: `content.views.definition`) with the
+        schema (list or `{fields}`) and the declared `indexes` (`[{fields, unique}]`,
+        `content.indexes.parse_indexes`; None: none); `versions`: versions kept per record (0..1000,
+        `content.versions.check_versions`). Auth collections copy `otp_enabled`, `mfa_enabled` and
+        `oauth_enabled` from the global settings unless given. `rules` maps
         `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
         takes the type's default (`models.default_rules`). Admins only.
-        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes, versions),
-        InvalidFilter (a rule) or AlreadyExists (name taken)."""
+        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes, versions, view),
+        InvalidFilter (a rule, a view's filter, keys or aggregates) or AlreadyExists (name taken)."""
         principal = require_admin(principal)
         check_name(name)
-        if type_ not in COLLECTION_TYPES:
-            raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth."]})
+        if type_ not in (*COLLECTION_TYPES, VIEW_TYPE):
+            raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth, view."]})
+        if type_ == VIEW_TYPE or view is not None:
+            definition = view_definition(type_, view, new=True, versions=versions, otp_enabled=otp_enabled,
+                                         mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
+            assert definition is not None
+            now = self._clock()
+            skeleton = Collection(id=new_id(), name=name, type=VIEW_TYPE, fields=(), created=now, updated=now,
+                                  rules=VIEW_RULES)
+            return await self._store_new(principal, view_collection(
+                skeleton, definition, await self._source(definition.source), schema=schema, indexes=indexes,
+                rules=rules))
         fields = parse_schema(schema, auth=type_ == "auth")
         check_auth_switches(type_, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
         defaults = await self._settings.auth()
@@ -133,6 +145,11 @@ class CollectionService:
             mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled, rules=replace(default_rules(type_), **(rules or {})),
             indexes=parse_indexes(indexes) if indexes is not None else (), versions=check_versions(versions),
         )
+        return await self._store_new(principal, collection)
+
+    async def _store_new(self, principal: Principal, collection: Collection) -> Collection:
+        """`create`'s last steps: check the new `collection`, store it with its indexes, tell of it."""
+        name = collection.name
         check_rules(collection.rules, collection)
         check_indexes(collection)
         await self._check_relations(collection)
@@ -154,12 +171,18 @@ class CollectionService:
                                             details={"collection_id": collection.id, "name": name})])
         return collection
 
+    async def _source(self, name: str) -> Collection | None:
+        try:
+            return await self._catalog.by_name(name)
+        except NotFound:
+            return None
+
     async def update(
         self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
         otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
-        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = None,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = None, view: Any = None,
     ) -> Collection:
-        """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled, access rules
+        """Change name, schema (a view: `view`), otp_enabled, mfa_enabled, oauth_enabled, access rules
         (`rules`: the `<action>_rule`s given; the others are kept), the declared `indexes`
         (replaced as a whole) and/or `versions` (kept versions stay until a record's next version
         trims them, or its delete). Fields dropped from the schema
@@ -171,13 +194,21 @@ class CollectionService:
         new unique rule or a new unique declared index, and stored values that do not convert; then
         nothing changes),
         InvalidFilter (a rule, or a kept rule naming a removed field), AlreadyExists (name),
-        BadRequest (a concurrent update won)."""
+        BadRequest (a concurrent update won). A collection that views read keeps its name and the fields
+        they read (422 naming the views)."""
         principal = require_admin(principal)
         current = await self._catalog.by_id(collection_id)
         changed = current
         if name is not None:
             check_name(name)
             changed = replace(changed, name=name)
+        if current.type == VIEW_TYPE or view is not None:
+            definition = view_definition(current.type, view, versions=versions, otp_enabled=otp_enabled,
+                                         mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled) or current.view
+            assert definition is not None
+            changed = view_collection(changed, definition, await self._source(definition.source), schema=schema,
+                                      indexes=indexes, rules=rules)
+            schema = indexes = None
         if schema is not None:
             changed = replace(changed, fields=parse_schema(schema, auth=current.type == "auth"))
         check_auth_switches(current.type, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled,
@@ -197,6 +228,7 @@ class CollectionService:
         check_rules(changed.rules, changed)
         check_indexes(changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
+        check_sources_kept(current, changed, await self._collections.list())
         await self._check_relations(changed)
         field_changes = await check_schema_change(self._records, current, changed) if schema is not None else []
         try:
@@ -209,7 +241,8 @@ class CollectionService:
             await self._restore_indexes(collection_id)
             raise
         kept = {f.name for f in stored.fields}
-        await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
+        if stored.type != VIEW_TYPE:
+            await self._records.unset_fields(collection_id, [f.name for f in current.fields if f.name not in kept])
         await apply_schema_change(self._records, collection_id, field_changes)
         self._forget()
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
@@ -220,6 +253,8 @@ class CollectionService:
         return stored
 
     async def _sync_indexes(self, collection: Collection) -> None:
+        if collection.type == VIEW_TYPE:  # no records of its own
+            return
         collection = replace(collection, locales=await self._catalog.locales())
         await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection),
                                          managed_indexes(collection), kept_unique=[
@@ -272,6 +307,7 @@ class CollectionService:
         records would dangle)."""
         principal = require_admin(principal)
         collection = await self._catalog.by_id(collection_id)
+        check_sources_kept(collection, None, await self._collections.list())
         referrers = [
             f"{other.name}.{spec.name}"
             for other in await self._collections.list()
@@ -351,8 +387,12 @@ class CollectionService:
         for spec in collection.fields:
             if spec.type != "relation" or spec.collection_id == collection.id:
                 continue
-            if spec.collection_id is None or await self._collections.get(spec.collection_id) is None:
+            target = None if spec.collection_id is None else await self._collections.get(spec.collection_id)
+            if target is None:
                 raise ValidationFailed(
                     f"Relation field '{spec.name}' points to an unknown collection",
                     errors={"schema": [f"{spec.name}: unknown collection_id"]},
                 )
+            if target.type == VIEW_TYPE:  # its records' ids follow its groups
+                raise ValidationFailed(f"Relation field '{spec.name}' points to a view",
+                                       errors={"schema": [f"{spec.name}: a relation cannot point to a view"]})

@@ -19,7 +19,7 @@ from typing import Any
 from cms.errors import BadRequest, Forbidden, NotFound, ValidationFailed
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, record_document
+from cms.services.access import Access, check, record_document, require_writable
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
@@ -205,6 +205,7 @@ class RecordService(RecordReads):
         would fail; nothing changes) or AlreadyExists (a concurrent write took a unique value
         first)."""
         collection = await self._catalog.by_name(collection_name)
+        require_writable(collection)
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
@@ -273,6 +274,7 @@ class RecordService(RecordReads):
         request between the check and the delete is not counted, but still gets a `delete` event
         (subscribers see at least one)."""
         collection = await self._catalog.by_name(collection_name)
+        require_writable(collection)
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
         existing = await self._permitted(view, delete, ids, "delete")
@@ -345,8 +347,10 @@ class RecordService(RecordReads):
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
         """The collection, if records may be created in it through the records API (not an auth
         collection, whose records are users with an email and credentials, made by register), and
-        the catalog epoch it was looked up under (`Catalog.by_name_and_epoch`)."""
+        the catalog epoch it was looked up under (`Catalog.by_name_and_epoch`). Raises NotFound,
+        MethodNotAllowed (a view: read-only) or BadRequest (an auth collection)."""
         collection, epoch = await self._catalog.by_name_and_epoch(collection_name)
+        require_writable(collection)
         if collection.type == "auth":
             raise BadRequest(
                 f"Users of the auth collection '{collection.name}' are created with "
