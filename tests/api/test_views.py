@@ -122,6 +122,7 @@ async def test_view_records_are_filtered_sorted_and_paged(client, posts):
     await error_of(await client.get(records_path("stats"), params={"filter": "title = 'x'"}), 400, "invalid_filter")
     await error_of(await client.get(records_path("stats"), params={"sort": "views"}), 400, "invalid_filter")
     await error_of(await client.get(records_path("stats"), params={"expand": "published"}), 400, "invalid_filter")
+    await error_of(await client.get(records_path("stats"), params={"search": "x"}), 400, "invalid_filter")
     skipped = await listed(client, "stats", skip_total="true")
     assert skipped["total"] == -1
 
@@ -394,6 +395,10 @@ async def test_a_view_is_not_a_realtime_topic_nor_a_webhook_target(client, admin
     assert "is a view" in str((await error_of(hook, 422, "validation_error"))["errors"])
 
 
-async def test_aggregating_a_view_is_refused(client, posts):
+async def test_aggregating_exporting_or_explaining_a_view_is_refused(client, admin_token, posts):
     body = await error_of(await client.get(f"{COLLECTIONS}/stats/aggregate"), 400, "bad_request")
     assert "aggregate its source 'posts'" in body["detail"]
+    await error_of(await client.get(records_path("stats") + "/export/csv", headers=bearer(admin_token)), 400,
+                   "bad_request")
+    await error_of(await client.get(records_path("stats"), params={"explain": "true"}, headers=bearer(admin_token)),
+                   400, "bad_request")

@@ -101,7 +101,7 @@ def table_state(request: web.Request, collection: Collection) -> TableState:
         problems["search"] = f"search may have at most {MAX_SEARCH_CHARS} characters."
         state.search = state.search[:MAX_SEARCH_CHARS]
     if "cols" in query:
-        known = [f.name for f in collection.fields] + list(SYSTEM_COLUMNS)
+        known = [f.name for f in collection.fields] + ([] if collection.view is not None else list(SYSTEM_COLUMNS))
         chosen = set(query.getall("cols"))
         state.cols = [c for c in known if c in chosen]
     return state
@@ -149,7 +149,8 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     status = 200
     listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)
     specs = {f.name: f for f in collection.fields}
-    columns = state.cols if state.cols is not None else [*specs, *SYSTEM_COLUMNS]
+    system = () if collection.view is not None else SYSTEM_COLUMNS  # a view's records are groups
+    columns = state.cols if state.cols is not None else [*specs, *system]
     targets = await relation_targets(svc, collection, columns)
     if state.problems:
         error, status = ErrorMessage(detail="Invalid table parameters", code="validation_error",
@@ -186,12 +187,13 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     # large for the embedded server: the whole page says so (not the live refresh of the table)
     # (an unfiltered page's total counts them all: an admin's list rule hides none)
     everything = error is None and not state.filter and not state.search
-    envelope = None if refresh else await svc.envelope.check(collection, known_records=total if everything else None)
+    envelope = None if refresh or collection.view is not None else await svc.envelope.check(
+        collection, known_records=total if everything else None)
     live_url = None if error else f"{records_live.live_path(collection.name)}?after={quote(position)}"
     return await render(
         request, "records/table.html" if refresh else "records/index.html", status=status,
         collection=collection, state=state, error=error, live_url=live_url, table_url=url(),
-        columns=columns, all_columns=[*specs, *SYSTEM_COLUMNS], rows=rows, total=total, pages=pages,
+        columns=columns, all_columns=[*specs, *system], rows=rows, total=total, pages=pages,
         url=url, sort_link=sort_link, per_page_choices=(10, 30, 50, 100),
         related={name: target.collection.name for name, target in targets.items()}, envelope=envelope,
     )

@@ -306,8 +306,10 @@ class RecordService(RecordReads):
         consumed, so memory stays flat however many records match. Only the records the list rule
         shows `principal` are exported; localized fields as `locale` answers them (`*`: a column per
         locale, `title:de`). Raises NotFound (collection), InvalidFilter, Forbidden (the list rule
-        refuses outright) or BadRequest (a locale not configured)."""
+        refuses outright) or BadRequest (a locale not configured, or a view)."""
         collection = await self._catalog.by_name(collection_name)
+        if collection.view is not None:
+            raise BadRequest(f"'{collection.name}' is a view: list its records (they are its groups, not stored)")
         access = check(principal, collection, actions.LIST, locale=locale)
         query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
         shown = replace(collection, fields=tuple(f for f in collection.fields if f.name not in access.fields.unknown))

@@ -44,15 +44,18 @@ class ViewReads:
         self._shapes: OrderedDict[tuple[Any, ...], tuple[Collection, ViewShape]] = OrderedDict()
 
     def prepare_list(self, view: Collection, principal: Principal | None, *, page: int, per_page: int,
-                     sort: str | None, filter_expr: str | None, skip_total: bool, shown: RecordView,
-                     client: str | None) -> Prepared:
+                     sort: str | None, filter_expr: str | None, search: str | None, skip_total: bool,
+                     shown: RecordView, client: str | None) -> Prepared:
         """A list of `view`'s records as `RecordReads.list_body` prepares one: its cache key, how to
         compute the page (`{items, total, page, per_page}`, each record `{id, <keys>, <aggregates>}`
         narrowed to `fields`) and whether it is shared. Raises the list rule's refusal (401/403),
-        InvalidFilter (a filter or sort that does not fit the view's fields, or `expand`)."""
+        InvalidFilter (a filter or sort that does not fit the view's fields, `expand`, or `search`: a
+        view's records have no text to search, filter them)."""
         access = check(principal, view, actions.LIST)
         access.require()
         self._check_shown(shown)
+        if search is not None and search.strip():
+            raise InvalidFilter("search: a view's records are groups, with no text to search; use filter")
         if filter_expr is not None and filter_expr.strip():
             access.filter(filter_expr)
         if sort is not None and sort.strip():
