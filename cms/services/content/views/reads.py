@@ -19,7 +19,7 @@ from cms.services import access as actions
 from cms.services.access import check
 from cms.services.access.aggregation import view_rows
 from cms.services.caching.catalog import Catalog
-from cms.services.caching.read_cache import entry_key
+from cms.services.caching.read_cache import entry_key, stamp_epoch
 from cms.services.content.read_through import Prepared
 from cms.services.content.views.definition import ViewShape, view_shape
 from cms.services.content.views.groups import Row, ViewGroups
@@ -96,14 +96,15 @@ class ViewReads:
             raise InvalidFilter("expand: a view's records have no relations to expand")
 
     async def _rows(self, view: Collection, stamp: str | None, client: str | None) -> tuple[list[Row], ViewShape]:
-        source, shape = await self.resolved(view)
+        source, shape = await self.resolved(view, epoch=stamp_epoch(stamp) if stamp is not None else None)
         return await self.groups.rows(view, source, shape, stamp, client=client), shape
 
-    async def resolved(self, view: Collection) -> tuple[Collection, ViewShape]:
-        """`view`'s source (as of this request) and its definition resolved over it. Raises NotFound
-        (no source) or InvalidFilter (the view no longer fits its source: an admin must change it)."""
+    async def resolved(self, view: Collection, *, epoch: str | None = None) -> tuple[Collection, ViewShape]:
+        """`view`'s source (as of this request, or of the catalog `epoch` the read's stamp holds) and its
+        definition resolved over it. Raises NotFound (no source) or InvalidFilter (the view no longer
+        fits its source: an admin must change it)."""
         assert view.view is not None
-        source = await self._catalog.by_name(view.view.source)
+        source = await self._catalog.by_name(view.view.source, epoch=epoch)
         key = (view.id, view.version, source.id, source.version)
         hit = self._shapes.get(key)
         if hit is not None:
