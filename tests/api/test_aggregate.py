@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from cms.filters import grouping
 from cms.services.content import aggregates
 from cms.store.documents import records_mongo_name
 from tests.api.test_access_rules import customer
@@ -305,6 +304,3 @@ async def test_an_api_key_with_the_read_scope_may_aggregate(client, admin_token,
     response = await client.get("/api/v1/collections/orders/aggregate", headers={"X-API-Key": key})
     assert response.status == 200 and (await response.json())["items"] == [{"key": {}, "count": 40}]
 
-
-def test_the_documented_bounds() -> None:
-    assert (grouping.MAX_GROUP_FIELDS, grouping.MAX_AGGREGATES, grouping.MAX_COUNT_DISTINCT) == (10, 10, 1)
