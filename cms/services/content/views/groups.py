@@ -7,7 +7,8 @@ aggregates read, not the record), and the groups they make (`Groups`), as of a v
 (the read cache's version counter, which every record write bumps). A read brings the stamp it read
 (`<epoch>.<view version>.<source version>`, the source's version joined by `ReadThrough.read`):
 
-- the mirror is as of that version: its rows are answered at once;
+- the mirror is as of that version: its rows are answered at once (also when the mirror is newer, the
+  read having begun before a write the mirror holds, as long as the log shows the counter only grew);
 - it is older: the source's change log (`ChangeLog.changed_since`) names the records changed since,
   which are read again by id (one `_id $in` look-up, no scan) and put in their groups or taken out;
 - otherwise (no mirror yet, the log cannot say, another epoch or definition, a mirror older than
@@ -123,6 +124,11 @@ class ViewGroups:
                 self._mirrors.move_to_end(view.id)
                 if mirror.version == version and mirror.rows is not None:
                     return mirror.rows
+                if (version is not None and version < mirror.version and self._changes is not None
+                        and await self._changes.changed_since(source.name, version, mirror.version) is not None):
+                    # a read that began before a write the mirror already holds: newer rows serve it
+                    # (the log proves the counter only grew since: no restart in between)
+                    return self._rows(mirror, shape)
                 if mirror.parts is not None and self._changes is not None and version is not None:
                     changed = await self._changes.changed_since(source.name, mirror.version, version)
                     if changed is not None:
