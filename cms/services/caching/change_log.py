@@ -65,25 +65,24 @@ class ChangeLog:
 
     async def bump(self, changes: Mapping[str, Sequence[str]]) -> bool:
         """Bump the version of each collection of `changes` (name -> the ids its batch changed) and log
-        the ids, in one round trip. Returns whether Redis acknowledged it (a failure is logged)."""
+        the ids (one script run per collection, sent together). Returns whether Redis acknowledged it (a
+        failure is logged)."""
         if not changes:
             return True
         try:
-            async with asyncio.timeout(REDIS_TIMEOUT_S):
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for name in sorted(changes):
-                        ids = list(dict.fromkeys(changes[name]))
-                        entry = ALL if len(ids) > LOG_MAX_IDS or any("," in i or "|" in i for i in ids) \
-                            else ",".join(ids)
-                        await self._bump(keys=[keys.read_cache_version(self._prefix, name),
-                                               keys.read_cache_changes(self._prefix, name)],
-                                         args=[secrets.randbits(COUNTER_START_BITS), entry, LOG_MAX_ENTRIES,
-                                               self._ttl_s], client=pipe)
-                    await pipe.execute()
+            async with asyncio.timeout(REDIS_TIMEOUT_S):  # one EVALSHA each, sent together
+                await asyncio.gather(*(self._bump_one(name, ids) for name, ids in sorted(changes.items())))
         except Exception as exc:
             self._failures.failed("version bump", exc)
             return False
         return True
+
+    async def _bump_one(self, name: str, ids: Sequence[str]) -> None:
+        distinct = list(dict.fromkeys(ids))
+        listed = len(distinct) <= LOG_MAX_IDS and not any("," in i or "|" in i for i in distinct)
+        names = [keys.read_cache_version(self._prefix, name), keys.read_cache_changes(self._prefix, name)]
+        await self._bump(keys=names, args=[secrets.randbits(COUNTER_START_BITS), ",".join(distinct) if listed else ALL,
+                                           LOG_MAX_ENTRIES, self._ttl_s])
 
     async def changed_since(self, name: str, since: int, until: int) -> set[str] | None:
         """The ids of the records of collection `name` changed by the bumps after version `since` up to
