@@ -17,7 +17,9 @@ document at a time, are `groups.Groups` (view collections keep them current that
   them, `count_distinct` counts distinct non-null values (1 and 1.0 are one value).
 - A field the caller sees on some records only (a field `view_rule`) cannot be grouped, aggregated
   or sorted by here (400, whatever the values): a group's key or sum would tell values apart that
-  the caller may not see. A field whose rule is null is unknown to the caller, as in a filter.
+  the caller may not see. A field whose rule is null is unknown to the caller, as in a filter. A
+  localized field (decisions.md, Localized fields: an object of locale to value) cannot be grouped
+  or aggregated either (400); a filter on it works as a list's.
 """
 
 from __future__ import annotations
@@ -222,7 +224,8 @@ def resolve_grouping(keys: tuple[GroupKey, ...], specs: tuple[AggregateSpec, ...
                      list_valued: Callable[[str], bool]) -> Grouping:
     """The keys and aggregates over `resolver`'s fields (the caller's: see the module docstring);
     `list_valued(name)` says whether a field holds a list. Raises InvalidFilter (400): an unknown
-    field, a field the caller sees on some records only, a field holding a list or a JSON document,
+    field, a field the caller sees on some records only, a localized field, a field holding a list or
+    a JSON document,
     a date unit on a field that is not a date, `sum` or `avg` of a field that is not a number."""
     resolved_keys = []
     for key in keys:
@@ -256,6 +259,9 @@ def _field(resolver: FieldResolver, name: str, where: str) -> ResolvedField:
     if field.guard is not None:
         raise InvalidFilter(f"{where}: field '{name}' has a view rule; it cannot be grouped, aggregated or sorted "
                             "by here")
+    if field.locales:
+        raise InvalidFilter(f"{where}: field '{name}' is localized (a value per locale); it cannot be grouped or "
+                            "aggregated")
     return field
 
 

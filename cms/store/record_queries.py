@@ -242,7 +242,7 @@ class RecordQueries:
         share of the scan line. Raises InvalidFilter (the server refused the query) and
         ServiceUnavailable (the line is full)."""
         projection = {"created": 1, "updated": 1, **{name: 1 for name in names}}
-        async with self._scan_slot(client), translate_query_errors():
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query):
             cursor = self._mongo_coll(collection_id).find(query, projection=projection, limit=limit,
                                                           batch_size=limit)
             return [record_from_document(d) async for d in cursor]
@@ -252,9 +252,11 @@ class RecordQueries:
         """Run a grouping `pipeline` whose last stage is a `$facet` of `items` and `total: [{n}]`
         (`filters.mongo.group_pipeline`) over the collection's records: the groups as the pipeline
         answers them, and how many there are in all. In `client`'s share of the scan line, for at most
-        `max_time_ms` on the server. Raises InvalidFilter (the server refused the pipeline),
-        ServiceUnavailable (the line is full, or the time limit passed: 503 with `Retry-After`)."""
-        async with self._scan_slot(client), translate_query_errors():
+        `max_time_ms` on the server; timed for `watch` by its `$match`. Raises InvalidFilter (the server
+        refused the pipeline), ServiceUnavailable (the line is full, or the time limit passed: 503 with
+        `Retry-After`)."""
+        match = pipeline[0].get("$match", {}) if pipeline else {}
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, match):
             try:
                 cursor = await self._mongo_coll(collection_id).aggregate(pipeline, maxTimeMS=max_time_ms)
                 answers = [d async for d in cursor]

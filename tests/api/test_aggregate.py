@@ -304,3 +304,15 @@ async def test_an_api_key_with_the_read_scope_may_aggregate(client, admin_token,
     response = await client.get("/api/v1/collections/orders/aggregate", headers={"X-API-Key": key})
     assert response.status == 200 and (await response.json())["items"] == [{"key": {}, "count": 40}]
 
+
+
+async def test_a_localized_field_cannot_be_grouped_but_filters_as_a_list_does(client, admin_token):
+    await create_collection(client, admin_token, "pages", [{"name": "title", "type": "text", "localized": True},
+                                                          {"name": "hits", "type": "number"}], list_rule="")
+    for title, hits in [("Home", 3), ("About", 5)]:
+        await create_record(client, admin_token, "pages", {"title": title, "hits": hits})
+    for params in ({"group_by": "title"}, {"aggregates": "max(title)"}):
+        body = await error_of(await aggregate(client, "pages", **params), 400, "invalid_filter")
+        assert "is localized" in body["detail"]
+    filtered = await groups_of(client, "pages", filter="title = 'About'", aggregates="sum(hits)")
+    assert filtered["items"] == [{"key": {}, "sum_hits": 5}]

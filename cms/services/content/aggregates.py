@@ -76,7 +76,7 @@ class AggregateReads:
                     rows, total = ([grouping.empty_row()] if page == 1 else []), 1
                 return represent.aggregate_page_bytes(rows, total=total, page=page, per_page=per_page)
 
-            return key, compute, access.shared
+            return key, compute, access.shared, access.localization.language
 
         return await self._reads.read(collection_name, prepare)
 

@@ -51,7 +51,7 @@ class ViewReads:
         narrowed to `fields`) and whether it is shared. Raises the list rule's refusal (401/403),
         InvalidFilter (a filter or sort that does not fit the view's fields, `expand`, or `search`: a
         view's records have no text to search, filter them)."""
-        access = check(principal, view, actions.LIST)
+        access = check(principal, view, actions.LIST, locale=shown.locale)
         access.require()
         self._check_shown(shown)
         if search is not None and search.strip():
@@ -70,13 +70,13 @@ class ViewReads:
             return represent.view_page_bytes(kept[start:start + per_page], view.fields, shown,
                                              total=-1 if skip_total else len(kept), page=page, per_page=per_page)
 
-        return key, compute, access.shared
+        return key, compute, access.shared, access.localization.language
 
     def prepare_get(self, view: Collection, record_id: str, principal: Principal | None, *, shown: RecordView,
                     client: str | None) -> Prepared:
         """One record of `view` as `RecordReads.get_body` prepares a read. Raises the view rule's
         refusal, and (computing) its `hidden()` error for a missing or hidden record."""
-        access = check(principal, view, actions.VIEW)
+        access = check(principal, view, actions.VIEW, locale=shown.locale)
         access.require()
         self._check_shown(shown)
         key = entry_key(view.name, "get", view.id, view.version, record_id, *access.key_parts(), shown.parts())
@@ -88,7 +88,7 @@ class ViewReads:
                 raise access.hidden()
             return represent.view_record_bytes(found, view.fields, shown)
 
-        return key, compute, access.shared
+        return key, compute, access.shared, access.localization.language
 
     @staticmethod
     def _check_shown(shown: RecordView) -> None:
