@@ -55,6 +55,12 @@ def read_cache_entry(prefix: str, entry: str) -> str:
     return f"{prefix}:e:{entry}"
 
 
+def read_cache_changes(prefix: str, collection: str) -> str:
+    """The change log of `collection` (its name) in a read cache under `prefix`: a list of the record ids
+    each version bump changed (`change_log`): `<prefix>:ch:<name>`."""
+    return f"{prefix}:ch:{collection}"
+
+
 def read_cache_ids(prefix: str, collection: str) -> str:
     """The index of the result sets of `collection` (its name) in a read cache under `prefix`: a hash
     of the entries kept under its current stamp and their sizes (`result_sets`): `<prefix>:ids:<name>`."""

@@ -319,6 +319,38 @@ async def test_a_rule_changed_through_a_holds_on_b_reads_at_once(http: Client) -
     assert status == 401, body
 
 
+async def test_a_view_read_on_b_is_current_after_each_write_through_a(http: Client) -> None:
+    """B keeps the view's groups (and its answers) between reads; every write through A is in B's next
+    read, exactly (decisions.md, Aggregation and view collections)."""
+    source = await new_collection(http, [{"name": "kind", "type": "text"}, {"name": "n", "type": "number"}])
+    records = f"{V1}/collections/{source['name']}/records"
+    view = unique("v")
+    status, body = await http.call("a", "POST", V1 + "/collections", json={
+        "name": view, "type": "view", "list_rule": "",
+        "view": {"source": source["name"], "group_by": "kind", "aggregates": "count(),sum(n)"}})
+    assert status == 201, body
+    expected: dict[str, list[int]] = {}
+    made: list[str] = []
+    for step, (kind, n) in enumerate([("a", 1), ("b", 10), ("a", 100), ("c", 1000), ("b", 5)]):
+        status, record = await http.call("a", "POST", records, json={"data": {"kind": kind, "n": n}})
+        assert status == 201, record
+        made.append(record["id"])
+        expected.setdefault(kind, []).append(n)
+        if step == 3:  # a change and a delete through A as well
+            status, body = await http.call("a", "PATCH", f"{records}/{made[0]}", json={"data": {"kind": "c"}})
+            assert status == 200, body
+            expected["a"].remove(1)
+            expected["c"].append(1)
+            status, body = await http.call("a", "DELETE", f"{records}/{made[1]}")
+            assert status == 204, body
+            expected["b"].remove(10)
+        for _ in range(2):  # the second read is served from B's caches
+            status, page = await http.call("b", "GET", f"{V1}/collections/{view}/records", token="")
+            assert status == 200, page
+            assert [(i["kind"], i["count"], i["sum_n"]) for i in page["items"]] == [
+                (kind, len(ns), sum(ns)) for kind, ns in sorted(expected.items()) if ns], (step, page)
+
+
 async def test_a_collection_deleted_through_a_is_gone_on_b_at_once(http: Client) -> None:
     collection = await new_collection(http, [{"name": "title", "type": "text"}], list_rule="")
     records = f"{V1}/collections/{collection['name']}/records"

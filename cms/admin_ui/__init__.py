@@ -17,6 +17,7 @@ from cms.admin_ui.common import PREFIX
 from cms.admin_ui.errors import error_pages_middleware
 from cms.admin_ui.session import REFRESH_SHARE, RefreshShare, apply_cookie_change
 from cms.admin_ui.views import (
+    aggregates,
     api_keys,
     audit,
     backups,
@@ -33,7 +34,7 @@ from cms.admin_ui.views import (
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = PREFIX + "/static"
-SCREENS = (dashboard, collections, indexes, records, users, webhooks, api_keys, settings, audit, logs,
+SCREENS = (dashboard, collections, indexes, records, aggregates, users, webhooks, api_keys, settings, audit, logs,
            slow_queries, backups)
 
 SECURITY_HEADERS = {

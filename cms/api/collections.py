@@ -37,14 +37,14 @@ async def create_collection(request: web.Request) -> web.Response:
     collection = await services(request).collections.create(
         principal, body["name"], body["type"], body["schema"], otp_enabled=body["otp_enabled"],
         mfa_enabled=body["mfa_enabled"], oauth_enabled=body["oauth_enabled"], rules=_rules(body),
-        indexes=body["indexes"], versions=body["versions"], drafts=body["drafts"],
+        indexes=body["indexes"], versions=body["versions"], drafts=body["drafts"], view=body["view"],
     )
     return json_response(represent.collection(collection), status=201)
 
 
 async def update_collection(request: web.Request) -> web.Response:
     """`PATCH /collections/{collection_id}` (admin): change name, schema, indexes, drafts, otp_enabled,
-    mfa_enabled, oauth_enabled, rules, versions.
+    mfa_enabled, oauth_enabled, rules, versions; a view's `view`.
     A body is required (400 without one)."""
     principal = signed_in_principal(request)
     body = await parse_body(request, CollectionUpdateSchema(), required=True)

@@ -13,6 +13,7 @@ from marshmallow import Schema
 
 from cms.api import (
     admin_auth,
+    aggregates,
     api_keys,
     audit,
     backups,
@@ -35,7 +36,9 @@ from cms.api import (
 from cms.api import schemas as s
 from cms.api.guards import ROUTE_TABLE
 from cms.api.ratelimit import RateLimit
+from cms.api.schemas.aggregates import AggregateQuerySchema
 from cms.services.access import Policy
+from cms.services.representation.aggregates import AggregatePageSchema
 from cms.web import schemas as ws
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -232,6 +235,11 @@ ROUTES: tuple[Route, ...] = (
           "Drop the pending working copy (404 when there is none)", "records", policy=OPTIONAL, status=204),
     Route("DELETE", RECORDS + "/{record_id}/schedule", drafts.cancel_schedule,
           "Cancel the pending scheduled publish (404 when there is none)", "records", policy=OPTIONAL, status=204),
+    # --- aggregation (decisions.md: Aggregation and view collections)
+    Route("GET", V1 + "/collections/{collection_name}/aggregate", aggregates.aggregate,
+          "Groups of the records a list shows the caller (filter, group_by, aggregates, sort, page, per_page): "
+          "counts, sums, averages, minima, maxima and distinct counts; 503 with Retry-After past the time limit",
+          "records", policy=OPTIONAL, query=AggregateQuerySchema, response=AggregatePageSchema),
     # --- records: bulk and CSV (issue 4)
     Route("POST", RECORDS + "/bulk-delete", records.bulk_delete_records,
           "Delete up to 1,000 records by id, all or nothing", "records",

@@ -34,7 +34,9 @@ MAX_FILTER_DEPTH = 16
 MAX_FILTER_TERMS = 100
 """Most `field OP value` comparisons in one filter."""
 
-FIELD_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FIELD_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?::(?:year|month|day|hour)(?![A-Za-z0-9_]))?")
+"""A field name; a date bucket of a view collection's key (`placed:month`, decisions.md, Aggregation
+and view collections) is one too, and names no field of any other collection (`unknown field`)."""
 VARIABLE_PREFIX = "@request."
 VARIABLE_RE = re.compile(r"@request\.(auth|data)\.([A-Za-z_][A-Za-z0-9_]*)")
 NUMBER_RE = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?")

@@ -28,10 +28,11 @@ from cms.filters.conditions import (
     search_words,
 )
 from cms.filters.grammar import Node
+from cms.filters.grouping import Grouping, KeyField, Measure
 from cms.filters.sort import SortKey
 
 __all__ = ["MAX_REGEX_LENGTH", "MAX_SEARCH_WORDS", "FieldResolver", "ResolvedField", "escape_regex",
-           "render", "text_search_query", "to_mongo_query", "to_mongo_sort"]
+           "group_pipeline", "render", "text_search_query", "to_mongo_query", "to_mongo_sort"]
 
 _ORDER_OPERATORS = {">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}
 
@@ -112,3 +113,62 @@ def text_search_query(text: str) -> dict[str, Any]:
     if not words:
         return {}
     return {"$text": {"$search": " ".join(f'"{word}"' for word in words)}}
+
+
+def group_pipeline(query: dict[str, Any], grouping: Grouping, order: list[tuple[str, int]], skip: int,
+                   limit: int) -> list[dict[str, Any]]:
+    """The aggregation pipeline of `grouping` over the records matching `query` (a list's query: one
+    `$match`, so the server's indexes serve it): `$group` (two, first by key and value, when there is
+    a `count_distinct`), `$sort` by `order` (output names, from `Grouping.order`), and a `$facet`
+    answering one document `{items: [groups skip..skip+limit], total: [{n}]}` (`total` empty when
+    there is no group). A group reads `{_id: {k<i>: key value}, m<j>: aggregate}` (`Grouping.row`).
+    Every path comes from the resolver, every name here is fixed: nothing from the client is a key."""
+    ids = {f"k{i}": _key_expression(key) for i, key in enumerate(grouping.keys)}
+    distinct = grouping.distinct
+    stages: list[dict[str, Any]] = [{"$match": query}]
+    if distinct is None:
+        accumulators = {f"m{j}": _accumulator(m) for j, m in enumerate(grouping.measures)}
+        stages.append({"$group": {"_id": ids, **accumulators}})
+    else:  # by key and value first: each value once per group, then count them (no $addToSet of every value)
+        assert distinct.path is not None
+        first: dict[str, Any] = {"_id": {**ids, "d": {"$ifNull": [f"${distinct.path}", None]}}, "c": {"$sum": 1}}
+        second: dict[str, Any] = {"_id": {name: f"$_id.{name}" for name in ids}}
+        averages: dict[str, Any] = {}
+        for j, m in enumerate(grouping.measures):
+            name = f"m{j}"
+            if m.function == "count":
+                second[name] = {"$sum": "$c"}
+            elif m.function == "count_distinct":
+                second[name] = {"$sum": {"$cond": [{"$eq": ["$_id.d", None]}, 0, 1]}}
+            elif m.function == "avg":
+                first[f"s{j}"], first[f"n{j}"] = {"$sum": f"${m.path}"}, {"$sum": _is_number(m)}
+                second[f"s{j}"], second[f"n{j}"] = {"$sum": f"$s{j}"}, {"$sum": f"$n{j}"}
+                averages[name] = {"$cond": [{"$gt": [f"$n{j}", 0]}, {"$divide": [f"$s{j}", f"$n{j}"]}, None]}
+            else:  # sum, min, max: of the partial results
+                first[name] = _accumulator(m)
+                second[name] = {"$" + m.function: f"${name}"}
+        stages += [{"$group": first}, {"$group": second}]
+        if averages:
+            stages.append({"$addFields": averages})
+    positions = {k.name: f"_id.k{i}" for i, k in enumerate(grouping.keys)}
+    positions.update({m.name: f"m{j}" for j, m in enumerate(grouping.measures)})
+    if order:
+        stages.append({"$sort": {positions[name]: direction for name, direction in order}})
+    stages.append({"$facet": {"items": [{"$skip": skip}, {"$limit": limit}], "total": [{"$count": "n"}]}})
+    return stages
+
+
+def _key_expression(key: KeyField) -> dict[str, Any]:
+    if key.unit is not None:
+        return {"$dateTrunc": {"date": f"${key.path}", "unit": key.unit}}
+    return {"$ifNull": [f"${key.path}", None]}  # a missing value groups with null
+
+
+def _accumulator(measure: Measure) -> dict[str, Any]:
+    if measure.function == "count":
+        return {"$sum": 1}
+    return {"$" + measure.function: f"${measure.path}"}
+
+
+def _is_number(measure: Measure) -> dict[str, Any]:
+    return {"$cond": [{"$isNumber": f"${measure.path}"}, 1, 0]}

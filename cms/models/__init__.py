@@ -16,6 +16,7 @@ from cms.models.content import (
     OWN_RECORD_RULE,
     PUBLISHED,
     SIGNED_IN_RULE,
+    VIEW_TYPE,
     AccessRules,
     Collection,
     DraftState,
@@ -33,6 +34,7 @@ from cms.models.content import (
     SortSpec,
     StoredFile,
     Validation,
+    ViewDefinition,
     default_rules,
 )
 from cms.models.delivery import DeliveryAttempt, Webhook, WebhookDelivery
@@ -57,10 +59,10 @@ from cms.models.operations import AuditEntry
 
 __all__ = [
     "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "CHANGED", "DEFAULT_LOCALES", "DRAFT", "OWN_RECORD_RULE",
-    "PUBLISHED", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE", "AccessRules", "AdminUser", "ApiKey", "AuditEntry",
-    "Collection", "CollectionUser", "DeliveryAttempt", "DraftState", "FieldSpec", "IndexDeclaration", "Locale",
-    "Locales", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind", "QueryPlan",
+    "PUBLISHED", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE", "VIEW_TYPE", "AccessRules", "AdminUser", "ApiKey",
+    "AuditEntry", "Collection", "CollectionUser", "DeliveryAttempt", "DraftState", "FieldSpec", "IndexDeclaration",
+    "Locale", "Locales", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind", "QueryPlan",
     "QueryShape", "Record", "RecordVersion", "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile",
-    "TokenPair", "Validation", "Webhook", "WebhookDelivery", "audience_collection_id", "collection_audience",
-    "default_rules",
+    "TokenPair", "Validation", "ViewDefinition", "Webhook", "WebhookDelivery", "audience_collection_id",
+    "collection_audience", "default_rules",
 ]

@@ -155,11 +155,29 @@ class IndexDeclaration:
 
 
 @dataclass(frozen=True)
+class ViewDefinition:
+    """What a view collection shows (decisions.md, Aggregation and view collections): the groups of the
+    records of collection `source` (by name) that match `filter`, keyed by `group_by`, with
+    `aggregates`; each text as the aggregate endpoint's parameter of that name ("" for none)."""
+
+    source: str
+    filter: str = ""
+    group_by: str = ""
+    aggregates: str = ""
+
+
+VIEW_TYPE = "view"
+"""The type of a view collection: read-only records computed from another collection's."""
+
+
+@dataclass(frozen=True)
 class Collection:
     """A user-defined collection; `version` grows by one on every update (schema cache key).
     `indexes` are the indexes an admin declared (the service's automatic ones are not listed).
     `versions`: how many versions of each record are kept (0 = none; decisions.md, Drafts,
-    versions and scheduled publishing; cms/services/content/versions.py)."""
+    versions and scheduled publishing; cms/services/content/versions.py). `view` is set for a
+    collection of type `view` (VIEW_TYPE): its `fields` are those of its records, derived from the
+    definition (`content.views`)."""
 
     id: str
     name: str
@@ -174,6 +192,7 @@ class Collection:
     rules: AccessRules = BASE_RULES
     indexes: tuple[IndexDeclaration, ...] = ()
     versions: int = 0
+    view: ViewDefinition | None = None
     locales: Locales = DEFAULT_LOCALES
     """Not stored with the collection: the `locales` setting as of the catalog epoch the definition was
     looked up under (the catalog attaches it, `caching.catalog`), so a definition and the locales it

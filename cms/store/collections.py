@@ -7,7 +7,7 @@ from typing import Any
 
 from pymongo import ReturnDocument
 
-from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, default_rules
+from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, ViewDefinition, default_rules
 from cms.store.client import Database
 from cms.store.errors import translate_errors
 from cms.store.repository import Repository
@@ -64,6 +64,7 @@ def _to_document(collection: Collection) -> dict[str, Any]:
         "indexes": [{"fields": list(i.fields), "unique": i.unique} for i in collection.indexes],
         "versions": collection.versions,
         "drafts": collection.drafts,
+        **({"view": dataclasses.asdict(collection.view)} if collection.view is not None else {}),
         "version": collection.version,
         "created": collection.created,
         "updated": collection.updated,
@@ -84,6 +85,7 @@ def _from_document(doc: dict[str, Any]) -> Collection:
                       for i in doc.get("indexes", [])),
         versions=int(doc.get("versions", 0)),
         drafts=bool(doc.get("drafts", False)),
+        view=ViewDefinition(**doc["view"]) if isinstance(doc.get("view"), dict) else None,
         version=doc.get("version", 1),
         created=doc["created"],
         updated=doc["updated"],

@@ -9,15 +9,16 @@ converts their documents); ids are looked up a chunk at a time (bulk.py).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
-from pymongo.errors import OperationFailure
+from pymongo.errors import ExecutionTimeout, OperationFailure
 
-from cms.errors import BadRequest
+from cms.errors import BadRequest, ServiceUnavailable
 from cms.models import QueryPlan, QueryShape, Record, SortSpec
 from cms.store.bulk import ID_CHUNK, chunks
 from cms.store.client import Capabilities, Database, plan_nodes
@@ -272,6 +273,40 @@ class RecordQueries:
                 return [record_from_document(d) async for d in cursor]
             found = mongo_coll.find(query, sort=_plain(sort), limit=limit, session=current_session())
             return [record_from_document(d) async for d in found]
+
+    async def find_fields(self, collection_id: str, query: dict[str, Any], names: Sequence[str], limit: int, *,
+                          client: str | None = None) -> list[Record]:
+        """At most `limit` (> 0) records matching `query`, each with `created`, `updated` and only the
+        fields `names` in `data` (those it holds), in no particular order, in one batch, in `client`'s
+        share of the scan line. Raises InvalidFilter (the server refused the query) and
+        ServiceUnavailable (the line is full)."""
+        projection = {"created": 1, "updated": 1, **{name: 1 for name in names}}
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query):
+            cursor = self._mongo_coll(collection_id).find(query, projection=projection, limit=limit,
+                                                          batch_size=limit)
+            return [record_from_document(d) async for d in cursor]
+
+    async def aggregate(self, collection_id: str, pipeline: list[dict[str, Any]], *, max_time_ms: int,
+                        client: str | None = None) -> tuple[list[dict[str, Any]], int]:
+        """Run a grouping `pipeline` whose last stage is a `$facet` of `items` and `total: [{n}]`
+        (`filters.mongo.group_pipeline`) over the collection's records: the groups as the pipeline
+        answers them, and how many there are in all. In `client`'s share of the scan line, for at most
+        `max_time_ms` on the server; timed for `watch` by its `$match`. Raises InvalidFilter (the server
+        refused the pipeline), ServiceUnavailable (the line is full, or the time limit passed: 503 with
+        `Retry-After`)."""
+        match = pipeline[0].get("$match", {}) if pipeline else {}
+        async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, match):
+            try:
+                cursor = await self._mongo_coll(collection_id).aggregate(pipeline, maxTimeMS=max_time_ms)
+                answers = [d async for d in cursor]
+            except ExecutionTimeout:
+                error = ServiceUnavailable(f"The aggregation took longer than {max_time_ms:,} ms; narrow its filter "
+                                           "or retry later")
+                error.headers["Retry-After"] = str(max(1, math.ceil(max_time_ms / 1000)))
+                raise error from None
+        facet = answers[0] if answers else {}
+        counted = facet.get("total") or [{}]
+        return list(facet.get("items") or []), int(counted[0].get("n", 0))
 
     async def explain_find(
         self, collection_id: str, query: dict[str, Any], sort: SortSpec, skip: int, limit: int, *,

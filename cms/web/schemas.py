@@ -110,15 +110,28 @@ DRAFTS_DOC = ("Base collections: records have a published copy (what readers see
               "is published or discarded")
 
 
+VIEW_DOC = {
+    "description": "Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): "
+                   "the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by "
+                   "`group_by`, with `aggregates`; each string as the aggregate endpoint's parameter",
+    "type": "object", "required": ["source"], "additionalProperties": False,
+    "properties": {"source": {"type": "string"}, "filter": {"type": "string", "nullable": True},
+                   "group_by": {"type": "string", "nullable": True, "example": "published,created:month"},
+                   "aggregates": {"type": "string", "nullable": True, "example": "count(),sum(views)"}},
+}
+"""The OpenAPI shape of a view collection's `view` in requests (`content.views.definition.parse_view`)."""
+
+
 class CollectionCreateSchema(Schema):
-    """Body of a collection create: name, type (`base`/`auth`), schema, declared indexes, drafts, auth
-    options and the five rules."""
+    """Body of a collection create: name, type (`base`/`auth`/`view`), schema (a view: `view`), declared
+    indexes, drafts, auth options and the five rules."""
 
     name = fields.String(required=True)
-    type = fields.String(load_default="base", metadata={"enum": ["base", "auth"]})
+    type = fields.String(load_default="base", metadata={"enum": ["base", "auth", "view"]})
     schema = fields.Raw(load_default=list, metadata=SCHEMA_DOC)
     indexes = fields.Raw(load_default=None, metadata=INDEXES_DOC)
     drafts = StrictBoolean(load_default=None, metadata={"description": DRAFTS_DOC})
+    view = fields.Raw(load_default=None, metadata=VIEW_DOC)
     otp_enabled = StrictBoolean(load_default=None)
     mfa_enabled = StrictBoolean(load_default=None)
     oauth_enabled = StrictBoolean(load_default=None)
@@ -138,6 +151,7 @@ class CollectionUpdateSchema(Schema):
     schema = fields.Raw(metadata=SCHEMA_DOC)
     indexes = fields.Raw(metadata=INDEXES_DOC)
     drafts = StrictBoolean(metadata={"description": DRAFTS_DOC})
+    view = fields.Raw(metadata=VIEW_DOC)
     otp_enabled = StrictBoolean()
     mfa_enabled = StrictBoolean()
     oauth_enabled = StrictBoolean()

@@ -70,7 +70,7 @@ async def test_create_returns_the_collection_shape(client, admin_token):
     response = await create(client, admin_token, {"name": "posts", "type": "base", "schema": EVERY_TYPE})
     assert response.status == 201, await response.text()
     body = await response.json()
-    assert set(body) == {"id", "name", "type", "schema", "indexes", "drafts", "otp_enabled", "mfa_enabled",
+    assert set(body) == {"id", "name", "type", "schema", "view", "indexes", "drafts", "otp_enabled", "mfa_enabled",
                          "oauth_enabled", "versions", "created", "updated",
                          "list_rule", "view_rule", "create_rule", "update_rule", "delete_rule", "email_view_rule"}
     assert body["name"] == "posts" and body["type"] == "base" and body["otp_enabled"] is False
@@ -156,7 +156,7 @@ async def test_type_is_base_or_auth(client, admin_token):
     assert body["type"] == "auth" and body["otp_enabled"] is True
     auth_default = await create_ok(client, admin_token, "vendors", type="auth")
     assert auth_default["otp_enabled"] is False  # the global otp_enabled default
-    for bad in ["view", "", "AUTH", None, 1]:
+    for bad in ["views", "", "AUTH", None, 1]:
         body = await error_of(await create(client, admin_token, {"name": "x", "type": bad}), 422,
                               "validation_error")
         assert "type" in body["errors"]

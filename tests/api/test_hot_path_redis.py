@@ -146,8 +146,8 @@ async def test_a_create_costs_four_round_trips_and_renders_its_record_once(
 
     commands = await monitor.during(create)
     # the session epoch; after the insert, the catalog epoch (the collection still exists); the read
-    # cache's version bump (SET NX + INCRBY, one pipeline); the realtime append (one script)
-    assert sorted(commands) == ["EVALSHA", "INCRBY", "MGET", "MGET", "SET"], commands
+    # cache's version bump with its change log entry (one script); the realtime append (one script)
+    assert sorted(commands) == ["EVALSHA", "EVALSHA", "MGET", "MGET"], commands
     [event] = [e for e in seen if e.record_id == made[0]["id"]]
     assert event.data == made[0]
     assert event.record is not None and represent.written_record_json(event.record) is event.data

@@ -177,6 +177,12 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     assert [a["status"] for a in answers] == [201, 200]
     await c.call("POST", RECORDS + "/bulk-update", admin_token, args=posts_args,
                  json={"record_ids": [record["id"]], "data": {"views": 3}})
+    groups = await c.call("GET", V1 + "/collections/{collection_name}/aggregate", admin_token, args=posts_args,
+                          params={"group_by": "title", "aggregates": "count(),sum(views),max(title)"})
+    assert groups["total"] == 2 and groups["items"][0]["key"] == {"title": "a"}
+    stats = await c.call("POST", V1 + "/collections", admin_token, json={
+        "name": "stats", "type": "view", "view": {"source": "posts", "group_by": "title", "aggregates": "count()"}})
+    assert stats["view"]["source"] == "posts" and [f["name"] for f in stats["schema"]["fields"]] == ["title", "count"]
     csv = aiohttp.FormData()
     csv.add_field("file", b"title,views\nb,1\n,x\n", filename="rows.csv", content_type="text/csv")
     imported = await c.call("POST", RECORDS + "/import/csv", admin_token, args=posts_args, data=csv)

@@ -14,13 +14,14 @@ import pytest
 from cms.admin_ui.views import relations as ui_relations
 from cms.api import realtime as realtime_api
 from cms.config import SLOW_QUERY_MS, Config
-from cms.filters import mongo
+from cms.filters import grouping, mongo
 from cms.infra import MONGODB_CONNECT_TIMEOUT_S, REDIS_MAX_CONNECTIONS
 from cms.observability import metrics, recorder, request_log, timeline
 from cms.security import codes, json_input
 from cms.security.tokens import VERIFIED_TOKENS_KEPT
 from cms.services.caching import counters, definition_cache, read_cache, result_sets
 from cms.services.content import (
+    aggregates,
     batch,
     collections,
     csv_io,
@@ -28,11 +29,13 @@ from cms.services.content import (
     expansion,
     group_commit,
     index_sync,
+    orphans,
     records,
     relations,
     slow_queries,
     slow_query_board,
 )
+from cms.services.content.views import groups as view_groups
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.delivery.realtime import connections as realtime_connections
 from cms.services.delivery.realtime import stream as realtime_stream
@@ -105,8 +108,8 @@ LIMITS: dict[str, tuple[Any, Any]] = {
         (scan_line.SCAN_PER_CLIENT, Config.__dataclass_fields__["list_scan_per_client"].default), (8, 8)),
     "result-set-100000-ids": (result_sets.RESULT_SET_MAX_IDS, 100_000),
     "result-sets-8-mib-per-collection": (result_sets.RESULT_SET_MAX_BYTES, 8 * MIB),
-    "orphan-sweep-waits-5-minutes": (collections.ORPHAN_CONFIRM_S, 5 * 60),
-    "restore-staging-an-hour": (collections.RESTORE_STAGING_MAX_S, 3600),
+    "orphan-sweep-waits-5-minutes": (orphans.ORPHAN_CONFIRM_S, 5 * 60),
+    "restore-staging-an-hour": (orphans.RESTORE_STAGING_MAX_S, 3600),
     "webhook-50-at-a-time-per-batch": (webhook_sender.SEND_CONCURRENCY, 50),
     "webhook-100-per-worker": (webhook_sender.CONNECTION_LIMIT, 100),
     "webhook-batch-starts-within-60-s": (webhook_outbox.BATCH_START_WITHIN_S, 60),
@@ -134,6 +137,12 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "slow-query-labels-50-collections-20-shapes": ((metrics.MAX_SLOW_COLLECTIONS, metrics.MAX_SLOW_SHAPES), (50, 20)),
     "query-shape-400-chars": (query_shapes.MAX_SHAPE_LENGTH, 400),
     "index-sync-3-attempts-stops-within-5-s": ((collections.RESYNC_ATTEMPTS, index_sync.STOP_GRACE_S), (3, 5)),
+    # decisions.md and docs/concepts/aggregation.md, Aggregation and view collections
+    "aggregate-10-keys-10-aggregates-1-distinct": (
+        (grouping.MAX_GROUP_FIELDS, grouping.MAX_AGGREGATES, grouping.MAX_COUNT_DISTINCT), (10, 10, 1)),
+    "aggregate-10-s-per-page-100": ((aggregates.AGGREGATE_MAX_TIME_MS, aggregates.MAX_PER_PAGE), (10_000, 100)),
+    "view-10000-groups-mirror-100000-records-8-views": (
+        (view_groups.MAX_VIEW_GROUPS, view_groups.MIRROR_MAX_RECORDS, view_groups.MIRRORS_KEPT), (10_000, 100_000, 8)),
     # docs/performance.md, The embedded server's envelope
     "embedded-cold-page-1000-records": (Config.__dataclass_fields__["embedded_cold_page_records"].default, 1_000),
     "envelope-250-ms-estimate-5-minutes-2-s": (

@@ -27,7 +27,15 @@ from typing import Any
 
 from aiohttp import web
 
-from cms.admin_ui.common import PREFIX, admin_page, confirmed_action, error_message, flash_redirect, render
+from cms.admin_ui.common import (
+    PREFIX,
+    admin_page,
+    confirmed_action,
+    error_message,
+    flash_redirect,
+    redirect,
+    render,
+)
 from cms.errors import CmsError, InvalidFilter, ValidationFailed
 from cms.filters.rules import AUTH_VARIABLES, DATA_ACTIONS
 from cms.models import Collection, FieldSpec, Principal, default_rules
@@ -286,8 +294,11 @@ async def _collection(request: web.Request) -> Collection:
 
 @admin_page
 async def edit(request: web.Request, principal: Principal) -> web.StreamResponse:
-    """GET /_/collections/{name}/edit: the collection in the form."""
-    return await edit_page(request, await _collection(request))
+    """GET /_/collections/{name}/edit: the collection in the form (a view: its explorer, views/aggregates.py)."""
+    collection = await _collection(request)
+    if collection.view is not None:
+        return redirect(f"{PREFIX}/collections/{collection.name}/aggregate", request)
+    return await edit_page(request, collection)
 
 
 async def edit_page(request: web.Request, collection: Collection, *, index_error: CmsError | None = None,

@@ -104,7 +104,7 @@ def table_state(request: web.Request, collection: Collection) -> TableState:
         problems["search"] = f"search may have at most {MAX_SEARCH_CHARS} characters."
         state.search = state.search[:MAX_SEARCH_CHARS]
     if "cols" in query:
-        known = [f.name for f in collection.fields] + list(SYSTEM_COLUMNS) + (
+        known = [f.name for f in collection.fields] + ([] if collection.view is not None else list(SYSTEM_COLUMNS)) + (
             list(DRAFT_COLUMNS) if collection.drafts else [])
         chosen = set(query.getall("cols"))
         state.cols = [c for c in known if c in chosen]
@@ -153,7 +153,8 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     status = 200
     listing: Page[dict[str, Any]] = Page(items=[], total=0, page=state.page, per_page=state.per_page)
     specs = {f.name: f for f in collection.fields}
-    system = [*SYSTEM_COLUMNS, *DRAFT_COLUMNS] if collection.drafts else list(SYSTEM_COLUMNS)
+    system = [] if collection.view is not None else (  # a view's records are groups
+        [*SYSTEM_COLUMNS, *DRAFT_COLUMNS] if collection.drafts else list(SYSTEM_COLUMNS))
     columns = state.cols if state.cols is not None else [*specs, *system]
     targets = await relation_targets(svc, collection, columns)
     if state.problems:
@@ -188,7 +189,8 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
     # large for the embedded server: the whole page says so (not the live refresh of the table)
     # (an unfiltered page's total counts them all: an admin's list rule hides none)
     everything = error is None and not state.filter and not state.search
-    envelope = None if refresh else await svc.envelope.check(collection, known_records=total if everything else None)
+    envelope = None if refresh or collection.view is not None else await svc.envelope.check(
+        collection, known_records=total if everything else None)
     live_url = None if error else f"{records_live.live_path(collection.name)}?after={quote(position)}"
     return await render(
         request, "records/table.html" if refresh else "records/index.html", status=status,

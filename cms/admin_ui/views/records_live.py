@@ -64,9 +64,11 @@ async def live(request: web.Request, principal: Principal) -> web.StreamResponse
     """GET /_/collections/{name}/records/live[?after=<stream id>]: `text/event-stream` of
     `records-changed` events (module docstring) until the access token expires, the session is
     revoked, the client leaves or the server stops. Signed out: the sign-in redirect; unknown
-    collection: 404; the hub at its connection limit or Redis away: 503."""
+    collection: 404; the hub at its connection limit or Redis away: 503. A view's table follows the
+    writes to its source."""
     svc = services(request)
     collection = await svc.catalog.by_name(request.match_info["collection_name"])
+    watched = collection.view.source if collection.view is not None else collection.name  # a view changes with it
     token = access_token(request)
     if token is None:
         raise LoginRequired()
@@ -74,9 +76,9 @@ async def live(request: web.Request, principal: Principal) -> web.StreamResponse
     hub = svc.realtime
     conn = await hub.open(None, None)
     try:
-        await hub.subscribe(conn.client_id, [f"{collection.name}/*"], principal, ref)
+        await hub.subscribe(conn.client_id, [f"{watched}/*"], principal, ref)
         after = _after(request)
-        changed, position = await hub.written_since(collection.name, after)
+        changed, position = await hub.written_since(watched, after)
         response = EventSourceResponse(ping_interval=PING_INTERVAL_S, sep="\n")
         await response.prepare(request)
     except BaseException:

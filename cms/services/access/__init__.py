@@ -65,7 +65,9 @@ from cms.services.access.records import (
     compile_filter,
     draft_access,
     fields_rules_filter_by,
+    read_only,
     refused,
+    require_writable,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "check_field_rules", "check_rules", "compile_filter", "draft_access", "field_view", "fields_rules_filter_by",
     "manages",
     "metrics_token_matches",
-    "owner_scope", "record_document", "refused", "request_context", "require_admin",
+    "owner_scope", "read_only", "record_document", "refused", "request_context", "require_admin",
     "require_admin_or_operator", "require_admin_table", "require_api_key_reach", "require_principal",
+    "require_writable",
 ]

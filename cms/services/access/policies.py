@@ -23,8 +23,9 @@ ADMIN_TABLE_TOKEN_ONLY = "Not an admin-table user token"
 """The 401 detail of an admin-table user's endpoint called with another kind of credential."""
 COLLECTION_TOKEN_ONLY = "Not a token of this collection"
 """The 401 detail of an auth collection's user endpoint called with another kind of credential."""
-API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|files|batch|realtime)(/.*)?$")
-"""What an API key may reach: records and files (decisions.md), batches of record writes (the
+API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|collections/[^/]+/aggregate|files|batch|realtime)"
+                           r"(/.*)?$")
+"""What an API key may reach: records, their aggregations and files (decisions.md), batches of record writes (the
 `write` scope; each request then runs as the key's owner) and realtime subscriptions (reads: the
 `read` scope, whatever the method); anything else under /api is 403."""
 REALTIME_PATH = "/api/v1/realtime"

@@ -8,14 +8,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cms.errors import CmsError, Forbidden, InvalidFilter, NotFound, Unauthorized
+from cms.errors import CmsError, Forbidden, InvalidFilter, MethodNotAllowed, NotFound, Unauthorized
 from cms.filters.conditions import FALSE, TRUE, Cond, all_of, build, search
 from cms.filters.grammar import parse_filter
 from cms.filters.mongo import query_of, render, text_search_query, to_mongo_sort
 from cms.filters.predicate import evaluate, sort_documents
 from cms.filters.rules import ACTIONS, RequestContext, check_rule, fields_compared_with_auth
 from cms.filters.sort import parse_sort
-from cms.models import AccessRules, Collection, FieldSpec, Principal, Record, SortPath, SortSpec
+from cms.models import VIEW_TYPE, AccessRules, Collection, FieldSpec, Principal, Record, SortPath, SortSpec
 from cms.services.access.fields import (
     EVERY_FIELD,
     CallerFields,
@@ -217,7 +217,10 @@ class Access:
             raise self.field_refusal(name)
 
     def refusal(self) -> CmsError:
-        """The error of a refused action: 401 without credentials, else 403."""
+        """The error of a refused action: 401 without credentials, else 403; 405 for a write to a view
+        collection's records (`read_only`), whoever asks."""
+        if self.collection.type == VIEW_TYPE and self.action in WRITES:
+            return read_only(self.collection)
         if self.principal is None:
             return Unauthorized("Sign in to do this")
         return Forbidden(f"You may not {_VERBS[self.action]} records of '{self.collection.name}'")
@@ -247,11 +250,14 @@ def check(principal: Principal | None, collection: Collection, action: str,
     records of `collection`? `data` is the submitted record values of a create or update (what
     `@request.data` reads, and which field `write_rule`s apply); `locale` the `?locale=` asked (None:
     the default locale; `*`: objects), which answers, filters, sorts and searches read localized fields
-    with (rules always read the default locale's). Admins bypass the rules. A stored rule that no
+    with (rules always read the default locale's). Admins bypass the rules; a write to a view
+    collection's records is refused outright whoever asks (405, `refusal`). A stored rule that no
     longer fits the collection refuses (and is logged), so a broken rule never opens a collection.
     Raises BadRequest for a locale that is not configured, nothing else."""
     context = request_context(principal, data)
     asked = localization(collection, locale)
+    if collection.type == VIEW_TYPE and action in WRITES:  # read-only whoever asks: 405 (`refusal`)
+        return Access(principal, collection, action, FALSE, EVERY_FIELD, context, asked)
     if acts_as_admin(principal):
         return Access(principal, collection, action, TRUE, EVERY_FIELD, context, asked)
     rule = collection.rules.rule(action)
@@ -273,6 +279,22 @@ def draft_access(principal: Principal | None, collection: Collection, *, locale:
     view, update = check(principal, collection, VIEW, locale=locale), check(principal, collection, UPDATE)
     return Access(principal, collection, UPDATE, all_of(view.condition, update.condition), view.fields, view.context,
                   view.locale)
+WRITES = frozenset({CREATE, UPDATE, DELETE})
+
+
+def read_only(collection: Collection) -> MethodNotAllowed:
+    """The refusal of a write to the records of a view collection (decisions.md, Aggregation and view
+    collections): 405 `method_not_allowed` with `Allow: GET, HEAD`."""
+    error = MethodNotAllowed(f"'{collection.name}' is a view: its records are read-only")
+    error.headers["Allow"] = "GET, HEAD"
+    return error
+
+
+def require_writable(collection: Collection) -> None:
+    """Raise `read_only(collection)` when `collection` is a view: for the write paths that check the
+    collection before any rule (creates, imports, bulk changes)."""
+    if collection.type == VIEW_TYPE:
+        raise read_only(collection)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from cms import redis_keys as keys
+from cms.services.caching.change_log import ChangeLog
 from cms.services.caching.counters import REDIS_TIMEOUT_S, FailOpen, counter_text
 from cms.services.delivery.events import CollectionEvent, RecordEvent
 
@@ -110,6 +111,8 @@ class ReadCache:
         self._ttl_s = ttl_s
         self._switch = switch
         self._counters = FailOpen(log, "read cache %s failed (reads go to the database): %r")
+        self.changes = ChangeLog(redis, prefix=prefix, ttl_s=ttl_s)
+        """Which records each version bump changed (`change_log`): view collections read it."""
 
     def _version_key(self, collection: str) -> str:
         return keys.read_cache_version(self._prefix, collection)
@@ -169,8 +172,12 @@ class ReadCache:
         return await self._counters.bump(self._redis, [keys.read_cache_epoch(self._prefix)], "epoch bump")
 
     async def on_record_events(self, events: Sequence[RecordEvent]) -> None:
-        """EventBus subscriber: a record write bumps its collection's version."""
-        await self.bump([e.collection for e in events])
+        """EventBus subscriber: a record write bumps its collection's version, logging the ids it
+        changed (`ChangeLog.bump`)."""
+        changed: dict[str, list[str]] = {}
+        for event in events:
+            changed.setdefault(event.collection, []).append(event.record_id)
+        await self.changes.bump(changed)
 
     async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
         """EventBus subscriber: a schema, rule or name change, or a delete, bumps the epoch."""

@@ -3,38 +3,28 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import BadRequest, ValidationFailed
-from cms.models import Collection, Principal, default_rules
+from cms.errors import BadRequest, NotFound, ValidationFailed
+from cms.models import VIEW_TYPE, Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.caching.catalog import Catalog
 from cms.services.content.draft_stores import DraftStores
 from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
 from cms.services.content.indexes import check_indexes, managed_indexes, parse_indexes
+from cms.services.content.orphans import ORPHAN_CONFIRM_S, sweep_orphans
 from cms.services.content.schema_changes import apply_schema_change, check_schema_change
 from cms.services.content.versions import check_versions
+from cms.services.content.views.definition import VIEW_RULES, check_sources_kept, view_collection, view_definition
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
 from cms.services.representation.records import DRAFT_KEYS
-from cms.store.backups import STAGING_PREFIX, staging_started
 from cms.store.collections import CollectionRepository
-from cms.store.documents import RECORDS_PREFIX, collection_id_of, records_mongo_name
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.collections")
-
-ORPHAN_CONFIRM_S = 300.0
-"""Seconds between the first and the last sighting of a records collection without a definition
-before `CollectionService.sweep_orphans` drops it (a restore's switch or a rename never looks like
-an orphan that long)."""
-
-RESTORE_STAGING_MAX_S = 3600.0
-"""Staging collections of a restore started longer ago than this (seconds) are taken for the
-leftovers of an interrupted one: they no longer hold `sweep_orphans` back."""
 
 COLLECTION_TYPES = ("base", "auth")
 RESYNC_ATTEMPTS = 3
@@ -109,21 +99,33 @@ class CollectionService:
         self, principal: Principal | None, name: str, type_: str, schema: Any, otp_enabled: bool | None = None,
         rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
         oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0, drafts: bool | None = None,
+        view: Any = None,
     ) -> Collection:
-        """Create a collection of type `base` or `auth` with the schema (list or `{fields}`) and the
-        declared `indexes` (`[{fields, unique}]`, `content.indexes.parse_indexes`; None: none);
-        `versions`: versions kept per record (0..1000, `content.versions.check_versions`); `drafts`
-        (decisions.md, Drafts, versions and scheduled publishing; base collections only).
-        Auth collections copy `otp_enabled`, `mfa_enabled` and `oauth_enabled` from the global
-        settings unless given. `rules` maps
+        """Create a collection of type `base`, `auth` or `view` (with `view`, `{source, filter,
+        group_by, aggregates}`, instead of a schema and indexes: `content.views.definition`) with the
+        schema (list or `{fields}`) and the declared `indexes` (`[{fields, unique}]`,
+        `content.indexes.parse_indexes`; None: none); `versions`: versions kept per record (0..1000,
+        `content.versions.check_versions`); `drafts` (decisions.md, Drafts, versions and scheduled
+        publishing; base collections only). Auth collections copy `otp_enabled`, `mfa_enabled` and
+        `oauth_enabled` from the global settings unless given. `rules` maps
         `list_rule` .. `delete_rule` to a rule (None: admins only, "": everyone); a rule not given
         takes the type's default (`models.default_rules`). Admins only.
-        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes, versions),
-        InvalidFilter (a rule) or AlreadyExists (name taken)."""
+        Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes, versions, view),
+        InvalidFilter (a rule, a view's filter, keys or aggregates) or AlreadyExists (name taken)."""
         principal = require_admin(principal)
         check_name(name)
-        if type_ not in COLLECTION_TYPES:
-            raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth."]})
+        if type_ not in (*COLLECTION_TYPES, VIEW_TYPE):
+            raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth, view."]})
+        if type_ == VIEW_TYPE or view is not None:
+            definition = view_definition(type_, view, new=True, versions=versions, otp_enabled=otp_enabled,
+                                         mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
+            assert definition is not None
+            now = self._clock()
+            skeleton = Collection(id=new_id(), name=name, type=VIEW_TYPE, fields=(), created=now, updated=now,
+                                  rules=VIEW_RULES)
+            return await self._store_new(principal, view_collection(
+                skeleton, definition, await self._source(definition.source), schema=schema, indexes=indexes,
+                rules=rules))
         fields = parse_schema(schema, auth=type_ == "auth")
         check_auth_switches(type_, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
         defaults = await self._settings.auth()
@@ -141,6 +143,11 @@ class CollectionService:
             drafts=bool(drafts),
         )
         self._check_drafts(collection)
+        return await self._store_new(principal, collection)
+
+    async def _store_new(self, principal: Principal, collection: Collection) -> Collection:
+        """`create`'s last steps: check the new `collection`, store it with its indexes, tell of it."""
+        name = collection.name
         check_rules(collection.rules, collection)
         check_indexes(collection)
         await self._check_relations(collection)
@@ -164,12 +171,19 @@ class CollectionService:
                                             details={"collection_id": collection.id, "name": name})])
         return collection
 
+    async def _source(self, name: str) -> Collection | None:
+        try:
+            return await self._catalog.by_name(name)
+        except NotFound:
+            return None
+
     async def update(
         self, principal: Principal | None, collection_id: str, *, name: str | None = None, schema: Any = None,
         otp_enabled: bool | None = None, rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
         oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = None, drafts: bool | None = None,
+        view: Any = None,
     ) -> Collection:
-        """Change name, schema, otp_enabled, mfa_enabled, oauth_enabled, access rules
+        """Change name, schema (a view: `view`), otp_enabled, mfa_enabled, oauth_enabled, access rules
         (`rules`: the `<action>_rule`s given; the others are kept), the declared `indexes`
         (replaced as a whole), `versions` (kept versions stay until a record's next version
         trims them, or its delete) and/or `drafts` (turned on, the records are `published`; turned
@@ -182,13 +196,21 @@ class CollectionService:
         new unique rule or a new unique declared index, and stored values that do not convert; then
         nothing changes),
         InvalidFilter (a rule, or a kept rule naming a removed field), AlreadyExists (name),
-        BadRequest (a concurrent update won)."""
+        BadRequest (a concurrent update won). A collection that views read keeps its name and the fields
+        they read (422 naming the views)."""
         principal = require_admin(principal)
         current = await self._catalog.by_id(collection_id)
         changed = current
         if name is not None:
             check_name(name)
             changed = replace(changed, name=name)
+        if current.type == VIEW_TYPE or view is not None:
+            definition = view_definition(current.type, view, versions=versions, otp_enabled=otp_enabled,
+                                         mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled) or current.view
+            assert definition is not None
+            changed = view_collection(changed, definition, await self._source(definition.source), schema=schema,
+                                      indexes=indexes, rules=rules)
+            schema = indexes = None
         if schema is not None:
             changed = replace(changed, fields=parse_schema(schema, auth=current.type == "auth"))
         check_auth_switches(current.type, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled,
@@ -211,6 +233,7 @@ class CollectionService:
         check_rules(changed.rules, changed)
         check_indexes(changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
+        check_sources_kept(current, changed, await self._collections.list())
         await self._check_relations(changed)
         field_changes = await check_schema_change(self._records, current, changed) if schema is not None else []
         try:
@@ -224,7 +247,8 @@ class CollectionService:
             raise
         kept = {f.name for f in stored.fields}
         dropped = [f.name for f in current.fields if f.name not in kept]
-        await self._records.unset_fields(collection_id, dropped)
+        if stored.type != VIEW_TYPE:
+            await self._records.unset_fields(collection_id, dropped)
         await apply_schema_change(self._records, collection_id, field_changes)
         if self._drafts is not None:
             await self._drafts.follow(current, stored, dropped, field_changes)
@@ -237,6 +261,8 @@ class CollectionService:
         return stored
 
     async def _sync_indexes(self, collection: Collection) -> None:
+        if collection.type == VIEW_TYPE:  # no records of its own
+            return
         collection = replace(collection, locales=await self._catalog.locales())
         await self._records.sync_indexes(collection.id, unique_field_names(collection), text_field_names(collection),
                                          managed_indexes(collection), kept_unique=[
@@ -289,6 +315,7 @@ class CollectionService:
         records would dangle)."""
         principal = require_admin(principal)
         collection = await self._catalog.by_id(collection_id)
+        check_sources_kept(collection, None, await self._collections.list())
         referrers = [
             f"{other.name}.{spec.name}"
             for other in await self._collections.list()
@@ -323,43 +350,10 @@ class CollectionService:
 
     async def sweep_orphans(self, *, confirm_after_s: float = ORPHAN_CONFIRM_S) -> tuple[str, ...]:
         """Drop the records collections whose collection is no longer defined, and return their
-        MongoDB names: the backstop for records a delete could not drop (Redis did not acknowledge
-        its epoch bump) and for a create that raced a delete or a restore while Redis lost an
-        acknowledged bump (`Catalog.exists`).
-
-        Careful, as a drop cannot be undone: nothing happens while a restore is staging (a
-        staging collection of a restore started less than RESTORE_STAGING_MAX_S ago exists; older
-        ones, left by an interrupted restore, are reported); a records collection is dropped only
-        when this process found it without a definition in sweeps at least `confirm_after_s`
-        seconds apart and an `_id` look-up of its collection, just before the drop, finds nothing.
-        The stored collections are listed before the definitions are read, and a definition is
-        stored before its records collection is made (`create`), so a collection being created is
-        never taken for an orphan. Driver errors propagate (the next sweep goes on)."""
-        names = await self._records.database_names()
-        staging = [staging_started(name) for name in names if name.startswith(STAGING_PREFIX)]
-        if any(started is not None and time.time() - started < RESTORE_STAGING_MAX_S for started in staging):
-            log.info("orphan sweep skipped: a restore is in progress")
-            return ()
-        if staging:
-            log.warning("collections named %s... are left from an interrupted restore; the next restore drops "
-                        "them (or drop them by hand)", STAGING_PREFIX)
-        defined = {records_mongo_name(collection.id) for collection in await self._collections.list()}
-        orphans = {name for name in names if name.startswith(RECORDS_PREFIX)} - defined
-        now = time.monotonic()
-        self._orphans_seen = {name: self._orphans_seen.get(name, now) for name in orphans}
-        dropped = []
-        for name, since in sorted(self._orphans_seen.items()):
-            if now - since < confirm_after_s:
-                continue
-            collection_id = collection_id_of(name)
-            if collection_id is None or await self._catalog.exists(collection_id):
-                del self._orphans_seen[name]  # not ours, or defined after all (renamed mid-read)
-                continue
-            await self._records.drop_stored(name)
-            del self._orphans_seen[name]
-            dropped.append(name)
-            log.warning("dropped %s: the records of a collection that no longer exists", name)
-        return tuple(dropped)
+        MongoDB names (`orphans.sweep_orphans`, with this service's sightings). Driver errors
+        propagate (the next sweep goes on)."""
+        return await sweep_orphans(self._records, self._collections, self._catalog, self._orphans_seen,
+                                   confirm_after_s=confirm_after_s)
 
     def _check_drafts(self, collection: Collection) -> None:
         """A collection with drafts is a base collection whose fields do not take the names of the
@@ -384,8 +378,12 @@ class CollectionService:
         for spec in collection.fields:
             if spec.type != "relation" or spec.collection_id == collection.id:
                 continue
-            if spec.collection_id is None or await self._collections.get(spec.collection_id) is None:
+            target = None if spec.collection_id is None else await self._collections.get(spec.collection_id)
+            if target is None:
                 raise ValidationFailed(
                     f"Relation field '{spec.name}' points to an unknown collection",
                     errors={"schema": [f"{spec.name}: unknown collection_id"]},
                 )
+            if target.type == VIEW_TYPE:  # its records' ids follow its groups
+                raise ValidationFailed(f"Relation field '{spec.name}' points to a view",
+                                       errors={"schema": [f"{spec.name}: a relation cannot point to a view"]})

@@ -9,19 +9,23 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cms.errors import CmsError, Forbidden, NotFound, Unauthorized
+from cms.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from cms.models import Collection, Page, Principal, Record, SortSpec
 from cms.services import access as actions
 from cms.services.access import Access, acts_as_admin, check, field_view, require_admin
-from cms.services.caching.catalog import Catalog, Fresh
-from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, etag_of, stamp_epoch
+from cms.services.caching.catalog import Catalog
+from cms.services.caching.read_cache import CachedBody, ReadCache, entry_key, stamp_epoch
 from cms.services.caching.result_sets import ResultSetCache
 from cms.services.caching.single_flight import SingleFlight
+from cms.services.content.aggregates import AggregateReads
 from cms.services.content.expansion import NOTHING, Expansion, resolve
 from cms.services.content.locales import localization
+from cms.services.content.read_through import Prepared, ReadThrough
 from cms.services.content.record_checks import permitted_record
 from cms.services.content.record_pages import RecordPages, scan_client, sort_order
 from cms.services.content.record_sight import RecordSight, sight
+from cms.services.content.views.groups import ViewGroups
+from cms.services.content.views.reads import ViewReads, view_source
 from cms.services.representation import records as represent
 from cms.services.representation.record_view import FULL, RecordView
 from cms.store.records import RecordRepository
@@ -32,11 +36,6 @@ DEFAULT_PER_PAGE = 30
 # Aliases for annotations inside RecordReads, whose `list` method shadows the builtin there.
 SortOrder = SortSpec
 Records = list[Record]
-Compute = Callable[[str | None], Awaitable[bytes]]
-"""How a read's body is computed, given the read cache's stamp it is computed under (None: none)."""
-Prepared = tuple[str, Compute, bool, str]
-"""A read prepared on a collection definition: its cache key, how to compute its body, whether
-every caller gets that body (shared), and the locale its localized fields answer (`Content-Language`)."""
 Present = Callable[[Record], Awaitable[dict[str, Any]]]
 """How a written record is answered: its JSON as a view shows it (`RecordReads.presenter`)."""
 
@@ -67,6 +66,12 @@ class RecordReads:
         self._cache = cache
         self._flights = SingleFlight()
         self._pages = RecordPages(records, result_sets if cache is not None else None, self._flights)
+        self.reads = ReadThrough(catalog, cache, self._flights)
+        """The read-through of the read cache these reads share with views and aggregations."""
+        self.views = ViewReads(catalog, ViewGroups(records, cache.changes if cache is not None else None))
+        """The reads of view collections' records, which the records endpoints answer too."""
+        self.aggregates = AggregateReads(records, self.reads)
+        """Aggregations of a collection's records (`GET .../aggregate`)."""
 
     async def list_body(
         self,
@@ -95,6 +100,10 @@ class RecordReads:
         client = scan_client(principal, client_ip)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
+            if collection.view is not None:
+                return self.views.prepare_list(collection, principal, page=page, per_page=per_page, sort=sort,
+                                               filter_expr=filter_expr, search=search, skip_total=skip_total,
+                                               shown=view, client=client)
             access = check(principal, collection, actions.LIST, locale=view.locale)
             query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
             order = self._order(access, sort)
@@ -125,6 +134,8 @@ class RecordReads:
         client = scan_client(principal, client_ip)
 
         def prepare(collection: Collection, expansion: Expansion = NOTHING) -> Prepared:
+            if collection.view is not None:
+                return self.views.prepare_get(collection, record_id, principal, shown=view, client=client)
             access = check(principal, collection, actions.VIEW, locale=view.locale)
             access.require()
             parts: list[Any] = [collection.id, record_id, *access.key_parts()]
@@ -204,61 +215,16 @@ class RecordReads:
         expansion = await resolve(self._catalog, collection, view, principal)
         prepared = prepare(collection, expansion)
         if self._cache is None:
-            return await self._serve(prepared, None, None)
+            return await self.reads.serve(prepared, None, None)
         stamp, cached = await self._cache.lookup(collection.name, prepared[0], expansion.collections())
         if stamp is not None and stamp_epoch(stamp) != epoch:
             stamp, cached = None, None
-        return await self._serve(prepared, stamp, cached)
+        return await self.reads.serve(prepared, stamp, cached)
 
     async def _read_through(self, collection_name: str, prepare: Callable[[Collection], Prepared]) -> CachedBody:
-        """The body of a read of `collection_name`: `prepare(collection)` gives its cache key, how
-        to compute it and whether it is shared. From the cache if current, else computed (shared by
-        identical concurrent reads of the same stamp) and stored.
-
-        The collection's definition comes from the definition cache unchecked; the read cache's
-        one `MGET` returns the catalog epoch, and only when that differs from the definition's is
-        the definition loaded again (and the lookup repeated): a warm read is one Redis round trip."""
-        if self._cache is None:
-            return await self._serve(prepare(await self._catalog.by_name(collection_name)), None, None)
-        collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name, fresh=Fresh.PEEK)
-        try:
-            prepared = prepare(collection)
-        except CmsError:  # refuse only on a current definition (a rule, field or locale may have just changed)
-            collection, assumed_epoch = await self._catalog.by_name_and_epoch(collection_name)
-            prepared = prepare(collection)
-        stamp, cached = await self._cache.lookup(collection.name, prepared[0])
-        if stamp is None or stamp_epoch(stamp) != assumed_epoch:
-            # the definition may be older than the epoch (or Redis cannot tell): load it again
-            if stamp is None:
-                collection = await self._catalog.by_name(collection_name)
-            else:
-                epoch = stamp_epoch(stamp)
-                collection = await self._catalog.by_name(collection_name, epoch=epoch)
-            prepared = prepare(collection)
-            if stamp is not None:
-                stamp, cached = await self._cache.lookup(collection.name, prepared[0])
-                if stamp is not None and stamp_epoch(stamp) != epoch:  # changed again: serve, keep nothing
-                    stamp, cached = None, None
-        return await self._serve(prepared, stamp, cached)
-
-    async def _serve(self, prepared: Prepared, stamp: str | None, cached: bytes | None) -> CachedBody:
-        """The cached body when the stamp vouches for it, else `compute()`d: stored and shared by
-        identical concurrent reads under a stamp, neither without one."""
-        key, compute, shared, language = prepared
-        if cached is not None and stamp is not None:
-            return CachedBody(cached, etag_of(key, stamp, cached), shared, language)
-        if stamp is None or self._cache is None:  # no stamp, no sharing: not with a read begun before a write
-            body = await compute(None)
-            return CachedBody(body, etag_of(key, None, body), shared, language)
-        cache, current = self._cache, stamp
-
-        async def compute_and_store() -> bytes:
-            computed = await compute(current)
-            await cache.store(key, current, computed)
-            return computed
-
-        body = await self._flights.run(f"{key}@{current}", compute_and_store)
-        return CachedBody(body, etag_of(key, current, body), shared, language)
+        """The body of a read of `collection_name` through the read cache (`ReadThrough.read`; a view's
+        stamp covers its source's version too)."""
+        return await self.reads.read(collection_name, prepare, view_source)
 
     async def list(
         self,
@@ -293,11 +259,13 @@ class RecordReads:
                       principal: Principal | None = None, view: RecordView = FULL) -> dict[str, Any]:
         """`list_body`'s page (read by `skip` and `limit`, never from a cache) as JSON, plus `explain`:
         how the database ran that page's query (`{index, collection_scan, docs_examined, returned}`).
-        Admins only. Raises Unauthorized / Forbidden, BadRequest (the server cannot explain), and what
-        `list_body` raises."""
+        Admins only. Raises Unauthorized / Forbidden, BadRequest (the server cannot explain; a view),
+        and what `list_body` raises."""
         if not acts_as_admin(principal):
             raise Unauthorized() if principal is None else Forbidden("Only admins may explain a list query")
         collection = await self._catalog.by_name(collection_name)
+        if collection.view is not None:
+            raise BadRequest(f"'{collection.name}' is a view: its records are computed, not queried")
         access = check(principal, collection, actions.LIST, locale=view.locale)
         query, order = self.query(collection, filter_expr=filter_expr, search=search, access=access), self._order(
             access, sort)

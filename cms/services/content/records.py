@@ -18,7 +18,7 @@ from typing import Any
 from cms.errors import BadRequest, NotFound
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, record_document
+from cms.services.access import Access, check, record_document, require_writable
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
@@ -188,6 +188,7 @@ class RecordService(RecordReads):
         would fail; nothing changes) or AlreadyExists (a concurrent write took a unique value
         first)."""
         collection = await self._catalog.by_name(collection_name)
+        require_writable(collection)
         no_bulk_drafts(collection, "bulk-update")
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view = check(principal, collection, actions.VIEW)
@@ -257,6 +258,7 @@ class RecordService(RecordReads):
         request between the check and the delete is not counted, but still gets a `delete` event
         (subscribers see at least one)."""
         collection = await self._catalog.by_name(collection_name)
+        require_writable(collection)
         no_bulk_drafts(collection, "bulk-delete")
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
@@ -289,8 +291,10 @@ class RecordService(RecordReads):
         consumed, so memory stays flat however many records match. Only the records the list rule
         shows `principal` are exported; localized fields as `locale` answers them (`*`: a column per
         locale, `title:de`). Raises NotFound (collection), InvalidFilter, Forbidden (the list rule
-        refuses outright) or BadRequest (a locale not configured)."""
+        refuses outright) or BadRequest (a locale not configured, or a view)."""
         collection = await self._catalog.by_name(collection_name)
+        if collection.view is not None:
+            raise BadRequest(f"'{collection.name}' is a view: list its records (they are its groups, not stored)")
         access = check(principal, collection, actions.LIST, locale=locale)
         query = self.query(collection, filter_expr=filter_expr, search=search, access=access)
         shown = replace(collection, fields=tuple(f for f in collection.fields if f.name not in access.fields.unknown))
@@ -334,8 +338,10 @@ class RecordService(RecordReads):
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
         """The collection, if records may be created in it through the records API (not an auth
         collection, whose records are users with an email and credentials, made by register), and
-        the catalog epoch it was looked up under (`Catalog.by_name_and_epoch`)."""
+        the catalog epoch it was looked up under (`Catalog.by_name_and_epoch`). Raises NotFound,
+        MethodNotAllowed (a view: read-only) or BadRequest (an auth collection)."""
         collection, epoch = await self._catalog.by_name_and_epoch(collection_name)
+        require_writable(collection)
         if collection.type == "auth":
             raise BadRequest(
                 f"Users of the auth collection '{collection.name}' are created with "

@@ -133,9 +133,13 @@ class WebhookService:
         if not isinstance(name, str) or not name:
             raise _invalid("collection_name", "Must be the name of an existing collection.")
         try:
-            return await self._catalog.by_name(name)
+            collection = await self._catalog.by_name(name)
         except NotFound:
             raise _invalid("collection_name", f"No collection named '{name[:100]}'.") from None
+        if collection.view is not None:  # its records are not written: no event would ever come
+            raise _invalid("collection_name", f"'{collection.name}' is a view; watch its source "
+                                              f"'{collection.view.source}'.")
+        return collection
 
     async def _checked_url(self, url: Any) -> str:
         if not isinstance(url, str) or not url or len(url) > MAX_URL_LENGTH:

@@ -71,18 +71,32 @@ class IndexDeclarationSchema(Representation):
     unique = fields.Boolean()
 
 
+class ViewDefinitionSchema(Representation):
+    """A view collection's definition: `{source, filter, group_by, aggregates}` (strings, "" for none)."""
+
+    source = fields.String(metadata={"description": "the collection whose records are grouped"})
+    filter = fields.String(metadata={"description": "which of its records (the filter grammar)"})
+    group_by = fields.String(metadata={"description": "the key fields; a date field may add :year, :month, :day "
+                                                     "or :hour"})
+    aggregates = fields.String(metadata={"description": "count(), count_distinct(f), sum(f), avg(f), min(f), max(f)"})
+
+
 def _rule(action: str) -> fields.String:
     return fields.String(attribute=f"rules.{action}_rule", allow_none=True,
                          metadata={"description": rule_description(action)})
 
 
 class CollectionSchema(Representation):
-    """A collection: `schema` is always an object `{fields: [...]}`; the five rules sit at the top."""
+    """A collection: `schema` is always an object `{fields: [...]}`; the five rules sit at the top. A
+    view (type `view`) has `view`, and its `schema` lists its records' fields as they follow from it."""
 
     id = fields.String()
     name = fields.String()
-    type = fields.String(metadata={"enum": ["base", "auth"]})
+    type = fields.String(metadata={"enum": ["base", "auth", "view"]})
     schema = SameObject(CollectionSchemaSchema)
+    view = fields.Nested(ViewDefinitionSchema, allow_none=True, metadata={
+        "description": "type view only (else null): what its records are; its `schema` lists their fields "
+                       "(keys, then aggregates), read-only"})
     indexes = fields.List(fields.Nested(IndexDeclarationSchema),
                           metadata={"description": "Declared indexes, as given; the automatic ones are not listed"})
     drafts = fields.Boolean(metadata={"description": "Records have a published copy and a working copy"})
@@ -141,7 +155,7 @@ _SLOW_QUERY = SlowQuerySchema()
 
 
 def collection(c: Collection) -> dict[str, Any]:
-    """`{id, name, type, schema: {fields}, indexes, drafts, otp_enabled, mfa_enabled, oauth_enabled, versions,
+    """`{id, name, type, schema: {fields}, view, indexes, drafts, otp_enabled, mfa_enabled, oauth_enabled, versions,
     <action>_rule x5, created, updated}`."""
     return dump_one(_COLLECTION, c)
 

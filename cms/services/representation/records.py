@@ -20,14 +20,14 @@ narrowed to `fields` (decisions.md, Relations in one request).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from marshmallow import INCLUDE, fields
 
-from cms.models import Collection, DraftState, Page, QueryPlan, Record
+from cms.models import Collection, DraftState, FieldSpec, Page, QueryPlan, Record
 from cms.services.content.fields import to_json_value
 from cms.services.representation.base import Rendered, Representation, Timestamp, dump_one
 from cms.services.representation.record_view import FULL, Expanded, RecordView
@@ -243,6 +243,26 @@ def record_bytes(record: Record, view: RecordView = FULL, expanded: Sequence[Exp
 def record_page_bytes(page: Page[Record], view: RecordView = FULL, expanded: Sequence[Expanded] = ()) -> bytes:
     """`record_page` encoded: the bytes the read cache keeps and the API sends for a list."""
     return orjson.dumps(record_page(page, view, expanded))
+
+
+def view_record_json(row: Mapping[str, Any], fields: Sequence[FieldSpec], view: RecordView = FULL) -> dict[str, Any]:
+    """A view collection's record (decisions.md, Aggregation and view collections): `{id, <key fields>,
+    <aggregates>}` in the order of the view's `fields`, values as `record_json` writes them; narrowed
+    to `view.fields`. `row` is the stored form (`_id` and the fields)."""
+    body: dict[str, Any] = {"id": row["_id"], **{spec.name: to_json_value(row.get(spec.name)) for spec in fields}}
+    return body if view.fields is None else view.fields.pick(body)
+
+
+def view_record_bytes(row: Mapping[str, Any], fields: Sequence[FieldSpec], view: RecordView = FULL) -> bytes:
+    """`view_record_json` encoded: the bytes the read cache keeps and the API sends for a view record."""
+    return orjson.dumps(view_record_json(row, fields, view))
+
+
+def view_page_bytes(rows: Sequence[Mapping[str, Any]], fields: Sequence[FieldSpec], view: RecordView, *,
+                    total: int, page: int, per_page: int) -> bytes:
+    """A page of a view collection's records, `{items, total, page, per_page}` like `record_page_bytes`."""
+    return orjson.dumps({"items": [view_record_json(row, fields, view) for row in rows], "total": total,
+                         "page": page, "per_page": per_page})
 
 
 def read_record(body: bytes) -> dict[str, Any]:

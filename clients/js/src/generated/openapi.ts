@@ -3329,6 +3329,110 @@ export interface paths {
         };
         trace?: never;
     };
+    "/api/v1/collections/{collection_name}/aggregate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Groups of the records a list shows the caller (filter, group_by, aggregates, sort, page, per_page): counts, sums, averages, minima, maxima and distinct counts; 503 with Retry-After past the time limit */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description which records (the filter grammar, under the list rule and field rules) */
+                    filter?: string | null;
+                    /** @description comma-separated fields (at most 10); a date field may add :year, :month, :day or :hour (the key is the bucket's start, UTC). None: one group with the key {} */
+                    group_by?: string | null;
+                    /** @description comma-separated count(), count_distinct(f) (one per request), sum(f), avg(f), min(f), max(f) (at most 10); named count, count_distinct_f, sum_f, avg_f, min_f, max_f. Default count() */
+                    aggregates?: string | null;
+                    /** @description group keys or aggregate names, `-` for descending (default: the keys ascending) */
+                    sort?: string | null;
+                    page?: number;
+                    /** @description 1..100; larger values are clamped */
+                    per_page?: number;
+                };
+                header?: never;
+                path: {
+                    collection_name: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AggregatePage"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A credential that is not valid, or an anonymous caller the collection's rule refuses */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The collection's rule refuses the caller, or an API key lacks the scope */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/collections/{collection_name}/auth/2fa/disable": {
         parameters: {
             query?: never;
@@ -8617,6 +8721,38 @@ export interface components {
             updated: string;
             verified: boolean;
         };
+        AggregateGroup: {
+            /**
+             * @description the group's key: each group_by name (`placed:month` for a bucket, its start in ISO 8601) -> its value
+             * @example {
+             *       "published": true
+             *     }
+             */
+            key: {
+                [key: string]: unknown;
+            };
+        } & {
+            [key: string]: unknown;
+        };
+        AggregatePage: {
+            /**
+             * @description the groups of the page, in order
+             * @example [
+             *       {
+             *         "count": 12,
+             *         "key": {
+             *           "published": true
+             *         },
+             *         "sum_views": 340
+             *       }
+             *     ]
+             */
+            items: components["schemas"]["AggregateGroup"][];
+            page: number;
+            per_page: number;
+            /** @description the number of groups */
+            total: number;
+        };
         ApiKey: {
             /** Format: date-time */
             created: string;
@@ -8830,13 +8966,15 @@ export interface components {
             otp_enabled: boolean;
             schema: components["schemas"]["CollectionSchema"];
             /** @enum {string} */
-            type: "base" | "auth";
+            type: "base" | "auth" | "view";
             /** @description Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             update_rule: string | null;
             /** Format: date-time */
             updated: string;
             /** @description Versions kept per record (0: none) */
             versions: number;
+            /** @description type view only (else null): what its records are; its `schema` lists their fields (keys, then aggregates), read-only */
+            view: components["schemas"]["ViewDefinition"] | (Record<string, unknown> | null);
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             view_rule: string | null;
         };
@@ -8878,7 +9016,7 @@ export interface components {
              * @default base
              * @enum {string}
              */
-            type?: "base" | "auth";
+            type?: "base" | "auth" | "view";
             /** @description Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             update_rule?: string | null;
             /**
@@ -8886,6 +9024,18 @@ export interface components {
              * @default 0
              */
             versions?: number;
+            /**
+             * @description Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by `group_by`, with `aggregates`; each string as the aggregate endpoint's parameter
+             * @default null
+             */
+            view?: {
+                /** @example count(),sum(views) */
+                aggregates?: string | null;
+                filter?: string | null;
+                /** @example published,created:month */
+                group_by?: string | null;
+                source: string;
+            } | null;
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             view_rule?: string | null;
         };
@@ -8945,6 +9095,15 @@ export interface components {
              * @default 0
              */
             versions?: number;
+            /** @description Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by `group_by`, with `aggregates`; each string as the aggregate endpoint's parameter */
+            view?: {
+                /** @example count(),sum(views) */
+                aggregates?: string | null;
+                filter?: string | null;
+                /** @example published,created:month */
+                group_by?: string | null;
+                source: string;
+            };
             /** @description Who may view records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*) */
             view_rule?: string | null;
         };
@@ -9319,6 +9478,16 @@ export interface components {
             /** @description A TOTP code or a recovery code */
             code: string;
             mfa_token: string;
+        };
+        ViewDefinition: {
+            /** @description count(), count_distinct(f), sum(f), avg(f), min(f), max(f) */
+            aggregates: string;
+            /** @description which of its records (the filter grammar) */
+            filter: string;
+            /** @description the key fields; a date field may add :year, :month, :day or :hour */
+            group_by: string;
+            /** @description the collection whose records are grouped */
+            source: string;
         };
         Webhook: {
             active: boolean;

@@ -18,6 +18,26 @@ class AdminUser(TypedDict, closed=True):
     verified: bool
 
 
+class AggregateGroup(TypedDict):
+    key: dict[str, Any]
+    """
+    the group's key: each group_by name (`placed:month` for a bucket, its start in ISO 8601) -> its value
+    """
+
+
+class AggregatePage(TypedDict, closed=True):
+    items: list[AggregateGroup]
+    """
+    the groups of the page, in order
+    """
+    page: int
+    per_page: int
+    total: int
+    """
+    the number of groups
+    """
+
+
 class ApiKey(TypedDict, closed=True):
     created: str
     expires_at: str | None
@@ -172,6 +192,17 @@ class Schema(TypedDict):
     fields: list[dict[str, Any]]
 
 
+class View(TypedDict, closed=True):
+    """
+    Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by `group_by`, with `aggregates`; each string as the aggregate endpoint's parameter
+    """
+
+    aggregates: NotRequired[str | None]
+    filter: NotRequired[str | None]
+    group_by: NotRequired[str | None]
+    source: str
+
+
 class CollectionCreate(TypedDict, closed=True):
     create_rule: NotRequired[str | None]
     """
@@ -205,7 +236,7 @@ class CollectionCreate(TypedDict, closed=True):
     """
     List of fields, or {fields: [...]}
     """
-    type: NotRequired[Literal['base', 'auth']]
+    type: NotRequired[Literal['base', 'auth', 'view']]
     update_rule: NotRequired[str | None]
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
@@ -213,6 +244,10 @@ class CollectionCreate(TypedDict, closed=True):
     versions: NotRequired[int]
     """
     Versions kept per record (0: none): each create and update stores one, the newest are kept
+    """
+    view: NotRequired[View | None]
+    """
+    Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by `group_by`, with `aggregates`; each string as the aggregate endpoint's parameter
     """
     view_rule: NotRequired[str | None]
     """
@@ -266,6 +301,10 @@ class CollectionUpdate(TypedDict, closed=True):
     versions: NotRequired[int]
     """
     Versions kept per record (0: none): each create and update stores one, the newest are kept
+    """
+    view: NotRequired[View]
+    """
+    Type view only, instead of schema and indexes (decisions.md, Aggregation and view collections): the groups of the records of `source` (a base or auth collection) matching `filter`, keyed by `group_by`, with `aggregates`; each string as the aggregate endpoint's parameter
     """
     view_rule: NotRequired[str | None]
     """
@@ -701,6 +740,25 @@ class TwoFactorVerify(TypedDict, closed=True):
     mfa_token: str
 
 
+class ViewDefinition(TypedDict, closed=True):
+    aggregates: str
+    """
+    count(), count_distinct(f), sum(f), avg(f), min(f), max(f)
+    """
+    filter: str
+    """
+    which of its records (the filter grammar)
+    """
+    group_by: str
+    """
+    the key fields; a date field may add :year, :month, :day or :hour
+    """
+    source: str
+    """
+    the collection whose records are grouped
+    """
+
+
 class Webhook(TypedDict, closed=True):
     active: bool
     collection_name: str
@@ -865,7 +923,7 @@ class Collection(TypedDict, closed=True):
     oauth_enabled: bool
     otp_enabled: bool
     schema: CollectionSchema
-    type: Literal['base', 'auth']
+    type: Literal['base', 'auth', 'view']
     update_rule: str | None
     """
     Who may update records: null = admins only, "" = everyone, or a rule expression (filter grammar with @request.auth.* and, for create/update, @request.data.*)
@@ -874,6 +932,10 @@ class Collection(TypedDict, closed=True):
     versions: int
     """
     Versions kept per record (0: none)
+    """
+    view: ViewDefinition | dict[str, Any]
+    """
+    type view only (else null): what its records are; its `schema` lists their fields (keys, then aggregates), read-only
     """
     view_rule: str | None
     """

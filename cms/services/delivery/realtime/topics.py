@@ -88,7 +88,8 @@ def parse_topic(text: str) -> Topic:
 
 async def check_topics(catalog: Catalog, texts: Sequence[Any], principal: Principal | None) -> list[Topic]:
     """The topics `texts` (a JSON array from a client) once each is valid: a string that parses,
-    naming an existing collection, with a filter and expand paths that fit it. Raises
+    naming an existing collection that is not a view (decisions.md, Aggregation and view collections),
+    with a filter and expand paths that fit it. Raises
     ValidationFailed (422) with `errors: {"subscriptions.<index>": [message]}` naming every bad one
     (the dotted keys of every validation error), or `{"subscriptions": [...]}` for more than MAX_TOPICS."""
     if len(texts) > MAX_TOPICS:
@@ -102,6 +103,9 @@ async def check_topics(catalog: Catalog, texts: Sequence[Any], principal: Princi
                 raise ValueError("a topic is a string")
             topic = parse_topic(text)
             collection = await catalog.by_name(topic.collection)
+            if collection.view is not None:
+                raise ValueError(f"'{collection.name}' is a view: its records change with its source's; subscribe "
+                                 f"to '{collection.view.source}' and read the view again")
             localization(collection, topic.view.locale)
             topic.condition(collection, principal)
             await resolve(catalog, collection, topic.view, principal)
