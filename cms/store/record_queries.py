@@ -21,55 +21,19 @@ from pymongo.errors import ExecutionTimeout, OperationFailure
 from cms.errors import BadRequest, ServiceUnavailable
 from cms.models import QueryPlan, QueryShape, Record, SortSpec
 from cms.store.bulk import ID_CHUNK, chunks
-from cms.store.client import Capabilities, Database, plan_nodes
+from cms.store.client import Capabilities, Database
 from cms.store.documents import record_from_document, records_mongo_name
 from cms.store.errors import translate_query_errors
 from cms.store.point_reads import PointReads
+from cms.store.query_plans import EXPLAIN_MISSING_CODES, pipeline_of, plain_sort, query_plan, sort_stages
 from cms.store.query_shapes import shape_of
 from cms.store.scan_line import ScanLine
 from cms.store.transactions import current_session
 
-COMPUTED_SORT_KEY = "_sort_"
-"""The prefix of the keys an aggregation adds to sort by a tuple path (`_sort_0`, ...): no schema field
-starts with `_`."""
 _NO_SLOT = nullcontext()
 """What a query served by an index holds instead of a slot of the scan line (reusable: it does nothing)."""
 MAX_KEPT_COLLECTIONS = 1024
 """Most driver collection objects a repository keeps (`_mongo_coll`); past it they are made afresh."""
-
-
-def sort_stages(sort: SortSpec) -> list[dict[str, Any]] | None:
-    """The `$addFields` and `$sort` stages of a sort holding tuple paths (models.SortPath: the first path
-    that holds a value, a localized field's fallback chain): each tuple becomes an added key valued
-    `{$ifNull: [path1, {$ifNull: [path2, ...]}]}`, and the sort is done on it. None when every path is a
-    plain one (a `find` sorts it)."""
-    if all(isinstance(path, str) for path, _ in sort):
-        return None
-    added: dict[str, Any] = {}
-    order: dict[str, int] = {}
-    for index, (path, direction) in enumerate(sort):
-        if isinstance(path, str):
-            order[path] = direction
-            continue
-        expression: Any = f"${path[-1]}"
-        for candidate in reversed(path[:-1]):
-            expression = {"$ifNull": [f"${candidate}", expression]}
-        added[f"{COMPUTED_SORT_KEY}{index}"] = expression
-        order[f"{COMPUTED_SORT_KEY}{index}"] = direction
-    return [{"$addFields": added}, {"$sort": order}]
-
-
-def _pipeline(query: dict[str, Any], stages: list[dict[str, Any]], skip: int, limit: int,
-              projection: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """A `find` as an aggregation sorted by `stages` (`sort_stages`): match, sort, skip, limit, then
-    the added keys dropped (or `projection` kept)."""
-    pipeline: list[dict[str, Any]] = [{"$match": query}, *stages]
-    if skip:
-        pipeline.append({"$skip": skip})
-    if limit:
-        pipeline.append({"$limit": limit})
-    pipeline.append({"$project": projection or {name: 0 for name in stages[0]["$addFields"]}})
-    return pipeline
 
 
 class QueryWatch(Protocol):
@@ -211,10 +175,10 @@ class RecordQueries:
         mongo_coll = self._mongo_coll(collection_id)
         cursor: Any
         if stages is None:
-            cursor = mongo_coll.find(query, sort=_plain(sort)).batch_size(batch_size)
+            cursor = mongo_coll.find(query, sort=plain_sort(sort)).batch_size(batch_size)
         else:
             async with translate_query_errors():
-                cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, 0, None), batchSize=batch_size)
+                cursor = await mongo_coll.aggregate(pipeline_of(query, stages, 0, 0, None), batchSize=batch_size)
         try:
             async with translate_query_errors():
                 async for doc in cursor:
@@ -234,9 +198,9 @@ class RecordQueries:
         async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
             mongo_coll = self._mongo_coll(collection_id)
             if stages is not None:
-                cursor = await mongo_coll.aggregate(_pipeline(query, stages, skip, limit, None))
+                cursor = await mongo_coll.aggregate(pipeline_of(query, stages, skip, limit, None))
                 return [record_from_document(d) async for d in cursor]
-            found = mongo_coll.find(query, sort=_plain(sort), skip=skip, limit=limit)
+            found = mongo_coll.find(query, sort=plain_sort(sort), skip=skip, limit=limit)
             return [record_from_document(d) async for d in found]
 
     async def find_ids(self, collection_id: str, query: dict[str, Any], sort: SortSpec,
@@ -250,9 +214,9 @@ class RecordQueries:
         async with self._scan_slot(client), translate_query_errors(), self._timed(collection_id, query, sort):
             mongo_coll = self._mongo_coll(collection_id)
             if stages is not None:
-                cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, limit, {"_id": 1}), batchSize=limit)
+                cursor = await mongo_coll.aggregate(pipeline_of(query, stages, 0, limit, {"_id": 1}), batchSize=limit)
                 return [d["_id"] async for d in cursor]
-            found = mongo_coll.find(query, projection={"_id": 1}, sort=_plain(sort), limit=limit, batch_size=limit)
+            found = mongo_coll.find(query, projection={"_id": 1}, sort=plain_sort(sort), limit=limit, batch_size=limit)
             return [d["_id"] async for d in found]
 
     async def find_related(self, collection_id: str, query: dict[str, Any], sort: SortSpec,
@@ -268,10 +232,10 @@ class RecordQueries:
                 self._timed(collection_id, query, sort):
             mongo_coll = self._mongo_coll(collection_id)
             if stages is not None:
-                cursor = await mongo_coll.aggregate(_pipeline(query, stages, 0, limit, None),
+                cursor = await mongo_coll.aggregate(pipeline_of(query, stages, 0, limit, None),
                                                     session=current_session())
                 return [record_from_document(d) async for d in cursor]
-            found = mongo_coll.find(query, sort=_plain(sort), limit=limit, session=current_session())
+            found = mongo_coll.find(query, sort=plain_sort(sort), limit=limit, session=current_session())
             return [record_from_document(d) async for d in found]
 
     async def find_fields(self, collection_id: str, query: dict[str, Any], names: Sequence[str], limit: int, *,
@@ -320,7 +284,7 @@ class RecordQueries:
         without a plan), InvalidFilter when it refuses the query, ServiceUnavailable (the line is full)."""
         command: dict[str, Any] = {"find": records_mongo_name(collection_id), "filter": query, "skip": skip,
                                    "limit": limit}
-        plain = _plain([(path, direction) for path, direction in sort if isinstance(path, str)])
+        plain = plain_sort([(path, direction) for path, direction in sort if isinstance(path, str)])
         if plain:
             command["sort"] = dict(plain)
         async with self._scan_slot(client), translate_query_errors():
@@ -389,33 +353,6 @@ class RecordQueries:
         maintenance that needs the database to itself for a moment, and for tests that hold queries
         (issue "Fast reads", items 3 and 6)."""
         return self.scans.hold()
-
-
-def _plain(sort: SortSpec) -> list[tuple[str, int]] | None:
-    """A sort without tuple paths as pymongo takes it (None: no sort)."""
-    return [(path, direction) for path, direction in sort if isinstance(path, str)] or None
-
-
-EXPLAIN_MISSING_CODES = frozenset({59, 115, 238})
-"""Server error codes of an `explain` the server does not have: CommandNotFound, CommandNotSupported,
-NotImplemented."""
-
-
-def query_plan(answer: dict[str, Any]) -> QueryPlan | None:
-    """The summary of a `find` explain answer (its `queryPlanner.winningPlan` stage tree, in whatever
-    nesting the server uses, and its `executionStats`); None when it has no winning plan."""
-    winning = (answer.get("queryPlanner") or {}).get("winningPlan")
-    if not isinstance(winning, dict):
-        return None
-    indexes: list[str] = []
-    scans = False
-    for node in plan_nodes(winning):
-        scans = scans or node.get("stage") == "COLLSCAN"
-        if isinstance(node.get("indexName"), str):
-            indexes.append(node["indexName"])
-    stats = answer.get("executionStats") or {}
-    return QueryPlan(index=indexes[0] if indexes else None, collection_scan=scans,
-                     docs_examined=int(stats.get("totalDocsExamined", 0)), returned=int(stats.get("nReturned", 0)))
 
 
 def _holding(value: Any) -> Any:

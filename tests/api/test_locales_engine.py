@@ -24,7 +24,7 @@ from cms.filters.grammar import parse_filter
 from cms.filters.mongo import render
 from cms.filters.predicate import evaluate, sort_documents
 from cms.services.content.locales import resolve
-from cms.store.record_queries import sort_stages
+from cms.store.query_plans import sort_stages
 
 EXAMPLES = int(os.environ.get("ENGINE_EXAMPLES", "100"))
 LOCALES = ("en", "de", "fr")

@@ -25,7 +25,7 @@ from cms.services.content.locales import (
     unique_writes,
 )
 from cms.store.documents import record_after_update
-from cms.store.record_queries import sort_stages
+from cms.store.query_plans import sort_stages
 
 THREE = Locales((Locale("en"), Locale("de", "en"), Locale("de-AT", "de")))
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
