@@ -66,7 +66,7 @@ def started(value: object) -> int:
     (keys.index_sync_lock("db1"), "cms:indexes:lock:db1"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry", "rc-ids",
         "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
-        "backup-lock", "dashboard-minute", "request-log", "request-log-routes", "slow-queries",
+        "backup-lock", "thumbnail-lock", "dashboard-minute", "request-log", "request-log-routes", "slow-queries",
         "slow-queries-seen", "index-sync-lock"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected
