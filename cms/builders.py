@@ -30,13 +30,19 @@ from cms.services.content.collections import CollectionService
 from cms.services.content.draft_reads import DraftReads
 from cms.services.content.draft_stores import DraftStores
 from cms.services.content.drafts import WorkingCopies
+from cms.services.content.file_downloads import FileDownloads
+from cms.services.content.file_fields import FileRefs
+from cms.services.content.file_intake import FileIntake
+from cms.services.content.file_tokens import FileTokens
 from cms.services.content.files import FileService
+from cms.services.content.image_pool import ImagePool
 from cms.services.content.index_sync import IndexSync
 from cms.services.content.publishing import Publisher
 from cms.services.content.record_writer import RecordWriter
 from cms.services.content.scheduling import Scheduler
 from cms.services.content.slow_queries import SlowQueryService, SlowQueryWatch
 from cms.services.content.slow_query_board import SlowQueryBoard
+from cms.services.content.thumbnails import Thumbnails
 from cms.services.content.versions import RecordVersions
 from cms.services.delivery.events import CollectionEvent, EventBus
 from cms.services.delivery.mail import Mailer
@@ -193,6 +199,7 @@ class Content:
     the admins' view of it, the start-up sync of record indexes, and drafts."""
 
     record_repository: RecordRepository
+    file_repository: FileRepository
     transactions: Transactions
     writer: RecordWriter
     versions: RecordVersions
@@ -230,18 +237,21 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     platform.settings.on_change("locales", collections.locales_changed)
     await collections.fill_default_rules()
     transactions = Transactions(infra.mongo, enabled=capabilities.transactions)
+    file_repository = FileRepository(infra.db)
     version_repository = RecordVersionRepository(infra.db)
     await version_repository.ensure_indexes()
     versions = RecordVersions(version_repository)
     platform.events.subscribe(versions.on_collection_events, CollectionEvent)
     writer = RecordWriter(catalog, record_repository, platform.events, clock=infra.clock,
-                          transactions=transactions, group_commit=True, versions=versions)
+                          transactions=transactions, group_commit=True, versions=versions,
+                          file_refs=FileRefs(file_repository))
     copies = WorkingCopies(catalog, record_repository, working, writer, schedules, events=platform.events,
                            transactions=transactions)
     publisher = Publisher(copies)
     drafts = Drafts(copies=copies, reads=DraftReads(catalog, copies), publisher=publisher,
                     scheduler=Scheduler(copies, publisher, platform.events, batches=transactions.enabled))
-    return Content(record_repository=record_repository, transactions=transactions, writer=writer,
+    return Content(record_repository=record_repository, file_repository=file_repository, transactions=transactions,
+                   writer=writer,
                    versions=versions, catalog=catalog, collections=collections, definitions=definitions,
                    slow_query_watch=watch,
                    slow_queries=SlowQueryService(board, catalog, collections, index_sorts=capabilities.index_sorts,
@@ -278,12 +288,23 @@ def build_realtime(infra: Infra, platform: Platform, content: Content, authentic
                        signals=platform.signals)
 
 
-async def build_files(infra: Infra, platform: Platform, content: Content) -> FileService:
-    """The file service; deleting a record or collection deletes its files (event subscriber)."""
-    file_repository = FileRepository(infra.db)
+async def build_files(infra: Infra, platform: Platform, content: Content, authenticator: Authenticator,
+                      read_cache: ReadCache) -> FileService:
+    """The file service with its image workers (started at first use, stopped by `FileService.close`),
+    thumbnails (their makers' locks in the queue's Redis) and file tokens; deleting a record or
+    collection deletes its files, and a write that takes files out of a file field deletes them
+    (event subscribers). The files' existence is kept in `read_cache` (thumbnail downloads)."""
+    file_repository = content.file_repository
     await file_repository.ensure_indexes()
+    pool = ImagePool()
+    thumbnails = Thumbnails(file_repository, pool, infra.redis, infra.config.mongodb_db, signals=platform.signals,
+                            clock=infra.clock)
+    tokens = FileTokens(platform.codec, authenticator)
+    downloads = FileDownloads(file_repository, content.catalog, content.record_repository, thumbnails=thumbnails,
+                              tokens=tokens, read_cache=read_cache)
     files = FileService(file_repository, content.catalog, content.record_repository, platform.settings,
-                        clock=infra.clock)
+                        intake=FileIntake(file_repository, pool), downloads=downloads, tokens=tokens, pool=pool,
+                        read_cache=read_cache, clock=infra.clock)
     platform.events.subscribe(files.on_record_events)
     platform.events.subscribe(files.on_collection_events, CollectionEvent)
     return files

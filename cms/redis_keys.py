@@ -120,6 +120,12 @@ def backup_lock(db: str) -> str:
     return f"{ROOT}:backups:lock:{db}"
 
 
+def thumbnail_lock(db: str, thumb_id: str) -> str:
+    """The lock of the replica making thumbnail `thumb_id` (`<file id>.<size>.<format>`) of database
+    `db`, on the queue's Redis (`cms.services.content.thumbnails`): `cms:thumbs:lock:<db>:<thumb id>`."""
+    return f"{ROOT}:thumbs:lock:{db}:{thumb_id}"
+
+
 def dashboard_minute(db: str, minute: int) -> str:
     """The dashboard's counters of one minute (`minute`: epoch seconds // 60) of database `db`, a hash
     every replica adds to (cms.observability.timeline), on the queue's Redis: `cms:obs:<db>:m:<minute>`."""

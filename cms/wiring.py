@@ -126,7 +126,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         webhooks, webhook_outbox = await build_webhooks(infra, platform, content, identity)
         read_cache, result_sets = build_read_cache(infra, platform)
         realtime = build_realtime(infra, platform, content, authenticator)
-        files = await build_files(infra, platform, content)
+        files = await build_files(infra, platform, content, authenticator, read_cache)
         backups = build_backups(infra, platform, read_cache)
         records = RecordService(content.catalog, content.record_repository, content.writer,
                                 settings=platform.settings, cache=read_cache, result_sets=result_sets, files=files,
@@ -170,7 +170,10 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
         finally:
             await content.index_sync.stop()
             await content.slow_query_watch.close()
-            await backups.wait_idle()  # a restore whose caller went away ends before the clients close
+            try:
+                await backups.wait_idle()  # a restore whose caller went away ends before the clients close
+            finally:
+                await files.close()  # the image workers
 
 
 @asynccontextmanager

@@ -57,6 +57,7 @@ def started(value: object) -> int:
     (keys.realtime_client("db1", "c1"), "cms:rt:db1:client:c1"),
     (keys.realtime_active("db1"), "cms:rt:db1:active"),
     (keys.backup_lock("db1"), "cms:backups:lock:db1"),
+    (keys.thumbnail_lock("db1", "f1.100x100.webp"), "cms:thumbs:lock:db1:f1.100x100.webp"),
     (keys.dashboard_minute("db1", 29_000_000), "cms:obs:db1:m:29000000"),
     (keys.request_log("db1"), "cms:obs:db1:log"),
     (keys.request_log_routes("db1"), "cms:obs:db1:routes"),
@@ -65,7 +66,7 @@ def started(value: object) -> int:
     (keys.index_sync_lock("db1"), "cms:indexes:lock:db1"),
 ], ids=["client", "settings", "sessions", "rc-prefix", "catalog", "rc-epoch", "rc-version", "rc-entry", "rc-ids",
         "ratelimit", "refresh", "refresh-lock", "rt-stream", "rt-floor", "rt-client", "rt-active",
-        "backup-lock", "dashboard-minute", "request-log", "request-log-routes", "slow-queries",
+        "backup-lock", "thumbnail-lock", "dashboard-minute", "request-log", "request-log-routes", "slow-queries",
         "slow-queries-seen", "index-sync-lock"])
 def test_key_names_stay_what_deployments_hold_data_under(name: str, expected: str) -> None:
     assert name == expected

@@ -42,6 +42,20 @@ SSE_EVENT: dict[str, Any] = {
                    "data": {"type": "string", "description": "JSON"}, "retry": {"type": "integer"}},
 }
 """The schema of each event of a `text/event-stream` answer."""
+RECORD_FORM: dict[str, Any] = {
+    "type": "object",
+    "description": "A record's values and files in one request, all or nothing (decisions.md, Files in records, "
+    "thumbnails and file tokens): the part `data` holds the JSON object a JSON write's `data` holds (on a change, "
+    "`<field>-`: file ids to take out of a file field); each other part is a file of the file field it is named "
+    "after (repeated for several; they replace the field's files), or on a change `<field>+` (added after the "
+    "stored ones). Each file is checked against its field's `mime_types` (on the bytes' signature) and `max_size` "
+    "(422 naming the field) and `max_upload_mb` (413); at most 100 files, 1 GiB in all",
+    "properties": {"data": {"type": "string", "description": "JSON: the field values",
+                            "example": '{"title": "Holidays"}'}},
+    "additionalProperties": {"oneOf": [{"type": "string", "format": "binary"},
+                                       {"type": "array", "items": {"type": "string", "format": "binary"}}]},
+}
+"""The multipart/form-data body of a record create or change (`Route.record_form`)."""
 
 def policy_docs(policy: Policy) -> tuple[list[dict[str, list[str]]] | None, str, str]:
     """What the document says of a route of `policy`: its `security` (None: public, no key) and the
@@ -80,11 +94,14 @@ def _operation(route: Route) -> dict[str, Any]:
     if route.body is not None:
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": route.body}}}
     if route.upload_field is not None:
+        texts = (*route.form_fields, *route.optional_form_fields)
         upload = {"type": "object", "required": [route.upload_field, *route.form_fields],
                   "additionalProperties": False,
-                  "properties": {route.upload_field: {"type": "string", "format": "binary"},
-                                 **{name: {"type": "string", "minLength": 1} for name in route.form_fields}}}
+                  "properties": {**{name: {"type": "string", "minLength": 1} for name in texts},
+                                 route.upload_field: {"type": "string", "format": "binary"}}}
         operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": upload}}}
+    if route.record_form:
+        operation["requestBody"]["content"]["multipart/form-data"] = {"schema": RECORD_FORM}
     success: dict[str, Any] = {"description": "Success"}
     if route.produces == EVENT_STREAM:
         success["content"] = {EVENT_STREAM: {"schema": SSE_EVENT}}

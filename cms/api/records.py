@@ -22,7 +22,7 @@ from cms.services.caching.read_cache import CachedBody
 from cms.services.representation.record_view import RecordView, view_of
 from cms.web.context import REQUEST_ID, client_ip, parse_body, parse_query, services
 from cms.web.files import etag_matches
-from cms.web.uploads import read_upload
+from cms.web.uploads import form_parts, read_upload
 
 log = logging.getLogger("cms.api")
 
@@ -38,6 +38,7 @@ MAX_LOCALE_PARAMETER = 100
 """Longest `?locale=` read, in characters (a locale code has at most 35)."""
 NO_STORE = {"Cache-Control": "private, no-store"}
 """Working copies (`draft=true`) are the editors' and change without an ETag to tell: never kept by a cache."""
+FORM = "multipart/form-data"
 
 
 async def list_records(request: web.Request) -> web.StreamResponse:
@@ -112,25 +113,35 @@ def cached_response(request: web.Request, cached: CachedBody) -> web.Response:
 
 
 async def create_record(request: web.Request) -> web.Response:
-    """`POST .../records`: 201 with the record, if the create rule allows it."""
+    """`POST .../records`: 201 with the record, if the create rule allows it; a JSON body, or a
+    multipart/form-data one carrying files (`RecordService.save_form`)."""
     principal = principal_of(request)
-    body = await parse_body(request, RECORD_WRITE)
     name = request.match_info["collection_name"]
     view = record_view(request)
     present = await services(request).records.presenter(name, view, principal)
-    record = await services(request).records.create(principal, name, body["data"], locale=view.locale)
+    if request.content_type == FORM:
+        record = await services(request).records.save_form(principal, name, None, form_parts(request),
+                                                           locale=view.locale)
+    else:
+        body = await parse_body(request, RECORD_WRITE)
+        record = await services(request).records.create(principal, name, body["data"], locale=view.locale)
     return json_response(await present(record), status=201, headers={"Content-Language": present.language})
 
 
 async def update_record(request: web.Request) -> web.Response:
-    """`PATCH .../records/{record_id}`: the changed record, under the view and update rules."""
+    """`PATCH .../records/{record_id}`: the changed record, under the view and update rules; a JSON
+    body, or a multipart/form-data one carrying files (`RecordService.save_form`)."""
     principal = principal_of(request)
-    body = await parse_body(request, RECORD_WRITE)
-    name = request.match_info["collection_name"]
+    name, record_id = request.match_info["collection_name"], request.match_info["record_id"]
     view = record_view(request)
     present = await services(request).records.presenter(name, view, principal)
-    record = await services(request).records.update(principal, name, request.match_info["record_id"], body["data"],
-                                                    locale=view.locale)
+    if request.content_type == FORM:
+        record = await services(request).records.save_form(principal, name, record_id, form_parts(request),
+                                                           locale=view.locale)
+    else:
+        body = await parse_body(request, RECORD_WRITE)
+        record = await services(request).records.update(principal, name, record_id, body["data"],
+                                                        locale=view.locale)
     return json_response(await present(record), headers={"Content-Language": present.language})
 
 

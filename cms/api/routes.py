@@ -53,9 +53,11 @@ class Route:
     per-IP limit) or EXEMPT (health, docs). The auth endpoints' own limits, keyed on body fields, are
     counted in their handlers.
     `body`/`query`/`response` are marshmallow schema classes; `status` is the success status;
-    `upload_field` names the file field of a multipart body and `form_fields` the other (required, text) fields
-    it must carry; `produces` the success media type; `failure` the schema of a 400 answer that carries
-    more than the error model (a batch's `failed`)."""
+    `upload_field` names the file field of a multipart body, `form_fields` the other (required, text) fields
+    it must carry and `optional_form_fields` those it may; `record_form`: the JSON body may also come as a
+    record's multipart/form-data form (`data` and file parts, decisions.md: Files in records); `produces` the
+    success media type; `failure` the schema of a 400 answer that carries more than the error model (a
+    batch's `failed`)."""
 
     method: str
     path: str
@@ -72,6 +74,8 @@ class Route:
     in_docs: bool = True
     upload_field: str | None = None  # multipart/form-data body with this file field
     form_fields: tuple[str, ...] = ()
+    optional_form_fields: tuple[str, ...] = ()
+    record_form: bool = False  # also takes a record's values and files as multipart/form-data
     produces: str = "application/json"
     failure: type[Schema] | None = None
 
@@ -201,13 +205,18 @@ ROUTES: tuple[Route, ...] = (
     # --- end backups
     # --- files (issue 9)
     Route("POST", V1 + "/files", files.upload_file,
-          "Attach a file to a record: multipart/form-data with `file`, `collection` (name) and `record_id`; "
+          "Attach a file to a record: multipart/form-data with `collection` (name), `record_id`, optionally "
+          "`field` (a file field: its checks apply, and the file may then be set as its value) and `file` last; "
           "at most `max_upload_mb` MiB (default 25)", "files",
           policy=OPTIONAL, response=s.FileSchema, status=201, upload_field="file",
-          form_fields=("collection", "record_id")),
+          form_fields=("collection", "record_id"), optional_form_fields=("field",)),
+    Route("POST", V1 + "/files/token", files.file_token,
+          "A file token for `?token=` (2 minutes, bound to the caller): what an `<img>` needs for a protected "
+          "field's files", "files", policy=PRINCIPAL, response=s.FileTokenSchema),
     Route("GET", V1 + "/files/{file_id}", files.get_file,
-          "Download a file (ETag, If-None-Match, one byte range); visible like its record", "files",
-          policy=OPTIONAL, produces="application/octet-stream"),
+          "Download a file (ETag, If-None-Match, one byte range) or an image's thumbnail (`thumb`, `format`); "
+          "visible like its record; a protected field's files need `token`", "files",
+          policy=OPTIONAL, query=s.FileDownloadQuerySchema, produces="application/octet-stream"),
     Route("DELETE", V1 + "/files/{file_id}", files.delete_file, "Delete a file (the right to change its record)",
           "files", policy=OPTIONAL, status=204),
     # --- end files
@@ -215,12 +224,15 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", RECORDS, records.list_records,
           "List records (page, per_page, sort, filter, search, expand, fields; draft: the working copies)", "records",
           policy=OPTIONAL, query=s.RecordListQuerySchema, response=s.RecordPageSchema),
-    Route("POST", RECORDS, records.create_record, "Create a record", "records", policy=OPTIONAL,
-          query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema, status=201),
+    Route("POST", RECORDS, records.create_record, "Create a record (JSON, or multipart/form-data with its files)",
+          "records", policy=OPTIONAL, query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema,
+          status=201, record_form=True),
     Route("GET", RECORDS + "/{record_id}", records.get_record, "Get a record (draft: its working copy)", "records",
           policy=OPTIONAL, query=s.RecordGetQuerySchema, response=s.RecordSchema),
-    Route("PATCH", RECORDS + "/{record_id}", records.update_record, "Change some fields of a record", "records",
-          policy=OPTIONAL, query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema),
+    Route("PATCH", RECORDS + "/{record_id}", records.update_record,
+          "Change some fields of a record (JSON, or multipart/form-data with files)", "records",
+          policy=OPTIONAL, query=s.RecordViewQuerySchema, body=s.RecordWriteSchema, response=s.RecordSchema,
+          record_form=True),
     Route("DELETE", RECORDS + "/{record_id}", records.delete_record, "Delete a record", "records",
           policy=OPTIONAL, status=204),
     # --- drafts (decisions.md: Drafts, versions and scheduled publishing); the update rule decides

@@ -39,7 +39,9 @@ class FieldSpec:
     """One field of a collection schema.
 
     `type` is one of `cms.services.content.fields.FIELD_TYPES`. `values`/`max_select` apply to select,
-    `collection_id`/`max_select`/`cascade_delete` to relation, `max_select` to file.
+    `collection_id`/`max_select`/`cascade_delete` to relation, `max_select`, `max_size` (bytes),
+    `mime_types` (`type/subtype` or `type/*`), `thumbs` (`WxH` plus a mode letter) and `protected` to
+    file (decisions.md, Files in records, thumbnails and file tokens).
     `cascade_delete`: deleting a target record deletes the records that point to it (otherwise
     the reference is removed from them). `view_rule` and `write_rule` are the field's rules
     (decisions.md, Field rules): "" (absent) no restriction beyond the collection's rules, None
@@ -57,6 +59,10 @@ class FieldSpec:
     write_rule: str | None = ""
     localized: bool = False
     """decisions.md, Localized fields: the stored value is an object of locale code to value."""
+    max_size: int | None = None
+    mime_types: tuple[str, ...] | None = None
+    thumbs: tuple[str, ...] | None = None
+    protected: bool = False
 
 
 @dataclass(frozen=True)
@@ -323,7 +329,9 @@ class StoredFile:
 
     `size` is in bytes; `sha256` is the hex SHA-256 of the bytes, computed while uploading;
     `collection` is the collection's name and `collection_id` its id; `content_type` is a
-    validated `type/subtype` (with an optional charset)."""
+    validated `type/subtype` (with an optional charset), the type of the bytes' signature when they
+    have one; `field` is the file field of the record the file was uploaded for (None: uploaded to
+    the record without naming one)."""
 
     id: str
     filename: str
@@ -334,3 +342,4 @@ class StoredFile:
     record_id: str
     sha256: str
     created: datetime
+    field: str | None = None

@@ -16,6 +16,8 @@ What is exposed (prefix `cms_`, units in the names):
   queries over SLOW_QUERY_MS by collection name and query shape (field names and operators, never
   values), at most MAX_SLOW_COLLECTIONS collections and MAX_SLOW_SHAPES shapes per collection per
   process, the rest under `other`;
+- `cms_thumbnails_total{outcome}` (`generated`, `stored`, `memory`) and
+  `cms_thumbnail_generation_duration_seconds`: thumbnails answered, and the time of each one made;
 - `cms_job_queue_depth` and `cms_webhook_outbox_backlog`: read from Redis and MongoDB when scraped;
 - `cms_processes` (processes whose metrics the scrape covers), `cms_build_info{version}` and
   prometheus-client's `process_*`.
@@ -61,6 +63,8 @@ MAX_SLOW_COLLECTIONS = 50
 """Collections a process counts slow queries of under their own name; later ones count as `other`."""
 MAX_SLOW_SHAPES = 20
 """Query shapes a process counts under their own text per collection; later ones count as `other`."""
+THUMBNAIL_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+THUMBNAIL_OUTCOMES = ("generated", "stored", "memory")
 SAMPLE_TIMEOUT_S = 2.0
 """Seconds a scrape waits for each figure it reads from Redis or MongoDB; one that takes longer is
 left out of that scrape (and logged)."""
@@ -192,6 +196,11 @@ class PrometheusMetrics(Sink):
                                        "Time of list queries slower than SLOW_QUERY_MS, by collection (seconds)",
                                        ("collection",), buckets=SLOW_QUERY_BUCKETS_S, registry=r)
         self._slow_shapes: dict[str, set[str]] = {}
+        self._thumbnails = Counter("cms_thumbnails", "Thumbnails answered, by outcome (generated, stored, memory)",
+                                   ("outcome",), registry=r)
+        self._thumbnail_latency = Histogram("cms_thumbnail_generation_duration_seconds",
+                                            "Time to make and store one thumbnail (seconds)",
+                                            buckets=THUMBNAIL_BUCKETS_S, registry=r)
         processes = Gauge("cms_processes", "Processes whose metrics this scrape covers", multiprocess_mode="livesum",
                           registry=r)
         processes.set(1)
@@ -242,6 +251,12 @@ class PrometheusMetrics(Sink):
     def realtime_connections(self, count: int) -> None:
         """Set this process's realtime stream count."""
         self._realtime_connections.set(count)
+
+    def thumbnail(self, outcome: str, duration_s: float) -> None:
+        """Count a thumbnail answered by `outcome`; observe the time of one `generated`."""
+        self._thumbnails.labels(outcome if outcome in THUMBNAIL_OUTCOMES else OTHER).inc()
+        if outcome == "generated":
+            self._thumbnail_latency.observe(duration_s)
 
     def mongo_command(self, command: str, duration_s: float, ok: bool) -> None:
         """Observe a MongoDB command's duration by name (`other` outside MONGO_COMMANDS)."""

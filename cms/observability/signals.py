@@ -66,6 +66,11 @@ class Sink:
     def realtime_connections(self, count: int) -> None:
         """This process now holds `count` realtime streams (reported by the hub on every change)."""
 
+    def thumbnail(self, outcome: str, duration_s: float) -> None:
+        """A thumbnail was asked for and answered by `outcome`: `generated` (this process made it, in
+        `duration_s` seconds, reading the source and storing the result included), `stored` (read
+        from GridFS, made earlier or by another replica) or `memory` (this process's cache)."""
+
     def mongo_command(self, command: str, duration_s: float, ok: bool) -> None:
         """The MongoDB driver finished the command named `command` (`find`, `insert`, ...: the
         driver's command name, never its arguments) after `duration_s` seconds; `ok` is False when
@@ -152,6 +157,14 @@ class Signals:
                 sink.realtime_connections(count)
             except Exception:
                 self._failure(sink, "realtime_connections")
+
+    def thumbnail(self, outcome: str, duration_s: float) -> None:
+        """Dispatch `Sink.thumbnail` to every sink."""
+        for sink in self._sinks:
+            try:
+                sink.thumbnail(outcome, duration_s)
+            except Exception:
+                self._failure(sink, "thumbnail")
 
     def mongo_command(self, command: str, duration_s: float, ok: bool) -> None:
         """Dispatch `Sink.mongo_command` to every sink (the driver's command listener calls it)."""

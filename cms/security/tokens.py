@@ -1,7 +1,8 @@
 """JWT access and refresh tokens: HS256 only, with `typ` and `aud` checked on every decode.
 
 Claims (decisions.md, Identity and tokens): `sub` (user id), `sid` (session id), `jti` (token id),
-`typ` (`access` | `refresh` | `mfa`), `aud` (`admin` or `collection:<collection id>`), `iat` and `exp`
+`typ` (`access` | `refresh` | `mfa` | `file`), `aud` (`admin` or `collection:<collection id>`; a file
+token's `file:` and its credential's), `iat` and `exp`
 (integer seconds since the epoch). Whether the session is still active is the caller's check;
 this module only proves that a token is authentic, current and meant for the caller.
 """
@@ -22,7 +23,10 @@ ACCESS = "access"
 REFRESH = "refresh"
 MFA = "mfa"
 """The `mfa_token` between a login's first and second factor: valid for `2fa/verify` only."""
-TOKEN_TYPES = frozenset({ACCESS, REFRESH, MFA})
+FILE = "file"
+"""A file token (decisions.md, Files in records, thumbnails and file tokens): `?token=` on a file
+download, valid 2 minutes; its `aud` is `file:<the credential's audience>` (or `file:api_key`)."""
+TOKEN_TYPES = frozenset({ACCESS, REFRESH, MFA, FILE})
 
 ALGORITHM = "HS256"
 _STRING_CLAIMS = ("sub", "sid", "jti", "typ", "aud")

@@ -15,7 +15,7 @@ from cms.store.repository import Repository
 
 def _field_document(spec: FieldSpec) -> dict[str, Any]:
     doc = dataclasses.asdict(spec)
-    for flag in ("cascade_delete", "localized"):
+    for flag in ("cascade_delete", "localized", "protected"):
         if not doc[flag]:
             del doc[flag]
     for rule in ("view_rule", "write_rule"):
@@ -39,7 +39,15 @@ def _field_from_document(doc: dict[str, Any]) -> FieldSpec:
         view_rule=_rule_from_document(doc.get("view_rule", "")),
         write_rule=_rule_from_document(doc.get("write_rule", "")),
         localized=bool(doc.get("localized", False)),
+        max_size=doc.get("max_size"),
+        mime_types=_strings(doc.get("mime_types")),
+        thumbs=_strings(doc.get("thumbs")),
+        protected=bool(doc.get("protected", False)),
     )
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(str(v) for v in value)
 
 
 _ADMINS_ONLY = {"admins_only": True}

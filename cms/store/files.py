@@ -4,13 +4,20 @@ The only module that imports `gridfs`. Every replica reads every file from Mongo
 the GridFS layout themselves (`FileUpload`, to bound memory); a file document (`fs.files`) is
 written only when its upload is complete, so a reader never sees part of a file, and the chunks of
 an upload that fails are deleted (`FileUpload.abort`). Our fields live under
-`metadata`: `content_type`, `collection_id`, `collection`, `record_id`, `sha256`, `created`.
+`metadata`: `content_type`, `collection_id`, `collection`, `record_id`, `field` (the file field it
+was uploaded for, when one), `sha256`, `created`.
+
+Thumbnails are GridFS files too, under ids of their own (`<file id>.<size>.<format>`), with
+`metadata.thumb_of` naming their file (and the file's `record_id` and `collection_id`, so they go
+with the record and the collection as the file does); `delete` removes a file's thumbnails with it.
+They are never served as files (`open` and `get` do not see them).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Sequence
+from datetime import datetime
 from typing import Any
 
 from bson.int64 import Int64
@@ -19,6 +26,7 @@ from gridfs.asynchronous.grid_file import AsyncGridOut
 from gridfs.errors import CorruptGridFile
 from pymongo.asynchronous.collection import AsyncCollection
 
+from cms.errors import AlreadyExists
 from cms.models import StoredFile
 from cms.store.bulk import chunks
 from cms.store.client import Database
@@ -42,12 +50,15 @@ def _file_from_document(doc: dict[str, Any]) -> StoredFile | None:
     """A `fs.files` document as a StoredFile; None for a GridFS file the service did not write
     (no `metadata` of ours, e.g. restored from elsewhere)."""
     meta = doc.get("metadata") or {}
+    if "thumb_of" in meta:
+        return None
     try:
         return StoredFile(
             id=str(doc["_id"]), filename=str(doc.get("filename") or "file"),
             content_type=str(meta["content_type"]), size=int(doc["length"]),
             collection_id=str(meta["collection_id"]), collection=str(meta.get("collection", "")),
             record_id=str(meta["record_id"]), sha256=str(meta["sha256"]), created=meta["created"],
+            field=None if meta.get("field") is None else str(meta["field"]),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -84,6 +95,16 @@ class FileUpload:
     async def finish(self, file: StoredFile) -> None:
         """Write the last chunk and the file document, with `file`'s metadata (its `id`, `filename`
         and `size` are the upload's own). After this the file is visible to readers."""
+        metadata: dict[str, Any] = {
+            "content_type": file.content_type, "collection_id": file.collection_id, "collection": file.collection,
+            "record_id": file.record_id, "sha256": file.sha256, "created": file.created}
+        if file.field is not None:
+            metadata["field"] = file.field
+        await self.finish_with(metadata, file.created)
+
+    async def finish_with(self, metadata: dict[str, Any], created: datetime) -> None:
+        """Write the last chunk and the file document with `metadata` as is (a thumbnail's). Raises
+        AlreadyExists when a file of this id exists (its chunks are left to the caller's `abort`)."""
         if self._buffer:
             self._add_chunk(bytes(self._buffer))
             self._buffer.clear()
@@ -91,10 +112,7 @@ class FileUpload:
         async with translate_errors("file"):
             await self._files.insert_one({
                 "_id": self._file_id, "length": Int64(self._length), "chunkSize": CHUNK_BYTES,
-                "uploadDate": file.created, "filename": self._filename,
-                "metadata": {"content_type": file.content_type, "collection_id": file.collection_id,
-                             "collection": file.collection, "record_id": file.record_id, "sha256": file.sha256,
-                             "created": file.created},
+                "uploadDate": created, "filename": self._filename, "metadata": metadata,
             })
         self._done = True
 
@@ -149,6 +167,10 @@ class FileReader:
             await pieces.aclose()
             await self._grid_out.close()
 
+    async def close(self) -> None:
+        """Release the file without reading it."""
+        await self._grid_out.close()
+
     async def _whole(self) -> AsyncGenerator[bytes, None]:
         while data := await self._grid_out.readchunk():
             yield data
@@ -193,6 +215,7 @@ class FileRepository:
         await self._chunks.create_index([("files_id", 1), ("n", 1)], unique=True)
         await self._files.create_index("metadata.record_id")
         await self._files.create_index("metadata.collection_id")
+        await self._files.create_index("metadata.thumb_of", sparse=True)
 
     def open_upload(self, file_id: str, filename: str) -> FileUpload:
         """Start writing the file `file_id` (nothing is sent until a batch of chunks fills)."""
@@ -220,12 +243,76 @@ class FileRepository:
         return None if doc is None else _file_from_document(doc)
 
     async def delete(self, file_id: str) -> bool:
-        """Delete one file (its document first, so readers stop finding it, then its chunks).
-        Returns whether the document was there."""
+        """Delete one file (its document first, so readers stop finding it, then its chunks) and
+        its thumbnails. Returns whether the document was there."""
         async with translate_errors("file"):
             deleted = (await self._files.delete_one({"_id": file_id})).deleted_count
             await self._chunks.delete_many({"files_id": file_id})
+        await self._delete_matching({"metadata.thumb_of": file_id})
         return deleted == 1
+
+    async def get_many(self, file_ids: Sequence[str]) -> dict[str, StoredFile]:
+        """The descriptions of the files of `file_ids` that exist, by id (one query per 1,000 ids)."""
+        found: dict[str, StoredFile] = {}
+        async with translate_errors("file"):
+            for batch in chunks(file_ids):
+                async for doc in self._files.find({"_id": {"$in": batch}}):
+                    file = _file_from_document(doc)
+                    if file is not None:
+                        found[file.id] = file
+        return found
+
+    async def owners(self, file_ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+        """`{file id: (record id, field or None)}` for the files of `file_ids` that exist
+        (thumbnails are not files: left out)."""
+        owners: dict[str, tuple[str, str | None]] = {}
+        async with translate_errors("file"):
+            for batch in chunks(file_ids):
+                async for doc in self._files.find({"_id": {"$in": batch}}, {"metadata": 1}):
+                    meta = doc.get("metadata") or {}
+                    if "thumb_of" not in meta and "record_id" in meta:
+                        field = meta.get("field")
+                        owners[str(doc["_id"])] = (str(meta["record_id"]), None if field is None else str(field))
+        return owners
+
+    async def read_all(self, file_id: str, size: int) -> bytes | None:
+        """The whole content of file `file_id` of `size` bytes (one query for its chunks), or None
+        when its chunks are not all there (a file being written or deleted)."""
+        async with translate_errors("file"):
+            pieces = [bytes(doc["data"]) async for doc in
+                      self._chunks.find({"files_id": file_id}, {"data": 1, "n": 1}, sort=[("n", 1)])]
+        data = b"".join(pieces)
+        return data if len(data) == size else None
+
+    async def read_thumb(self, thumb_id: str) -> bytes | None:
+        """The bytes of the thumbnail `thumb_id`, or None when it has not been stored (whole)."""
+        async with translate_errors("file"):
+            doc = await self._files.find_one({"_id": thumb_id}, {"length": 1})
+        if doc is None:
+            return None
+        return await self.read_all(thumb_id, int(doc["length"]))
+
+    async def store_thumb(self, thumb_id: str, source: StoredFile, content_type: str, data: bytes,
+                          created: datetime) -> bool:
+        """Store the thumbnail `thumb_id` of file `source`; False when it exists already (another
+        replica stored it first). The caller holds the thumbnail's lock (`Thumbnails`): chunks of
+        this id without a document are a dead writer's, and are deleted first."""
+        async with translate_errors("file"):
+            if await self._files.find_one({"_id": thumb_id}, {"_id": 1}) is not None:
+                return False
+            await self._chunks.delete_many({"files_id": thumb_id})
+        upload = FileUpload(self._db, thumb_id, source.filename)
+        try:
+            await upload.write(data)
+            await upload.finish_with({"thumb_of": source.id, "record_id": source.record_id,
+                                      "collection_id": source.collection_id, "content_type": content_type,
+                                      "created": created}, created)
+        except AlreadyExists:
+            return False  # a writer without the lock (Redis away) got there first: its chunks stay
+        except BaseException:
+            await upload.abort()
+            raise
+        return True
 
     async def delete_for_records(self, record_ids: Sequence[str]) -> int:
         """Delete every file attached to one of `record_ids`; returns how many files."""

@@ -12,7 +12,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from cms.errors import BadRequest
-from cms.services.content.files import FileContent
+from cms.services.content.file_downloads import FileContent
 
 SECURITY_HEADERS = {"X-Content-Type-Options": "nosniff", "Content-Security-Policy": "sandbox"}
 _RANGE = re.compile(r"\s*([0-9]{0,19})\s*-\s*([0-9]{0,19})\s*")

@@ -11,7 +11,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from multidict import MultiDictProxy
 
 from cms.errors import BadRequest, PayloadTooLarge, ValidationFailed
-from cms.services.content.files import FormPart
+from cms.services.content.file_parts import FormPart
 
 CHUNK_BYTES = 64 * 1024
 OTHER_PARTS_BYTES = 64 * 1024

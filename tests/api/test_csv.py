@@ -37,7 +37,7 @@ FILENAME = re.compile(r'^attachment; filename="posts-\d{8}-\d{6}\.csv"$')
 ROWS: list[dict[str, Any]] = [
     {"title": "Hello, world", "slug": "hello", "body": 'He said "hi"\nthen left', "published": True,
      "contact": "ann@example.com", "site": "https://example.com/a?b=1", "views": 12, "released": "2024-03-01",
-     "status": "live", "tags": ["a", "c"], "meta": {"k": [1, None, "é"], "ok": True}, "cover": "file-1"},
+     "status": "live", "tags": ["a", "c"], "meta": {"k": [1, None, "é"], "ok": True}},
     {"title": "=HYPERLINK(\"http://evil\")", "slug": "-minus", "published": False, "views": -2.5,
      "released": "2024-03-01T10:30:00.123+02:00", "tags": [], "meta": "just text"},
     {"title": "@user +1 'q", "body": "'=already quoted", "views": 2**63 - 1, "meta": -7, "status": "draft"},

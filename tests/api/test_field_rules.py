@@ -329,7 +329,7 @@ async def test_a_file_in_a_hidden_file_field_is_not_downloadable(client, admin_t
     await create_collection(client, admin_token, "deeds", [
         {"name": "owner", "type": "text"}, {"name": "scan", "type": "file", "view_rule": OWNER_ONLY}], **RULES)
     deed = await create_record(client, admin_token, "deeds", {"owner": ann})
-    stored = await uploaded(client, admin_token, b"%PDF-deed", "deeds", deed["id"])
+    stored = await uploaded(client, admin_token, b"%PDF-deed", "deeds", deed["id"], field="scan")
     changed = await client.patch(records_path("deeds", deed["id"]), headers=bearer(admin_token),
                                  json={"data": {"scan": stored["id"]}})
     assert changed.status == 200, await changed.text()

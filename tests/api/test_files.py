@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import pytest
+from PIL import Image
 
 from cms.store.client import open_client
 from tests.conftest import (
@@ -33,9 +35,10 @@ def binary_content(size: int) -> bytes:
 
 
 def upload_form(content: bytes, collection: str | None, record_id: str | None, *, filename: str = "data.bin",
-                content_type: str = "application/octet-stream", file_first: bool = False) -> aiohttp.FormData:
+                content_type: str = "application/octet-stream", file_first: bool = False,
+                field: str | None = None) -> aiohttp.FormData:
     form = aiohttp.FormData(quote_fields=False)
-    fields = [("collection", collection), ("record_id", record_id)]
+    fields = [("collection", collection), ("record_id", record_id), ("field", field)]
     if file_first:
         form.add_field("file", content, filename=filename, content_type=content_type)
     for name, value in fields:
@@ -93,7 +96,7 @@ async def auth_user(client: Any, collection: str, email: str) -> tuple[str, str]
 async def test_binary_round_trip_is_byte_identical(client, user_token, post, config):
     content = binary_content(3 * MIB + 12_345)
     body = await uploaded(client, user_token, content, "posts", post["id"], filename="blob.bin")
-    assert set(body) == {"id", "filename", "content_type", "size", "collection", "record_id", "created"}
+    assert set(body) == {"id", "filename", "content_type", "size", "collection", "record_id", "field", "created"}
     assert body["filename"] == "blob.bin"
     assert body["content_type"] == "application/octet-stream"
     assert body["size"] == len(content)
@@ -257,7 +260,9 @@ async def test_active_content_is_an_attachment_with_nosniff(client, admin_token,
 
 
 async def test_images_are_inline(client, admin_token, post):
-    body = await uploaded(client, admin_token, b"\x89PNG\r\n\x1a\n", "posts", post["id"], filename="a.png",
+    picture = io.BytesIO()
+    Image.new("RGB", (4, 3), (200, 10, 10)).save(picture, "PNG")
+    body = await uploaded(client, admin_token, picture.getvalue(), "posts", post["id"], filename="a.png",
                           content_type="image/png")
     response = await client.get(f"{FILES}/{body['id']}")
     assert response.headers["Content-Type"] == "image/png"
@@ -268,7 +273,7 @@ async def test_images_are_inline(client, admin_token, post):
 @pytest.mark.parametrize("sent, stored", [
     ("not a type", "application/octet-stream"),
     ("text/", "application/octet-stream"),
-    ("IMAGE/PNG", "image/png"),
+    ("TEXT/CSV", "text/csv"),
     ("text/plain; charset=\"UTF-8\"; x=1", "text/plain"),
     ("text/plain; charset=utf-8", "text/plain; charset=utf-8"),
 ], ids=["words", "no-subtype", "upper-case", "charset-not-last", "charset"])

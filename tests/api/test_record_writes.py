@@ -22,7 +22,7 @@ import pytest
 
 from cms.admin_ui.session import SESSION_COOKIE
 from cms.errors import NotFound
-from cms.services.content.files import FormPart
+from cms.services.content.file_parts import FormPart
 from cms.store.client import open_client
 from cms.store.documents import records_mongo_name
 from cms.wiring import Services

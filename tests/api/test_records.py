@@ -40,8 +40,8 @@ async def test_create_get_shape_for_every_type(client, admin_token, user_token):
     data = {
         "title": "Hello", "code": "ABC", "body": "<p>Hi</p>", "published": True, "contact": "a@example.com",
         "site": "https://example.com/x", "price": 9.5, "views": 2**63 - 1, "released": "2024-03-01T12:30:00+02:00",
-        "status": "draft", "tags": ["a", "c"], "meta": {"k": [1, {"n": None}], "b": True}, "cover": "file-1",
-    }
+        "status": "draft", "tags": ["a", "c"], "meta": {"k": [1, {"n": None}], "b": True},
+    }  # a file field holds files of its record only: tests/api/test_media_fields.py
     response = await client.post(records_path("posts"), headers=bearer(user_token), json={"data": data})
     assert response.status == 201, await response.text()
     created = await response.json()
@@ -143,6 +143,7 @@ WRONG_VALUES: list[tuple[str, Any]] = [
     ("status", ["draft"]), ("status", 1), ("tags", "a"), ("tags", ["a", "z"]), ("tags", ["a", "b", "c"]),
     ("tags", [1]), ("meta", {"$set": 1}), ("meta", {"a": {"b.c": 1}}), ("meta", [{"$where": "1"}]),
     ("meta", {"n": 2**70}), ("meta", {"a\u0000b": 1}), ("cover", 5), ("cover", ""), ("cover", ["f1", "f2"]),
+    ("cover", "not-a-file-id"),
 
 ]
 # Not JSON a record can hold: NaN/Infinity and lone surrogates (valid JSON escapes, but not text that

@@ -192,6 +192,7 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     upload.add_field("record_id", record["id"])
     upload.add_field("file", b"hello", filename="hello.txt", content_type="text/plain")
     await c.call("POST", V1 + "/files", admin_token, data=upload)
+    await c.call("POST", V1 + "/files/token", admin_token)
     await c.call("GET", V1 + "/webhooks", admin_token)
     await c.call("GET", V1 + "/webhooks/{webhook_id}", admin_token, args=hook_args)
     await c.call("PATCH", V1 + "/webhooks/{webhook_id}", admin_token, args=hook_args, json={"retry_count": 2})

@@ -224,7 +224,8 @@ def test_file_upload_preview_and_delete_with_confirmation(admin_page: BrowserPag
     assert isinstance(picture, str) and len(docs) == 1
     preview = ui.locator(f'li[data-file="{picture}"] img.preview')
     expect(preview).to_have_count(1)
-    ui.wait_for_function("img => img.complete && img.naturalWidth === 1", arg=preview.element_handle())
+    # the preview is the file's 100x100 thumbnail (the 1x1 picture, scaled to cover it)
+    ui.wait_for_function("img => img.complete && img.naturalWidth === 100", arg=preview.element_handle())
     response = ui.request.get(admin_page.base + f"/api/v1/files/{picture}",
                               headers={"Authorization": f"Bearer {api.token}"})
     assert response.status == 200 and response.body() == PNG

@@ -3,7 +3,7 @@
 import pytest
 
 from cms.errors import BadRequest
-from cms.services.content.files import clean_content_type, safe_filename, served_inline
+from cms.services.content.file_parts import clean_content_type, safe_filename, served_inline
 from cms.web.files import content_disposition, parse_range
 
 

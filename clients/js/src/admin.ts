@@ -3,8 +3,9 @@
  * settings. Each is a thin set of calls over `CmsClient.send`, shaped as the API answers.
  */
 import type { CmsClient } from "./client.js";
+import { blobName } from "./records.js";
 import type {
-  ApiKey, ApiKeyCreate, ApiKeyCreated, Collection, CollectionCreate, CollectionUpdate, FileModel, Setting,
+  ApiKey, ApiKeyCreate, ApiKeyCreated, Collection, CollectionCreate, CollectionUpdate, FileModel, FileToken, Setting,
   SettingUpdate,
 } from "./types.js";
 
@@ -53,15 +54,24 @@ export class FileService {
   }
 
   /** Attach `file` to record `recordId` of `collection` (the right to change that record; at most
-   * `max_upload_mb` MiB, default 25): 201 with `{id, filename, content_type, size, ...}`. `filename`
-   * names a `Blob` that has no name of its own. */
-  upload(collection: string, recordId: string, file: Blob, filename?: string): Promise<FileModel> {
+   * `max_upload_mb` MiB, default 25): 201 with `{id, filename, content_type, size, field, ...}`.
+   * `filename` names a `Blob` that has no name of its own; `field`, a file field: the file is then
+   * checked against it and may be set as its value (`update(id, {field: file.id})`). */
+  upload(collection: string, recordId: string, file: Blob, filename?: string, field?: string): Promise<FileModel> {
     const form = new FormData();
     form.append("collection", collection);
     form.append("record_id", recordId);
-    const ownName = (file as Blob & { name?: unknown }).name;
-    form.append("file", file, filename ?? (typeof ownName === "string" && ownName ? ownName : "file"));
+    if (field) {
+      form.append("field", field);
+    }
+    form.append("file", file, filename ?? blobName(file));
     return this.client.send<FileModel>("/api/v1/files", { method: "POST", form });
+  }
+
+  /** A file token (`{token, expires}`, 2 minutes, bound to the caller): `?token=` on a file's URL
+   * lets an `<img>` show a file of a `protected` field. */
+  token(): Promise<FileToken> {
+    return this.client.send<FileToken>("/api/v1/files/token", { method: "POST" });
   }
 
   /** The URL that serves file `id` with its `Content-Type` (for `<img src>` when the record is public;

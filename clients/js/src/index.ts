@@ -13,8 +13,8 @@ export { ApiKeyService, CollectionService, FileService, SettingsService } from "
 export { BatchError, CmsError, CmsNetworkError } from "./errors.js";
 export { RealtimeService, topicString } from "./realtime.js";
 export type { RealtimeCallback, RealtimeEvent, SubscribeOptions, Unsubscribe } from "./realtime.js";
-export { MAX_PER_PAGE, RecordService } from "./records.js";
-export type { ExportOptions, ListOptions, RecordData, ShapeOptions } from "./records.js";
+export { MAX_PER_PAGE, RecordService, recordForm } from "./records.js";
+export type { ExportOptions, ListOptions, RecordData, RecordFiles, ShapeOptions, WriteOptions } from "./records.js";
 export { SseParser } from "./sse.js";
 export type { SseEvent } from "./sse.js";
 export type * from "./types.js";

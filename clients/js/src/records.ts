@@ -42,6 +42,34 @@ export interface ExportOptions {
 /** Field values of a record to write (without `id`, `created`, `updated`). */
 export type RecordData = Record<string, unknown>;
 
+/** Files sent with a write, by file field: one `Blob` (a `File` keeps its name) or several. On a
+ * change, `field+` adds them after the field's files instead of replacing them, and `data` may list
+ * ids to take out as `"field-": [...]` (decisions.md, Files in records, thumbnails and file tokens). */
+export type RecordFiles = Record<string, Blob | Blob[]>;
+
+/** The shape of the answer, and files to send with the write (multipart/form-data, all or nothing). */
+export interface WriteOptions extends ShapeOptions {
+  files?: RecordFiles;
+}
+
+/** The multipart body of a write with files: the `data` part (JSON), then each file part. */
+export function recordForm(data: RecordData, files: RecordFiles): FormData {
+  const form = new FormData();
+  form.append("data", JSON.stringify(data));
+  for (const [field, value] of Object.entries(files)) {
+    for (const blob of Array.isArray(value) ? value : [value]) {
+      form.append(field, blob, blobName(blob));
+    }
+  }
+  return form;
+}
+
+/** A `File`'s own name, else `file`. */
+export function blobName(blob: Blob, fallback = "file"): string {
+  const ownName = (blob as Blob & { name?: unknown }).name;
+  return typeof ownName === "string" && ownName ? ownName : fallback;
+}
+
 /** The records of one collection; `T` is the record type (default: any record). */
 export class RecordService<T extends BaseRecord = RecordModel> {
   /** The collection's name. */
@@ -92,18 +120,19 @@ export class RecordService<T extends BaseRecord = RecordModel> {
     });
   }
 
-  /** Create a record from `data`; 201 with it (shaped by `expand`/`fields`). 422 with `errors` per field. */
-  create(data: RecordData, options: ShapeOptions = {}): Promise<T> {
+  /** Create a record from `data`, with `options.files` in the same request; 201 with it (shaped by
+   * `expand`/`fields`). 422 with `errors` per field (a file its field refuses, too: nothing is stored). */
+  create(data: RecordData, options: WriteOptions = {}): Promise<T> {
     return this.client.send<T>(this.path, {
-      method: "POST", body: { data }, ...signalOf(options),
+      method: "POST", ...bodyOf(data, options), ...signalOf(options),
       query: { expand: options.expand, fields: options.fields, locale: options.locale },
     });
   }
 
-  /** Change some fields of record `id`; the record as it now is. */
-  update(id: string, data: RecordData, options: ShapeOptions = {}): Promise<T> {
+  /** Change some fields of record `id` (and its files, `options.files`); the record as it now is. */
+  update(id: string, data: RecordData, options: WriteOptions = {}): Promise<T> {
     return this.client.send<T>(`${this.path}/${encodeURIComponent(id)}`, {
-      method: "PATCH", body: { data }, ...signalOf(options),
+      method: "PATCH", ...bodyOf(data, options), ...signalOf(options),
       query: { expand: options.expand, fields: options.fields, locale: options.locale },
     });
   }
@@ -143,6 +172,12 @@ export class RecordService<T extends BaseRecord = RecordModel> {
 }
 
 /** `{signal}` when the options carry one, else nothing (the request options take no `undefined`). */
+/** A write's body: JSON, or multipart when it carries files. */
+function bodyOf(data: RecordData, options: WriteOptions): { body: unknown } | { form: FormData } {
+  return options.files && Object.keys(options.files).length ? { form: recordForm(data, options.files) }
+    : { body: { data } };
+}
+
 export function signalOf(options: { signal?: AbortSignal }): { signal?: AbortSignal } {
   return options.signal ? { signal: options.signal } : {};
 }

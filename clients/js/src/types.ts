@@ -49,8 +49,10 @@ export type RecoveryCodes = Schemas["RecoveryCodes"];
 export type OAuthProvider = Schemas["OAuthProvider"];
 /** What `oauth2/callback` takes: `{provider, code, state, code_verifier, redirect_uri}`. */
 export type OAuthCallback = Schemas["OAuthCallback"];
-/** A stored file's metadata: `{id, filename, content_type, size (bytes), collection, record_id, created}`. */
+/** A stored file's metadata: `{id, filename, content_type, size (bytes), collection, record_id, field, created}`. */
 export type FileModel = Schemas["File"];
+/** `{token, expires}`: a file token (`POST /api/v1/files/token`). */
+export type FileToken = Schemas["FileToken"];
 /** An API key as listed (no secret). */
 export type ApiKey = Schemas["ApiKey"];
 /** What creating an API key takes: `{name, scopes, expires_at?}`. */

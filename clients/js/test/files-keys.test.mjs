@@ -13,9 +13,13 @@ before(async () => {
   await client.collections.create({ name, schema: [{ name: "title", type: "text" }, { name: "cover", type: "file" }] });
 });
 
+// a 1x1 PNG (a file of an image type is checked whole at upload: a bare signature is refused)
+const PNG = Uint8Array.from(Buffer.from(
+  "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==", "base64"));
+
 test("upload a file to a record, read it by URL and download, then delete it", async () => {
   const album = await client.collection(name).create({ title: "First" });
-  const bytes = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 1, 2, 3, 4]);
+  const bytes = PNG;
   const file = await client.files.upload(name, album.id, new Blob([bytes], { type: "image/png" }), "cover.png");
   assert.equal(file.filename, "cover.png");
   assert.equal(file.content_type, "image/png");
@@ -31,6 +35,37 @@ test("upload a file to a record, read it by URL and download, then delete it", a
   assert.deepEqual(new Uint8Array(await blob.arrayBuffer()), bytes);
   await client.files.delete(file.id);
   await assert.rejects(client.files.download(file.id), (error) => error instanceof CmsError && error.status === 404);
+});
+
+test("a record is created and changed with its files in one request; a protected file needs a token", async () => {
+  const albums = unique("photos");
+  await client.collections.create({ name: albums, schema: [
+    { name: "title", type: "text" }, { name: "cover", type: "file", mime_types: ["image/*"] },
+    { name: "pages", type: "file", max_select: 5, protected: true }] });
+  const photos = client.collection(albums);
+  const album = await photos.create({ title: "holidays" }, { files: {
+    cover: new File([PNG], "cover.png", { type: "image/png" }),
+    pages: [new File(["one"], "1.txt", { type: "text/plain" }), new File(["two"], "2.txt", { type: "text/plain" })],
+  } });
+  assert.equal(album.title, "holidays");
+  assert.equal(album.pages.length, 2);
+  assert.deepEqual(new Uint8Array(await (await client.files.download(album.cover)).arrayBuffer()), PNG);
+  const [first, second] = album.pages;
+  const changed = await photos.update(album.id, { "pages-": [first] },
+    { files: { "pages+": new File(["three"], "3.txt", { type: "text/plain" }) } });
+  assert.equal(changed.pages[0], second);
+  assert.equal(changed.pages.length, 2);
+  await assert.rejects(photos.create({ title: "bad" }, { files: { cover: new Blob(["not a png"], { type: "image/png" }) } }),
+    (error) => error instanceof CmsError && error.status === 422 && "cover" in error.errors);
+  const loose = await client.files.upload(albums, album.id, new Blob(["four"]), "4.txt", "pages");
+  assert.equal(loose.field, "pages");
+  assert.equal((await fetch(client.files.url(second))).status, 404);
+  const { token, expires } = await client.files.token();
+  assert.ok(Date.parse(expires) > Date.now());
+  const shown = await fetch(`${client.files.url(second)}?token=${encodeURIComponent(token)}`);
+  assert.equal(await shown.text(), "two");
+  const thumb = await fetch(`${client.files.url(album.cover)}?thumb=100x100&format=webp`);
+  assert.equal(thumb.headers.get("content-type"), "image/webp");
 });
 
 test("API keys: created with their secret once, listed without it, usable as X-API-Key, revoked", async () => {

@@ -23,6 +23,7 @@ from cms_client.shapes import (
     Collection,
     CsvImportResult,
     File,
+    FileToken,
     Message,
     OAuthProvider,
     Record,
@@ -212,15 +213,19 @@ class AsyncCollection:
         return await self._t.run(_records.get_one(self.name, record_id, expand=expand, fields=fields, locale=locale))
 
     async def create(self, data: Mapping[str, Any], *, expand: str | None = None,
-                     fields: str | None = None, locale: str | None = None) -> Record:
-        """Create a record; the stored record."""
-        return await self._t.run(_records.create(self.name, data, expand=expand, fields=fields, locale=locale))
+                     fields: str | None = None, locale: str | None = None,
+                     files: _records.RecordFiles | None = None) -> Record:
+        """Create a record (localized fields `locale`'s; with `files`: `{field: (filename, content, content_type)
+        or a list}`, one multipart request, all or nothing); the stored record."""
+        return await self._t.run(_records.create(self.name, data, expand=expand, fields=fields, locale=locale,
+                                                 files=files))
 
     async def update(self, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
-                     fields: str | None = None, locale: str | None = None) -> Record:
-        """Change fields of a record; the record after."""
+                     fields: str | None = None, locale: str | None = None,
+                     files: _records.RecordFiles | None = None) -> Record:
+        """Change fields of a record (`files` replace a file field's files; `field+` adds them); the record after."""
         return await self._t.run(_records.update(self.name, record_id, data, expand=expand, fields=fields,
-                                                                  locale=locale))
+                                                 locale=locale, files=files))
 
     async def delete(self, record_id: str) -> None:
         """Delete a record."""
@@ -284,9 +289,14 @@ class AsyncFiles:
         self._t = transport
 
     async def upload(self, collection: str, record_id: str, content: bytes, filename: str,
-                     content_type: str = "application/octet-stream") -> File:
-        """Attach `content` to a record: the file's description (`id`, `size` in bytes, ...)."""
-        return await self._t.run(_resources.files_upload(collection, record_id, content, filename, content_type))
+                     content_type: str = "application/octet-stream", *, field: str | None = None) -> File:
+        """Attach `content` to a record (`field`: for that file field): the file's description (`id`, `size`, ...)."""
+        return await self._t.run(_resources.files_upload(collection, record_id, content, filename, content_type,
+                                                         field))
+
+    async def token(self) -> FileToken:
+        """A file token of the caller, `{token, expires}` (2 minutes): `?token=` on a protected field's file."""
+        return await self._t.run(_resources.files_token())
 
     def url(self, file_id: str) -> str:
         """The absolute URL of a file's bytes (send credentials with it when its record is not public)."""

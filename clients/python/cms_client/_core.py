@@ -9,7 +9,7 @@ building, answer decoding and multi-step logic (paging, storing a login) exist o
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
@@ -42,7 +42,7 @@ class Call(Generic[T]):
     path: str
     params: Params | None = None
     json_body: Any = None
-    files: Mapping[str, FileArg] | None = None
+    files: Mapping[str, FileArg] | Sequence[tuple[str, FileArg]] | None = None
     form: Mapping[str, str] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     expect: Expect = "json"
@@ -82,7 +82,8 @@ def build_request(base_url: str, call: Call[Any], store: AuthStore, api_key: str
     headers = {"Accept": "application/json", **call.headers, **auth_headers(call, store, api_key)}
     if call.files is not None:
         return httpx.Request(call.method, base_url + call.path, params=params, headers=headers,
-                             files=dict(call.files), data=dict(call.form or {}))
+                             files=list(call.files.items()) if isinstance(call.files, Mapping) else list(call.files),
+                             data=dict(call.form or {}))
     if call.json_body is not None:
         return httpx.Request(call.method, base_url + call.path, params=params, headers=headers,
                              json=call.json_body)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Self, TypeVar, cast
 from urllib.parse import urlencode
 
-from cms_client._core import Call, Flow, Params, ask, segment
+from cms_client._core import Call, FileArg, Flow, Params, ask, segment
 from cms_client.errors import BatchError, CmsError
 from cms_client.shapes import BatchAnswer, BulkDeleted, BulkUpdated, CsvImportResult, Record, RecordPage
 
@@ -55,22 +56,38 @@ def get_one(collection: str, record_id: str, *, expand: str | None = None,
     return (yield from ask(Call[Record]("GET", records_path(collection, record_id), params=params)))
 
 
+RecordFiles = Mapping[str, FileArg | Sequence[FileArg]]
+"""Files sent with a record write, by file field: one `(filename, content, content_type)` or several. On a
+change, a field named `field+` adds them after the field's files instead of replacing them, and `data` may
+list ids to take out as `"field-": [...]` (decisions.md, Files in records, thumbnails and file tokens)."""
+
+
+def _write(method: str, path: str, data: Mapping[str, Any], params: Params, files: RecordFiles | None) -> Call[Record]:
+    """A record write: JSON, or multipart (a `data` part, then each file part) when it carries files."""
+    if not files:
+        return Call[Record](method, path, params=params, json_body={"data": dict(data)})
+    parts: list[tuple[str, FileArg]] = []
+    for name, value in files.items():
+        one = isinstance(value, tuple) and len(value) == 3 and isinstance(value[1], bytes | bytearray)
+        parts.extend((name, file) for file in (cast(list[FileArg], [value]) if one else cast(Sequence[FileArg], value)))
+    return Call[Record](method, path, params=params, files=parts, form={"data": json.dumps(dict(data))})
+
+
 def create(collection: str, data: Mapping[str, Any], *, expand: str | None = None,
-           fields: str | None = None, locale: str | None = None) -> Flow[Record]:
-    """Create a record from its field values (localized ones `locale`'s; `*`: objects); the stored record.
-    CmsError 422 with `errors` per field."""
+           fields: str | None = None, locale: str | None = None, files: RecordFiles | None = None) -> Flow[Record]:
+    """Create a record from its field values (localized ones `locale`'s; `*`: objects), and `files` in the same
+    request, all or nothing; the stored record. CmsError 422 with `errors` per field (a file its field refuses,
+    too)."""
     params: Params = {"expand": expand, "fields": fields, "locale": locale}
-    return (yield from ask(Call[Record]("POST", records_path(collection), params=params,
-                                        json_body={"data": dict(data)})))
+    return (yield from ask(_write("POST", records_path(collection), data, params, files)))
 
 
 def update(collection: str, record_id: str, data: Mapping[str, Any], *, expand: str | None = None,
-           fields: str | None = None, locale: str | None = None) -> Flow[Record]:
-    """Change some fields of a record (a localized one only in `locale`; `*`: its object replaced); the record
-    after the change."""
+           fields: str | None = None, locale: str | None = None, files: RecordFiles | None = None) -> Flow[Record]:
+    """Change some fields of a record (a localized one only in `locale`; `*`: its object replaced) and its files
+    (`files`); the record after the change."""
     params: Params = {"expand": expand, "fields": fields, "locale": locale}
-    return (yield from ask(Call[Record]("PATCH", records_path(collection, record_id), params=params,
-                                        json_body={"data": dict(data)})))
+    return (yield from ask(_write("PATCH", records_path(collection, record_id), data, params, files)))
 
 
 def delete(collection: str, record_id: str) -> Flow[None]:

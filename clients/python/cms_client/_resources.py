@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cms_client._core import Call, Flow, ask, segment
-from cms_client.shapes import ApiKey, ApiKeyCreated, Collection, File
+from cms_client.shapes import ApiKey, ApiKeyCreated, Collection, File, FileToken
 
 
 def collections_list() -> Flow[list[Collection]]:
@@ -25,10 +25,17 @@ def collections_delete(id_or_name: str) -> Flow[None]:
 
 
 def files_upload(collection: str, record_id: str, content: bytes, filename: str,
-                 content_type: str) -> Flow[File]:
-    """Attach a file to a record (multipart): `{id, filename, content_type, size, collection, record_id, created}`."""
+                 content_type: str, field: str | None = None) -> Flow[File]:
+    """Attach a file to a record (multipart; `field`: a file field, whose checks apply and which may then hold
+    it): `{id, filename, content_type, size, collection, record_id, field, created}`."""
+    form = {"collection": collection, "record_id": record_id, **({"field": field} if field else {})}
     return (yield from ask(Call[File]("POST", "/api/v1/files", files={"file": (filename, content, content_type)},
-                                      form={"collection": collection, "record_id": record_id})))
+                                      form=form)))
+
+
+def files_token() -> Flow[FileToken]:
+    """A file token of the caller (`{token, expires}`, 2 minutes): `?token=` shows a protected field's file."""
+    return (yield from ask(Call[FileToken]("POST", "/api/v1/files/token")))
 
 
 def files_path(file_id: str) -> str:

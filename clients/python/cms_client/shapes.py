@@ -19,6 +19,7 @@ from cms_client._generated.models import (
     CollectionLoginResponse,
     CsvImportResult,
     File,
+    FileToken,
     LoginResponse,
     Message,
     OAuthProvider,
@@ -46,6 +47,7 @@ class RecordPage(TypedDict):
 
 __all__ = [
     "ApiKey", "ApiKeyCreated", "AuthAnswer", "BatchAnswer", "BulkDeleted", "BulkUpdated", "Collection",
-    "CollectionLoginResponse", "CsvImportResult", "File", "LoginResponse", "Message", "OAuthProvider", "Record",
+    "CollectionLoginResponse", "CsvImportResult", "File", "FileToken",
+    "LoginResponse", "Message", "OAuthProvider", "Record",
     "RecordPage", "RecoveryCodes", "Session", "Token", "TwoFactorSetup",
 ]

@@ -82,3 +82,39 @@ async def test_api_keys_create_list_authenticate_delete(service: Service, blog: 
                 await robot.collection(blog.posts).create({"title": "after revocation"})
             assert caught.value.status == 401
         assert name not in {key["name"] for key in await admin.api_keys.list()}
+
+
+PNG = bytes.fromhex(  # a 1x1 PNG
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d4944415478da63fccfc0500f0004"
+    "85018084a98c210000000049454e44ae426082")
+
+
+async def test_records_are_written_with_their_files_and_a_protected_one_needs_a_token(service: Service) -> None:
+    name = unique("albums")
+    async with AsyncCmsClient(service.url) as client:
+        await client.auth.auth_with_password(service.admin_email, service.admin_password)
+        await client.collections.create({"name": name, "schema": [
+            {"name": "title", "type": "text"}, {"name": "cover", "type": "file", "mime_types": ["image/*"]},
+            {"name": "pages", "type": "file", "max_select": 5, "protected": True}]})
+        albums = client.collection(name)
+        album = await albums.create({"title": "holidays"}, files={
+            "cover": ("cover.png", PNG, "image/png"),
+            "pages": [("1.txt", b"one", "text/plain"), ("2.txt", b"two", "text/plain")]})
+        assert album["title"] == "holidays" and len(album["pages"]) == 2
+        assert await client.files.download(album["cover"]) == PNG
+        first, second = album["pages"]
+        changed = await albums.update(album["id"], {"pages-": [first]},
+                                      files={"pages+": ("3.txt", b"three", "text/plain")})
+        assert changed["pages"][0] == second and len(changed["pages"]) == 2
+        with pytest.raises(CmsError) as refused:
+            await albums.create({"title": "bad"}, files={"cover": ("fake.png", b"not a png", "image/png")})
+        assert refused.value.status == 422 and "cover" in (refused.value.errors or {})
+        loose = await client.files.upload(name, album["id"], b"four", "4.txt", "text/plain", field="pages")
+        assert loose["field"] == "pages"
+        url = client.files.url(second)
+        assert httpx.get(url).status_code == 404  # protected: a file token is needed
+        token = await client.files.token()
+        assert set(token) == {"token", "expires"}
+        assert httpx.get(url, params={"token": token["token"]}).content == b"two"
+        thumb = httpx.get(client.files.url(album["cover"]), params={"thumb": "100x100", "format": "webp"})
+        assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp"

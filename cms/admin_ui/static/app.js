@@ -97,6 +97,66 @@
     ids.forEach(function (id) { if (!shown[id]) { shown[id] = true; chosen.append(chip(id, "")); } });
   });
 
+  // The record editor's file fields (templates/records/editor.html): files dropped on a field's drop
+  // zone go into its file input (added to those already chosen, for a multi-file field), and the
+  // names chosen are listed; a table's or editor's thumbnail that fails to load (a file Pillow cannot
+  // read answers itself) is replaced by its name.
+  function showChosen(input) {
+    var zone = input.closest(".drop-zone");
+    var list = zone && zone.querySelector(".chosen-files");
+    if (list) {
+      list.textContent = Array.from(input.files).map(function (file) { return file.name; }).join(", ");
+    }
+  }
+  document.addEventListener("change", function (event) {
+    var input = event.target;
+    if (input instanceof HTMLInputElement && input.type === "file" && input.closest(".drop-zone")) {
+      showChosen(input);
+    }
+  });
+  ["dragenter", "dragover"].forEach(function (kind) {
+    document.addEventListener(kind, function (event) {
+      var zone = event.target instanceof Element ? event.target.closest(".drop-zone") : null;
+      if (zone) {
+        event.preventDefault();
+        zone.classList.add("dragging");
+      }
+    });
+  });
+  document.addEventListener("dragleave", function (event) {
+    var zone = event.target instanceof Element ? event.target.closest(".drop-zone") : null;
+    if (zone && !zone.contains(event.relatedTarget)) {
+      zone.classList.remove("dragging");
+    }
+  });
+  document.addEventListener("drop", function (event) {
+    var zone = event.target instanceof Element ? event.target.closest(".drop-zone") : null;
+    if (!zone || !event.dataTransfer || !event.dataTransfer.files.length) {
+      return;
+    }
+    event.preventDefault();
+    zone.classList.remove("dragging");
+    var input = zone.querySelector('input[type="file"]');
+    var files = new DataTransfer();
+    if (input.multiple) {
+      Array.from(input.files).forEach(function (file) { files.items.add(file); });
+      Array.from(event.dataTransfer.files).forEach(function (file) { files.items.add(file); });
+    } else {
+      files.items.add(event.dataTransfer.files[0]);
+    }
+    input.files = files.files;
+    showChosen(input);
+  });
+  document.addEventListener("error", function (event) {
+    var image = event.target;
+    if (image instanceof HTMLImageElement && (image.classList.contains("thumb") || image.classList.contains("preview"))) {
+      var name = document.createElement("span");
+      name.className = "file-name";
+      name.textContent = image.alt;
+      image.replaceWith(name);
+    }
+  }, true);
+
   // The records table's live indicator (#live-status, templates/records/index.html): what htmx's SSE
   // extension reports of the page's stream. "open" while connected; "connecting" while the browser
   // reconnects; "off" once the extension closed it (it retries later, and then reports again).

@@ -39,6 +39,7 @@ from cms.admin_ui.common import (
 )
 from cms.admin_ui.session import CSRF_FIELD, CSRF_HEADER, csrf_token_matches
 from cms.admin_ui.views.record_drafts import draft_panel
+from cms.admin_ui.views.record_files import REMOVE_PREFIX, FileShown, file_form_value, shown_files
 from cms.admin_ui.views.record_locales import editor_locale, fallback_of, locale_tabs
 from cms.admin_ui.views.relations import (
     MAX_PICK_QUERY_CHARS,
@@ -51,7 +52,7 @@ from cms.admin_ui.views.relations import (
 from cms.errors import CmsError, PayloadTooLarge, ValidationFailed
 from cms.models import Collection, FieldSpec, Principal
 from cms.services.content.fields import is_multi, value_list
-from cms.services.content.files import FormPart
+from cms.services.content.file_parts import FormPart
 from cms.services.content.locales import ALL, Localization, localization
 from cms.services.representation.record_view import FULL, RecordView
 from cms.web.context import services
@@ -60,7 +61,6 @@ from cms.web.uploads import form_parts
 MAX_FORM_TEXT_BYTES = 1024 * 1024
 """The field values of one editor form (files aside) may total this many bytes."""
 FILE_INPUT_PREFIX = "upload__"
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp")
 _INT = re.compile(r"[+-]?\d+")
 
 
@@ -73,7 +73,7 @@ class EditorField:
     widget: str
     value: Any
     errors: list[str]
-    files: list[dict[str, Any]] = field(default_factory=list)
+    files: list[FileShown] = field(default_factory=list)
     multi: bool = False
     target: RelationTarget | None = None
     chosen: list[Chosen] = field(default_factory=list)
@@ -167,18 +167,25 @@ def parse_field(spec: FieldSpec, raw: list[str], *, creating: bool) -> tuple[boo
             return True, orjson.loads(text)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"Not valid JSON: {exc}") from None
-    if spec.type in ("relation", "file"):
+    if spec.type == "relation":
         ids = [p for p in re.split(r"[\s,]+", text) if p]
         return True, ids if is_multi(spec) else (ids[-1] if ids else None)
     return True, text
 
 
-def form_data(collection: Collection, form: dict[str, list[str]], *, creating: bool
-              ) -> tuple[dict[str, Any], dict[str, list[str]]]:
-    """The record `data` of a submitted form and the errors found before the service is asked."""
+def form_data(collection: Collection, form: dict[str, list[str]], *, creating: bool,
+              uploaded: frozenset[str] = frozenset()) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """The record `data` of a submitted form and the errors found before the service is asked;
+    `uploaded`: the file fields that got new files (record_files.file_form_value)."""
     data: dict[str, Any] = {}
     errors: dict[str, list[str]] = {}
     for spec in collection.fields:
+        if spec.type == "file":
+            present, value = file_form_value(spec, form.get(spec.name, []), form.get(REMOVE_PREFIX + spec.name, []),
+                                             uploading=spec.name in uploaded)
+            if present:
+                data[spec.name] = value
+            continue
         if spec.type not in ("bool", "select") and spec.name not in form:
             continue  # not on the form (a field added since the page was loaded); an unchecked
             # checkbox and a multiple select with nothing chosen send nothing, and mean false / none
@@ -190,16 +197,6 @@ def form_data(collection: Collection, form: dict[str, list[str]], *, creating: b
         if present:
             data[spec.name] = value
     return data, errors
-
-
-async def _file_info(request: web.Request, principal: Principal, file_id: str) -> dict[str, Any]:
-    try:
-        content = await services(request).files.open(principal, file_id)
-    except CmsError:
-        return {"id": file_id, "missing": True}
-    f = content.file
-    return {"id": f.id, "filename": f.filename, "size": f.size, "content_type": f.content_type,
-            "image": f.content_type.partition(";")[0] in IMAGE_TYPES, "missing": False}
 
 
 async def editor_fields(request: web.Request, principal: Principal, collection: Collection,
@@ -229,10 +226,9 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
             shown_val = bool(value) and list(value)[-1] in ("on", "true", "1")
         else:
             shown_val = list(value)[-1] if value else ""
-        files: list[dict[str, Any]] = []
-        if spec.type == "file" and stored:
-            for file_id in (stored if isinstance(stored, list) else [stored])[:20]:
-                files.append(await _file_info(request, principal, str(file_id)))
+        files: list[FileShown] = []
+        if spec.type == "file" and stored and record is not None:
+            files = await shown_files(request, collection, str(record["id"]), stored)
         target = targets.get(spec.name)
         labelled: list[Chosen] = []
         if target is not None:
@@ -265,8 +261,9 @@ async def _editor(request: web.Request, principal: Principal, collection: Collec
     panel = await draft_panel(request, principal, collection, record) if record and collection.drafts else None
     return await render(request, "records/editor.html", status=status, collection=collection, record=record,
                         fields=fields, error=_other_errors(collection, error), drafts=panel,
-                        file_prefix=FILE_INPUT_PREFIX, max_pick=MAX_PICK_QUERY_CHARS, locale_tabs=tabs,
-                        editing_locale=editing.locale if tabs else None, fallbacks=editing.chain[1:])
+                        file_prefix=FILE_INPUT_PREFIX, remove_prefix=REMOVE_PREFIX, max_pick=MAX_PICK_QUERY_CHARS,
+                        locale_tabs=tabs, editing_locale=editing.locale if tabs else None,
+                        fallbacks=editing.chain[1:])
 
 
 async def record_json_of(request: web.Request, principal: Principal, collection: Collection,
@@ -350,6 +347,7 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
         if not csrf_token_matches(request, principal, await _read_text(first, budget)):
             raise PageRefused(403, CSRF_REFUSED)
     form: dict[str, list[str]] = {}
+    uploaded: set[str] = set()
     try:
         async with svc.records.draft(principal, collection.name, record_id, locale=editing.locale) as draft:
             async for part in parts:
@@ -359,11 +357,12 @@ async def _save(request: web.Request, principal: Principal, record_id: str | Non
                 name = part.name.removeprefix(FILE_INPUT_PREFIX)
                 spec = collection.field(name)
                 if part.filename and spec is not None and spec.type == "file":
-                    await draft.add_file(name, part)
+                    await draft.add_file(name, part, append=is_multi(spec))
+                    uploaded.add(name)
                 else:
                     async for _ in part.chunks:
                         pass
-            data, errors = form_data(collection, form, creating=creating)
+            data, errors = form_data(collection, form, creating=creating, uploaded=frozenset(uploaded))
             if errors:
                 raise ValidationFailed("Record validation failed", errors=errors)
             record = await draft.save(data)

@@ -33,6 +33,7 @@ from cms.admin_ui.common import (
 )
 from cms.admin_ui.views import record_drafts, record_versions, records_live, relations, view_as
 from cms.admin_ui.views.record_editor import create, edit, new, record_json_of, update
+from cms.admin_ui.views.record_files import FileShown, table_files
 from cms.admin_ui.views.relations import RelationTarget, chosen, expand_view, relation_targets
 from cms.errors import CmsError
 from cms.models import Collection, FieldSpec, Page, Principal
@@ -51,6 +52,14 @@ _INT = re.compile(r"[+-]?\d+")
 
 
 # --- the table ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileCell:
+    """A file column's cell: the files shown (thumbnails of images, names of others) and how many more."""
+
+    files: list[FileShown]
+    more: int
 
 
 @dataclass
@@ -169,8 +178,16 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
             error, status = error_message(exc), exc.status
     total = listing.total
     pages = max(1, math.ceil(total / state.per_page)) if total > 0 else 1
-    rows = [(item["id"], [(c, _relation_cell(item, targets[c]) if c in targets else _cell(specs.get(c), item.get(c)))
-                          for c in columns]) for item in listing.items]
+    files = await table_files(request, collection, columns, listing.items)
+
+    def cell(item: dict[str, Any], column: str) -> Any:
+        if column in targets:
+            return _relation_cell(item, targets[column])
+        if (item["id"], column) in files:
+            return FileCell(*files[(item["id"], column)])
+        return _cell(specs.get(column), item.get(column))
+
+    rows = [(item["id"], [(c, cell(item, c)) for c in columns]) for item in listing.items]
 
     def url(**changes: Any) -> str:
         return f"{PREFIX}/collections/{collection.name}/records?{urlencode(state.params(**changes))}"
@@ -236,11 +253,16 @@ async def delete(request: web.Request, principal: Principal) -> web.StreamRespon
 
 @admin_page
 async def file(request: web.Request, principal: Principal) -> web.StreamResponse:
-    """GET /_/collections/{name}/records/{record_id}/files/{file_id}: the file for a preview or a
+    """GET /_/collections/{name}/records/{record_id}/files/{file_id}: the file (or with `thumb`, its
+    thumbnail; `token`, the page's file token: a protected field's files need it) for a preview or a
     link, through the same file service (and headers: nosniff, inline only for safe types) as
     `GET /api/v1/files/{file_id}`."""
-    content = await services(request).files.open(principal, request.match_info["file_id"])
+    query = request.query
+    content = await services(request).files.open(principal, request.match_info["file_id"],
+                                                 token=query.get("token"), thumb=query.get("thumb"))
     headers = file_headers(content)
+    if content.data is not None:
+        return web.Response(body=content.data, headers=headers)
     response = web.StreamResponse(headers=headers)
     response.content_length = content.file.size
     chunks = content.chunks(0, content.file.size)

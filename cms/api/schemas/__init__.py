@@ -27,6 +27,7 @@ from cms.api.schemas.auth import (
     TwoFactorDisableSchema,
 )
 from cms.api.schemas.errors import ErrorSchema
+from cms.api.schemas.files import FileDownloadQuerySchema
 from cms.api.schemas.realtime import RealtimeStreamQuerySchema, RealtimeSubscribeSchema
 from cms.api.schemas.records import (
     BulkDeleteSchema,
@@ -48,7 +49,7 @@ from cms.api.schemas.webhooks import (
     WebhookListQuerySchema,
     WebhookUpdateSchema,
 )
-from cms.services.representation.content import CollectionSchema, FileSchema, SlowQuerySchema
+from cms.services.representation.content import CollectionSchema, FileSchema, FileTokenSchema, SlowQuerySchema
 from cms.services.representation.delivery import DeliveryPageSchema, RedeliverySchema, WebhookSchema
 from cms.services.representation.identity import (
     AdminUserSchema,
@@ -91,7 +92,8 @@ __all__ = [
     "CollectionRegisterSchema", "CollectionSchema", "CollectionUserSchema", "CsvImportFailureSchema",
     "CsvImportResultSchema", "DeliveryPageSchema", "DeliveryQuerySchema", "EmailChangeRequestSchema", "ErrorSchema",
     "RealtimeStreamQuerySchema", "RealtimeSubscribeSchema",
-    "FileSchema", "ForgotPasswordSchema", "HealthSchema", "LoginResponseSchema", "MessageSchema",
+    "FileDownloadQuerySchema", "FileSchema", "FileTokenSchema", "ForgotPasswordSchema", "HealthSchema",
+    "LoginResponseSchema", "MessageSchema",
     "OAuthCallbackSchema", "OAuthProviderSchema", "OAuthProvidersQuerySchema", "OtpRequestSchema", "OtpVerifySchema",
     "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordGetQuerySchema", "RecordListQuerySchema",
     "RecordLocaleQuerySchema", "RecordPageSchema", "RecordPublishSchema", "RecordSchema", "RecordVersionPageSchema",

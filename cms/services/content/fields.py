@@ -22,6 +22,14 @@ from cms.filters.conditions import ResolvedField
 from cms.filters.grammar import MAX_FILTER_LENGTH
 from cms.models import Collection, FieldSpec, Locales, Validation
 from cms.security.patterns import MAX_PATTERN_LENGTH, PatternError, compile_pattern
+from cms.services.content.file_fields import (
+    MAX_FILE_SIZE,
+    MAX_MIME_TYPES,
+    MAX_THUMBS,
+    MIME_ERROR,
+    MIME_PATTERN,
+    check_thumb,
+)
 from cms.services.content.value_fields import (
     IsoDateTime,
     JsonValue,
@@ -72,19 +80,27 @@ class _FieldDefinition(Schema):
     view_rule = fields.String(allow_none=True, load_default="", validate=_RULE_TEXT)
     write_rule = fields.String(allow_none=True, load_default="", validate=_RULE_TEXT)
     localized = fields.Boolean(load_default=False)
+    # file fields (file_fields.py checks them)
+    max_size = fields.Integer(strict=True, validate=validate.Range(min=1, max=MAX_FILE_SIZE), load_default=None)
+    mime_types = fields.List(fields.String(validate=validate.Regexp(MIME_PATTERN, error=MIME_ERROR)),
+                             validate=validate.Length(max=MAX_MIME_TYPES), load_default=None)
+    thumbs = fields.List(fields.String(validate=check_thumb), validate=validate.Length(max=MAX_THUMBS),
+                         load_default=None)
+    protected = StrictBoolean(load_default=False)
 
 
 def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
     """Parse a schema given as a list of field definitions or as `{"fields": [...]}`.
 
     Each definition is `{name, type, validation?: {required, min, max, pattern, unique},
-    values?, max_select?, collection_id?, cascade_delete?, view_rule?, write_rule?, localized?}`. Raises
-    ValidationFailed (422) with `errors: {"schema": [...]}` on any problem, or dotted keys for a bad definition
+    values?, max_select?, collection_id?, cascade_delete?, view_rule?, write_rule?, localized?}`, a file field's
+    also `{max_size?, mime_types?, thumbs?, protected?}` (ignored on other types). Raises ValidationFailed (422)
+    with `errors: {"schema": [...]}` on any problem, or dotted keys for a bad definition
     (`{"schema.0.name": [...]}`, `{"schema.1.validation.min": [...]}`; `cascade_delete` applies to relations and is
     ignored elsewhere): bad shape, unknown type, invalid or duplicate
     name, reserved name (`id`, `created`, `updated`; in auth collections also `password`,
     `email`, `verified`), a select without `values`, a relation without `collection_id`, a bad
-    regex pattern, `min` above `max`, or a localized relation.
+    regex pattern, `min` above `max`, or a localized relation or file field.
     """
     if isinstance(raw, dict):
         if set(raw) - {"fields"}:
@@ -131,8 +147,8 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         raise _schema_error(f"{where}: a relation field needs 'collection_id'")
     if v["unique"] and kind in ("bool", "json"):
         raise _schema_error(f"{where}: {kind} fields cannot be unique")
-    if d["localized"] and kind == "relation":
-        raise _schema_error(f"{where}: a relation field cannot be localized")
+    if d["localized"] and kind in ("relation", "file"):  # a record's files are its own, whatever the locale
+        raise _schema_error(f"{where}: a {kind} field cannot be localized")
     return FieldSpec(
         name=d["name"],
         type=kind,
@@ -144,6 +160,10 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         view_rule=d["view_rule"],
         write_rule=d["write_rule"],
         localized=d["localized"],
+        max_size=d["max_size"] if kind == "file" else None,
+        mime_types=tuple(d["mime_types"]) if kind == "file" and d["mime_types"] else None,
+        thumbs=tuple(dict.fromkeys(d["thumbs"])) if kind == "file" and d["thumbs"] else None,
+        protected=d["protected"] if kind == "file" else False,
     )
 
 

@@ -18,6 +18,7 @@ rules to permit the caller on the stored record (as `POST /api/v1/files` does).
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,9 @@ from cms.models import Collection, Principal, Record
 from cms.services import access as actions
 from cms.services.access import check
 from cms.services.content.fields import is_multi, value_list
-from cms.services.content.files import FileService, FormPart
+from cms.services.content.file_fields import vouched
+from cms.services.content.file_parts import FormPart
+from cms.services.content.files import FileService
 
 if TYPE_CHECKING:
     from cms.services.content.records import RecordService
@@ -54,6 +57,8 @@ class RecordDraft:
         self._collection: Collection | None = None
         self._epoch: str | None = None
         self._stored: dict[str, list[str]] = {}
+        self._replacing: set[str] = set()
+        self._expected: datetime | None = None
         self._saved = False
 
     async def __aenter__(self) -> RecordDraft:
@@ -77,29 +82,30 @@ class RecordDraft:
             raise RuntimeError("RecordDraft used outside `async with`")
         return self._collection
 
-    async def add_file(self, field_name: str, part: FormPart) -> None:
-        """Stream the file `part` into GridFS for the file field `field_name` of this record. Raises
-        ValidationFailed (not a file field of the collection) or PayloadTooLarge (past
-        `max_upload_mb`; nothing of it stays)."""
+    async def add_file(self, field_name: str, part: FormPart, *, append: bool = False) -> None:
+        """Stream the file `part` into GridFS for the file field `field_name` of this record, to
+        replace the field's files (`append` False: the form part `<field>`) or to be added after
+        them (`append`: `<field>+`). Raises ValidationFailed (not a file field of the collection;
+        a type or size the field refuses), PayloadTooLarge (past `max_upload_mb`); nothing of the
+        file stays then."""
         spec = self.collection.field(field_name)
         if spec is None or spec.type != "file":
             raise ValidationFailed("Not a file field", errors={field_name: ["Not a file field of this collection."]})
-        stored = await self._files.store(self.collection, self.record_id, part)
+        stored = await self._files.store(self.collection, self.record_id, spec, part)
         self._stored.setdefault(field_name, []).append(stored.id)
+        if not append:
+            self._replacing.add(field_name)
 
     async def save(self, data: dict[str, Any]) -> Record:
-        """Write the record: `data` (field values, as `RecordService.create` / `update` take them)
-        with the files added: a multi-file field gets them after its ids in `data`, a single one
-        the last file. Raises what `create` / `update` raise; the files are deleted then. Cancelled
-        while the write is under way, it waits for the write's outcome first: a record that was
-        stored keeps its files (only a write that failed discards them)."""
-        values = dict(data)
-        for name, file_ids in self._stored.items():
-            spec = self.collection.field(name)
-            if spec is not None and is_multi(spec):
-                values[name] = [*value_list(data.get(name)), *file_ids]  # past max_select: refused
-            else:
-                values[name] = file_ids[-1]
+        """Write the record: `data` (field values, as `RecordService.create` / `update` take them;
+        `<field>-`: a list of file ids to take out of a file field) with the new files: a file
+        field's value is its ids in `data` (else none when it has `<field>` files, else its stored
+        ids), then the new files, less the ids to take out (`file_values`). Raises
+        ValidationFailed (a single-file field given several files, a bad `<field>-`) and what
+        `create` / `update` raise; the files are deleted then. Cancelled while the write is under
+        way, it waits for the write's outcome first: a record that was stored keeps its files
+        (only a write that failed discards them)."""
+        values = await self.file_values(data)
         write = asyncio.ensure_future(self._write(values))
         try:
             record = await asyncio.shield(write)
@@ -119,15 +125,62 @@ class RecordDraft:
         self._saved = True
         return record
 
+    async def file_values(self, data: dict[str, Any]) -> dict[str, Any]:
+        """`data` with the file fields this draft changes set (`save`), and the `<field>-` keys
+        consumed. Raises ValidationFailed naming the field."""
+        values = dict(data)
+        removals: dict[str, list[str]] = {}
+        for spec in self.collection.fields:
+            if spec.type == "file" and f"{spec.name}-" in values:
+                removals[spec.name] = _id_list(spec.name, values.pop(f"{spec.name}-"))
+        changed = [spec for spec in self.collection.fields
+                   if spec.type == "file" and (spec.name in self._stored or spec.name in removals)]
+        stored: dict[str, Any] = {}
+        if not self._creating and any(s.name not in data and s.name not in self._replacing for s in changed):
+            record = await self._records.get(self.collection.name, self.record_id, principal=self._principal)
+            stored, self._expected = record.data, record.updated  # the write must find it unchanged
+        for spec in changed:
+            name = spec.name
+            if name in data:
+                base = value_list(data[name])
+            elif name in self._replacing or self._creating:
+                base = []
+            else:
+                base = value_list(stored.get(name))
+            taken_out = set(removals.get(name, ()))
+            ids = [i for i in [*base, *self._stored.get(name, [])] if i not in taken_out]
+            if is_multi(spec):
+                values[name] = ids or None  # past max_select: the schema refuses it
+            elif len(ids) > 1:
+                raise ValidationFailed("Too many files", errors={name: ["This field holds one file (max_select 1)."]})
+            else:
+                values[name] = ids[0] if ids else None
+        return values
+
     async def _write(self, values: dict[str, Any]) -> Record:
-        if self._creating:
-            return await self._records.create_in(self._principal, self.collection, self._epoch, values,
-                                                 record_id=self.record_id, locale=self._locale)
-        return await self._records.update(self._principal, self.collection.name, self.record_id, values,
-                                          locale=self._locale)
+        mine = {file_id: (self.record_id, name) for name, ids in self._stored.items() for file_id in ids}
+        with vouched(mine):  # the writer's file check need not look up the files stored just now
+            if self._creating:
+                return await self._records.create_in(self._principal, self.collection, self._epoch, values,
+                                                     record_id=self.record_id, locale=self._locale)
+            return await self._records.update(self._principal, self.collection.name, self.record_id, values,
+                                              locale=self._locale, expected_updated=self._expected)
 
     async def _discard(self) -> None:
         file_ids = [file_id for ids in self._stored.values() for file_id in ids]
         self._stored.clear()
         if file_ids:
             await self._files.discard(file_ids)
+
+
+MAX_REMOVED_IDS = 1000
+"""Ids one `<field>-` may list."""
+
+
+def _id_list(name: str, value: Any) -> list[str]:
+    """The ids of a `<field>-` value (an id or a list of ids). Raises ValidationFailed."""
+    ids = value if isinstance(value, list) else [value]
+    if len(ids) > MAX_REMOVED_IDS or not all(isinstance(i, str) and 0 < len(i) <= 64 for i in ids):
+        raise ValidationFailed("Invalid file ids to remove",
+                               errors={f"{name}-": [f"A list of at most {MAX_REMOVED_IDS} file ids."]})
+    return ids

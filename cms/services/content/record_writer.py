@@ -42,6 +42,7 @@ from cms.models import Collection, Record
 from cms.services.access import Access
 from cms.services.caching.catalog import Catalog
 from cms.services.content.fields import RecordSchemas, value_list
+from cms.services.content.file_fields import FileRefs
 from cms.services.content.group_commit import InsertGroups, insert_refusal
 from cms.services.content.locales import stored_changes, stored_create, write_mode
 from cms.services.content.record_events import emit_changed, emit_deleted
@@ -108,6 +109,7 @@ class RecordWriter:
         transactions: Transactions | None = None,
         group_commit: bool = False,
         versions: RecordVersions | None = None,
+        file_refs: FileRefs | None = None,
     ) -> None:
         self._catalog = catalog
         self._records = records
@@ -120,6 +122,7 @@ class RecordWriter:
         self._grouped_writers: dict[str, str | None] = {}
         """Record id -> writer id of each grouped create until its group stores its version (a group
         spans requests; each version names its own create's caller)."""
+        self._file_refs = file_refs
         self.groups = InsertGroups(records, after=self._after_group) if group_commit else None
         """The insert groups of REST creates, or None (shutdown drains them, tests watch them)."""
 
@@ -149,18 +152,26 @@ class RecordWriter:
         return stored_changes(collection.localized_fields, self._schemas.load(
             collection, data, partial=True, mode=mode, working=working), write_locale)
 
-    async def check_relations(self, collection: Collection, values: Mapping[str, Any]) -> None:
-        """Step 3: every relation id in `values` names an existing record of its target collection.
-        Raises ValidationFailed naming the field (one `_id` look-up per relation field)."""
-        failures = await self.relation_failures(collection, [values])
+    async def check_relations(self, collection: Collection, values: Mapping[str, Any],
+                              record_id: str | None = None) -> None:
+        """Step 3: every relation id in `values` names an existing record of its target collection,
+        and every file id a file of record `record_id` (None: of no record) and that field
+        (`FileRefs`). Raises ValidationFailed naming the field (one `_id` look-up per relation field)."""
+        failures = await self.relation_failures(collection, [values], [record_id])
         if failures:
-            raise ValidationFailed("Relation points to a missing record", errors=failures[0])
+            files = {spec.name for spec in collection.fields if spec.type == "file"}
+            detail = "A file field names a file of another record or field" if set(failures[0]) <= files \
+                else "Relation points to a missing record"
+            raise ValidationFailed(detail, errors=failures[0])
 
-    async def relation_failures(self, collection: Collection, rows: Sequence[Mapping[str, Any]]
-                                ) -> dict[int, dict[str, list[str]]]:
+    async def relation_failures(self, collection: Collection, rows: Sequence[Mapping[str, Any]],
+                                record_ids: Sequence[str | None] | None = None) -> dict[int, dict[str, list[str]]]:
         """Step 3 for many records at once (CSV import): row index -> `{field: [UNKNOWN_RELATION]}`
-        for the rows naming a missing record; one look-up per relation field for all rows."""
+        for the rows naming a missing record; one look-up per relation field for all rows; file
+        fields as `FileRefs.failures` (`record_ids`: the rows' records)."""
         errors: dict[int, dict[str, list[str]]] = {}
+        if self._file_refs is not None:
+            errors.update(await self._file_refs.failures(collection, rows, record_ids))
         for spec in collection.fields:
             if spec.type != "relation" or spec.collection_id is None:
                 continue
@@ -228,7 +239,7 @@ class RecordWriter:
         record = self.new_record(collection, data, fixed=fixed, record_id=record_id, locale=locale)
         if create is not None:
             create.permit(record)
-        await self.check_relations(collection, record.data)
+        await self.check_relations(collection, record.data, record.id)
         try:
             await self._insert(collection, record, epoch, store, undo)
         except AlreadyExists as exc:
@@ -274,7 +285,8 @@ class RecordWriter:
         if current_session() is None:
             raise RuntimeError("create_all runs inside a caller's transaction")
         records, failed = self._drafts(collection, datas, rule, locales)
-        relation_errors = await self.relation_failures(collection, [record.data for record in records])
+        relation_errors = await self.relation_failures(collection, [record.data for record in records],
+                                                       [record.id for record in records])
         if relation_errors:
             first = min(relation_errors)
             records = records[:first]
@@ -336,7 +348,7 @@ class RecordWriter:
                       locale: str | None) -> Record:
         set_values, unset = self.changes(collection, data, locale)
         expected = await checked()
-        await self.check_relations(collection, set_values)
+        await self.check_relations(collection, set_values, record_id)
         for attempt in range(MAX_RULE_ATTEMPTS):
             if attempt:
                 expected = await checked()

@@ -10,7 +10,7 @@ changed record after the write succeeded; failed writes emit nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -31,11 +31,13 @@ from cms.services.content.bulk_checks import (
 )
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.content.drafts import WorkingCopies
+from cms.services.content.file_parts import FormPart
 from cms.services.content.files import FileService
 from cms.services.content.locales import unique_writes
 from cms.services.content.record_checks import checked_record, permitted_record
 from cms.services.content.record_csv import CsvExport, RecordCsv
 from cms.services.content.record_events import emit_changed, emit_deleted
+from cms.services.content.record_forms import save_form
 from cms.services.content.record_reads import DEFAULT_PER_PAGE, MAX_PER_PAGE, RecordReads
 from cms.services.content.record_uploads import RecordDraft
 from cms.services.content.record_writer import MAX_RULE_ATTEMPTS, RecordWriter
@@ -98,15 +100,22 @@ class RecordService(RecordReads):
                                          locale=locale)
 
     async def update(self, principal: Principal | None, collection_name: str, record_id: str, data: Any, *,
-                     locale: str | None = None) -> Record:
+                     locale: str | None = None, expected_updated: datetime | None = None) -> Record:
         """Change the fields given in `data` (null clears an optional field), if the view rule lets
         `principal` (None: no credentials) see the record and the update rule lets it change it
         (fields in the rule read the stored record, `@request.data` reads `data`); emits `update`.
         A localized field's value changes only `locale`'s (None: the default locale), or with `*` its
         object is replaced. Raises NotFound (also for a record the caller may not see), Unauthorized /
         Forbidden (the rule refuses), ValidationFailed, AlreadyExists, or BadRequest (the record kept
-        changing under a rule that depends on it; a locale not configured)."""
+        changing under a rule that depends on it; a locale not configured). `<file field>-` keys (ids
+        to take out of a file field) go through a draft (record_uploads.py), as in a multipart write.
+        `expected_updated`: write only if the record's `updated` is still this (a draft that computed
+        a file field from the stored value); else BadRequest, as for a record that kept changing."""
         collection = await self._catalog.by_name(collection_name)
+        if self._files is not None and isinstance(data, dict) and any(
+                f"{spec.name}-" in data for spec in collection.fields if spec.type == "file"):
+            async with self.draft(principal, collection_name, record_id, locale=locale) as draft:
+                return await draft.save(data)
         if collection.drafts:  # the working copy: no event
             return await self._drafted().update(principal, collection, record_id, data, locale=locale)
         view = check(principal, collection, actions.VIEW)
@@ -114,7 +123,8 @@ class RecordService(RecordReads):
         update.require()
 
         async def checked() -> datetime | None:
-            return await self._checked(view, update, record_id)
+            found = await self._checked(view, update, record_id)
+            return found if expected_updated is None else expected_updated
 
         return await self._writer.update(collection, record_id, data, checked=checked, rule=update, locale=locale)
 
@@ -127,6 +137,12 @@ class RecordService(RecordReads):
         if self._files is None:
             raise RuntimeError("RecordService was built without a file service")
         return RecordDraft(self, self._files, principal, collection_name, record_id, locale)
+
+    async def save_form(self, principal: Principal | None, collection_name: str, record_id: str | None,
+                        parts: AsyncIterator[FormPart], *, locale: str | None = None) -> Record:
+        """A create (`record_id` None) or change sent as multipart/form-data: values (localized ones
+        `locale`'s) and files in one request, all or nothing (record_forms.py, which says what it raises)."""
+        return await save_form(self, principal, collection_name, record_id, parts, locale=locale)
 
     async def delete(self, principal: Principal | None, collection_name: str, record_id: str) -> None:
         """Delete one record, if the view rule lets `principal` (None: no credentials) see it and

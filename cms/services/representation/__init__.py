@@ -16,7 +16,14 @@ record events as delivered, bulk and CSV answers), delivery (webhooks, deliverie
 
 from __future__ import annotations
 
-from cms.services.representation.content import collection, collections, file, slow_queries, slow_query
+from cms.services.representation.content import (
+    collection,
+    collections,
+    file,
+    file_token,
+    slow_queries,
+    slow_query,
+)
 from cms.services.representation.delivery import deliveries, redelivery, webhook, webhooks
 from cms.services.representation.identity import (
     ADMIN_USERS,
@@ -60,7 +67,8 @@ from cms.services.representation.versions import record_version, record_version_
 __all__ = [
     "ADMIN_USERS", "COLLECTION_USERS", "FULL", "RecordView", "UserShape", "admin_user", "api_key_created",
     "api_keys", "audit_page", "audit_statistics", "backup", "backups", "bulk_deleted", "bulk_updated", "collection",
-    "collection_user", "collections", "csv_import", "deliveries", "event_body", "file", "health", "message",
+    "collection_user", "collections", "csv_import", "deliveries", "event_body", "file", "file_token", "health",
+    "message",
     "oauth_providers", "read_record", "read_record_page", "record_bytes", "record_json", "record_page",
     "record_page_bytes", "record_version", "record_version_page",
     "recovery_codes", "redelivery", "sessions", "setting", "settings", "slow_queries", "slow_query", "token",

@@ -4,6 +4,7 @@ records.py."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from marshmallow import fields
@@ -56,6 +57,12 @@ class FieldSpecSchema(Representation):
     localized = fields.Boolean(metadata={"description": "decisions.md, Localized fields: the value is stored per "
                                          "locale (an object of locale code to value); reads answer the `?locale=` "
                                          "asked, with its fallbacks; any type but relation"})
+    max_size = fields.Integer(allow_none=True, metadata={"description": "file: the largest file, in bytes"})
+    mime_types = fields.List(fields.String(), allow_none=True, metadata={
+        "description": "file: the accepted types (`image/*`, `application/pdf`), checked on the bytes' signature"})
+    thumbs = fields.List(fields.String(), allow_none=True, metadata={
+        "description": "file: thumbnail sizes besides `100x100` (`WxH`, `WxHt`, `WxHb`, `WxHf`, `0xH`, `Wx0`)"})
+    protected = fields.Boolean(metadata={"description": "file: downloads need a file token (`?token=`)"})
 
 
 class CollectionSchemaSchema(Representation):
@@ -136,22 +143,32 @@ class SlowQuerySchema(Representation):
 
 
 class FileSchema(Representation):
-    """A stored file: `{id, filename, content_type, size, collection, record_id, created}`."""
+    """A stored file: `{id, filename, content_type, size, collection, record_id, field, created}`."""
 
     id = fields.String()
     filename = fields.String(metadata={"description": "the uploaded name without path parts or control "
                                                       "characters, at most 255 characters"})
-    content_type = fields.String(metadata={"description": "from the part's Content-Type (`type/subtype`), "
-                                                          "else application/octet-stream"})
+    content_type = fields.String(metadata={"description": "the type of the bytes' signature; for a type without "
+                                                          "one, the part's Content-Type (`type/subtype`), else "
+                                                          "application/octet-stream"})
     size = fields.Integer(metadata={"description": "bytes"})
     collection = fields.String(metadata={"description": "collection name"})
     record_id = fields.String()
+    field = fields.String(allow_none=True, metadata={"description": "the file field it was uploaded for (null: none)"})
     created = Timestamp()
+
+
+class FileTokenSchema(Representation):
+    """A file token: `{token, expires}`."""
+
+    token = fields.String(metadata={"description": "`?token=` of a file download; bound to the caller"})
+    expires = Timestamp(metadata={"description": "when it stops being valid (2 minutes after it was issued)"})
 
 
 _COLLECTION = CollectionSchema()
 _FILE = FileSchema()
 _SLOW_QUERY = SlowQuerySchema()
+_FILE_TOKEN = FileTokenSchema()
 
 
 def collection(c: Collection) -> dict[str, Any]:
@@ -166,7 +183,7 @@ def collections(items: Sequence[Collection]) -> list[dict[str, Any]]:
 
 
 def file(f: StoredFile) -> dict[str, Any]:
-    """`{id, filename, content_type, size (bytes), collection (name), record_id, created}`."""
+    """`{id, filename, content_type, size (bytes), collection (name), record_id, field, created}`."""
     return dump_one(_FILE, f)
 
 
@@ -179,3 +196,8 @@ def slow_query(entry: SlowQuery) -> dict[str, Any]:
 def slow_queries(items: Sequence[SlowQuery]) -> list[dict[str, Any]]:
     """Each entry as `slow_query` shows it, in order."""
     return dump_many(_SLOW_QUERY, items)
+
+
+def file_token(token: str, expires: datetime) -> dict[str, Any]:
+    """`{token, expires}`."""
+    return dump_one(_FILE_TOKEN, {"token": token, "expires": expires})

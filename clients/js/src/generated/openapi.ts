@@ -5431,7 +5431,7 @@ export interface paths {
             };
         };
         put?: never;
-        /** Create a record */
+        /** Create a record (JSON, or multipart/form-data with its files) */
         post: {
             parameters: {
                 query?: {
@@ -5451,6 +5451,15 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": components["schemas"]["RecordWrite"];
+                    "multipart/form-data": {
+                        /**
+                         * @description JSON: the field values
+                         * @example {"title": "Holidays"}
+                         */
+                        data?: string;
+                    } & {
+                        [key: string]: string | string[];
+                    };
                 };
             };
             responses: {
@@ -6093,7 +6102,7 @@ export interface paths {
         };
         options?: never;
         head?: never;
-        /** Change some fields of a record */
+        /** Change some fields of a record (JSON, or multipart/form-data with files) */
         patch: {
             parameters: {
                 query?: {
@@ -6114,6 +6123,15 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": components["schemas"]["RecordWrite"];
+                    "multipart/form-data": {
+                        /**
+                         * @description JSON: the field values
+                         * @example {"title": "Holidays"}
+                         */
+                        data?: string;
+                    } & {
+                        [key: string]: string | string[];
+                    };
                 };
             };
             responses: {
@@ -6871,7 +6889,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Attach a file to a record: multipart/form-data with `file`, `collection` (name) and `record_id`; at most `max_upload_mb` MiB (default 25) */
+        /** Attach a file to a record: multipart/form-data with `collection` (name), `record_id`, optionally `field` (a file field: its checks apply, and the file may then be set as its value) and `file` last; at most `max_upload_mb` MiB (default 25) */
         post: {
             parameters: {
                 query?: never;
@@ -6883,6 +6901,7 @@ export interface paths {
                 content: {
                     "multipart/form-data": {
                         collection: string;
+                        field?: string;
                         /** Format: binary */
                         file: string;
                         record_id: string;
@@ -6961,6 +6980,96 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/files/token": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A file token for `?token=` (2 minutes, bound to the caller): what an `<img>` needs for a protected field's files */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["FileToken"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The caller may not do this */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/files/{file_id}": {
         parameters: {
             query?: never;
@@ -6968,10 +7077,17 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download a file (ETag, If-None-Match, one byte range); visible like its record */
+        /** Download a file (ETag, If-None-Match, one byte range) or an image's thumbnail (`thumb`, `format`); visible like its record; a protected field's files need `token` */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description An image's thumbnail: `100x100` or one of the file field's `thumbs` (`WxH` crops to the centre, `WxHt` top, `WxHb` bottom, `WxHf` fits inside, `0xH`/`Wx0` keep the ratio); another size is 400 naming the allowed ones; a file that is not an image answers itself */
+                    thumb?: string | null;
+                    /** @description The thumbnail's format (default: the source's; gif, bmp and tiff give png); a format the server cannot write is 400 naming the supported ones */
+                    format?: "webp" | "avif" | "png" | "jpeg" | null;
+                    /** @description A file token (`POST /api/v1/files/token`): the caller, for an `<img>` that sends no header; needed for the files of a `protected` field */
+                    token?: string | null;
+                };
                 header?: never;
                 path: {
                     file_id: string;
@@ -9171,7 +9287,15 @@ export interface components {
             /** @description decisions.md, Localized fields: the value is stored per locale (an object of locale code to value); reads answer the `?locale=` asked, with its fallbacks; any type but relation */
             localized: boolean;
             max_select: number | null;
+            /** @description file: the largest file, in bytes */
+            max_size: number | null;
+            /** @description file: the accepted types (`image/*`, `application/pdf`), checked on the bytes' signature */
+            mime_types: string[] | null;
             name: string;
+            /** @description file: downloads need a file token (`?token=`) */
+            protected: boolean;
+            /** @description file: thumbnail sizes besides `100x100` (`WxH`, `WxHt`, `WxHb`, `WxHf`, `0xH`, `Wx0`) */
+            thumbs: string[] | null;
             /** @enum {string} */
             type: "text" | "editor" | "bool" | "email" | "url" | "number" | "date" | "select" | "json" | "relation" | "file";
             validation: components["schemas"]["FieldValidation"];
@@ -9191,16 +9315,27 @@ export interface components {
         File: {
             /** @description collection name */
             collection: string;
-            /** @description from the part's Content-Type (`type/subtype`), else application/octet-stream */
+            /** @description the type of the bytes' signature; for a type without one, the part's Content-Type (`type/subtype`), else application/octet-stream */
             content_type: string;
             /** Format: date-time */
             created: string;
+            /** @description the file field it was uploaded for (null: none) */
+            field: string | null;
             /** @description the uploaded name without path parts or control characters, at most 255 characters */
             filename: string;
             id: string;
             record_id: string;
             /** @description bytes */
             size: number;
+        };
+        FileToken: {
+            /**
+             * Format: date-time
+             * @description when it stops being valid (2 minutes after it was issued)
+             */
+            expires: string;
+            /** @description `?token=` of a file download; bound to the caller */
+            token: string;
         };
         ForgotPassword: {
             email: string;

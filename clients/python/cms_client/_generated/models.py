@@ -397,9 +397,13 @@ class File(TypedDict, closed=True):
     """
     content_type: str
     """
-    from the part's Content-Type (`type/subtype`), else application/octet-stream
+    the type of the bytes' signature; for a type without one, the part's Content-Type (`type/subtype`), else application/octet-stream
     """
     created: str
+    field: str | None
+    """
+    the file field it was uploaded for (null: none)
+    """
     filename: str
     """
     the uploaded name without path parts or control characters, at most 255 characters
@@ -409,6 +413,17 @@ class File(TypedDict, closed=True):
     size: int
     """
     bytes
+    """
+
+
+class FileToken(TypedDict, closed=True):
+    expires: str
+    """
+    when it stops being valid (2 minutes after it was issued)
+    """
+    token: str
+    """
+    `?token=` of a file download; bound to the caller
     """
 
 
@@ -862,7 +877,23 @@ class FieldSpec(TypedDict, closed=True):
     decisions.md, Localized fields: the value is stored per locale (an object of locale code to value); reads answer the `?locale=` asked, with its fallbacks; any type but relation
     """
     max_select: int | None
+    max_size: int | None
+    """
+    file: the largest file, in bytes
+    """
+    mime_types: list[str] | None
+    """
+    file: the accepted types (`image/*`, `application/pdf`), checked on the bytes' signature
+    """
     name: str
+    protected: bool
+    """
+    file: downloads need a file token (`?token=`)
+    """
+    thumbs: list[str] | None
+    """
+    file: thumbnail sizes besides `100x100` (`WxH`, `WxHt`, `WxHb`, `WxHf`, `0xH`, `Wx0`)
+    """
     type: Literal['text', 'editor', 'bool', 'email', 'url', 'number', 'date', 'select', 'json', 'relation', 'file']
     validation: FieldValidation
     values: list[str] | None
