@@ -23,13 +23,10 @@ from cms.builders import (
     build_content,
     build_files,
     build_identity,
-    build_metrics,
     build_platform,
     build_read_cache,
     build_realtime,
-    build_system,
     build_webhooks,
-    redis_stats,
 )
 from cms.clock import Clock, utcnow
 from cms.config import Config
@@ -61,6 +58,7 @@ from cms.services.operations.backups import BackupService
 from cms.services.operations.rate_limits import RateLimitService
 from cms.services.operations.settings import SettingsService
 from cms.services.operations.system import SystemService
+from cms.system_builders import build_metrics, build_system, redis_stats
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,7 @@ def mongodb_figures(stats: dict[str, Any]) -> list[Figure]:
 
 
 def redis_figures(stats: dict[str, Any]) -> list[Figure]:
-    """The Redis part of `/api/v1/stats` (cms.builders.redis_stats) as named figures: version, uptime,
+    """The Redis part of `/api/v1/stats` (cms.system_builders.redis_stats) as named figures: version, uptime,
     clients, operations per second (instantaneous), memory used and peak (MiB; the limit if set),
     keyspace hit ratio, evicted keys and the job queue depth."""
     hits, misses = _number(stats.get("keyspace_hits")) or 0, _number(stats.get("keyspace_misses")) or 0
