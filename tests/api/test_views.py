@@ -421,3 +421,23 @@ async def test_a_read_begun_before_a_write_is_served_the_newer_groups(client, ad
     rows = await reads.groups.rows(view, source, shape, f"{epoch}.{view_version}.{int(source_version) - 1}")
     assert sorted(row["count"] for row in rows) == sorted(item["count"] for item in current["items"])
     assert not mongo_commands.named("find", source.id) and not mongo_commands.named("aggregate", source.id)
+
+
+async def test_drafts_count_once_published(client, admin_token):
+    """With drafts (decisions.md), readers see published copies only: so do a view and an aggregate."""
+    await create_collection(client, admin_token, "articles", [{"name": "kind", "type": "text"}], drafts=True,
+                            list_rule="", view_rule="")
+    await make_view(client, admin_token, "article_kinds", {"source": "articles", "group_by": "kind"}, list_rule="")
+    draft = await create_record(client, admin_token, "articles", {"kind": "news"})
+    assert (await listed(client, "article_kinds"))["items"] == []
+    counted = await client.get(f"{COLLECTIONS}/articles/aggregate")
+    assert (await counted.json())["items"] == [{"key": {}, "count": 0}]
+    published = await client.post(records_path("articles", draft["id"]) + "/publish", headers=bearer(admin_token))
+    assert published.status == 200, await published.text()
+    assert without_ids(await listed(client, "article_kinds")) == [{"kind": "news", "count": 1}]
+    counted = await client.get(f"{COLLECTIONS}/articles/aggregate")
+    assert (await counted.json())["items"] == [{"key": {}, "count": 1}]
+    changed = await client.patch(records_path("articles", draft["id"]), headers=bearer(admin_token),
+                                 json={"data": {"kind": "opinion"}})
+    assert changed.status == 200  # a working copy: readers still see "news"
+    assert without_ids(await listed(client, "article_kinds")) == [{"kind": "news", "count": 1}]
