@@ -247,6 +247,7 @@ async def test_cached_expanded_reads_stay_exact_across_two_instances(
     expand = "author.team,comments_via_post"
     async with open_services(config, clock=clock) as other_services:
         other = await aiohttp_client(create_app(config, services=other_services))
+        await other_services.index_sync.finished()  # its start-up look-ups are not this instance's reads
 
         async def read() -> Any:
             listed = await get_json(client, records_path("posts"), expand=expand)

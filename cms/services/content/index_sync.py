@@ -93,6 +93,13 @@ class IndexSync:
         if self._task is None:
             self._task = asyncio.create_task(self._background(), name="index-sync")
 
+    async def finished(self) -> IndexSyncReport | None:
+        """Wait for the background sync `start` began and return its report (None: none was started,
+        another replica held the lock, or it failed)."""
+        if self._task is None:
+            return None
+        return await asyncio.shield(self._task)
+
     async def _background(self) -> IndexSyncReport | None:
         try:
             return await self.run()
