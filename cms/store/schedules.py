@@ -28,7 +28,8 @@ from cms.store.client import Database
 class Schedule:
     """A pending scheduled publish of record `record_id` of collection `collection_id` at `at`;
     `lease_id` names the claim holding it (a new one per claim), `attempts` counts the claims, `by` is
-    who scheduled it (a user id, or None)."""
+    who scheduled it (a user id, or None) and `origin` the request that did (`RequestOrigin.to_json()`:
+    the audit entry of a failed publish carries it)."""
 
     collection_id: str
     record_id: str
@@ -36,6 +37,7 @@ class Schedule:
     lease_id: str
     attempts: int = 0
     by: str | None = None
+    origin: dict[str, Any] | None = None
 
 
 def schedule_id(collection_id: str, record_id: str) -> str:
@@ -45,7 +47,8 @@ def schedule_id(collection_id: str, record_id: str) -> str:
 
 def _from_document(doc: dict[str, Any]) -> Schedule:
     return Schedule(collection_id=doc["collection_id"], record_id=doc["record_id"], at=doc["at"],
-                    lease_id=doc["lease_id"], attempts=int(doc.get("attempts", 0)), by=doc.get("by"))
+                    lease_id=doc["lease_id"], attempts=int(doc.get("attempts", 0)), by=doc.get("by"),
+                    origin=doc.get("origin"))
 
 
 class ScheduleRepository:
@@ -60,14 +63,15 @@ class ScheduleRepository:
         await self._mongo_coll.create_index([("lease_id", 1)], name="lease_id")
         await self._mongo_coll.create_index([("collection_id", 1)], name="collection_id")
 
-    async def put(self, collection_id: str, record_id: str, at: datetime, by: str | None) -> Schedule:
+    async def put(self, collection_id: str, record_id: str, at: datetime, by: str | None,
+                  origin: dict[str, Any] | None = None) -> Schedule:
         """Schedule the record's publish at `at`, replacing its pending schedule if any (a claim of the
         old one can no longer finish). Returns the schedule."""
-        schedule = Schedule(collection_id, record_id, at, new_id(), 0, by)
+        schedule = Schedule(collection_id, record_id, at, new_id(), 0, by, origin)
         await self._mongo_coll.replace_one(
             {"_id": schedule_id(collection_id, record_id)},
             {"collection_id": collection_id, "record_id": record_id, "at": at, "due": at, "lease_id": schedule.lease_id,
-             "attempts": 0, "by": by}, upsert=True)
+             "attempts": 0, "by": by, "origin": origin}, upsert=True)
         return schedule
 
     async def cancel(self, collection_id: str, record_id: str) -> bool:

@@ -12,6 +12,7 @@ import ipaddress
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -253,13 +254,26 @@ async def mfa_disabled(env: Env) -> str | None:
     return str((await ADMIN_TABLE.login_response(env.client, EMAIL))["user"]["id"])
 
 
+async def record_publish_failed(env: Env) -> str | None:
+    """A publish scheduled through `agent` fails when it runs (in the worker, no request of its own): the
+    entry carries the request that scheduled it."""
+    await call(env.client, "POST", COLLECTIONS, 201, env.admin_token, name="drafted", drafts=True,
+               schema=[{"name": "title", "type": "text", "validation": {"required": True}}])
+    record = await call(env.client, "POST", f"{COLLECTIONS}/drafted/records", 201, env.admin_token, data={})
+    at = (env.clock() + timedelta(minutes=1)).isoformat()
+    await call(env.agent, "POST", f"{COLLECTIONS}/drafted/records/{record['id']}/publish", 200, env.admin_token, at=at)
+    env.clock.advance(minutes=1)
+    assert await env.services.drafts.scheduler.run_due() == 1
+    return env.admin_id
+
+
 Scenario = Callable[[Env], Awaitable[str | None]]
 ONE_PER_TYPE: tuple[Scenario, ...] = (
     login_success, login_failed, logout, register, email_verified, password_reset_requested,
     password_reset_completed, password_changed, session_revoked, refresh_token_reuse, otp_failed,
     collection_created, collection_updated, collection_deleted, api_key_created, api_key_revoked, setting_changed,
     backup_created, backup_restored, backup_deleted, backup_downloaded, mfa_enabled, mfa_disabled, mfa_failed,
-    mfa_recovery_used,
+    mfa_recovery_used, record_publish_failed,
 )
 """Each named after the event type it provokes."""
 SCENARIOS: dict[str, tuple[str, Scenario]] = {

@@ -27,6 +27,7 @@ from cms.services.access import check
 from cms.services.content.drafts import WorkingCopies, require_drafts
 from cms.services.content.publishing import LostRace, Publisher, actor
 from cms.services.delivery.events import AuditEvent, EventBus
+from cms.services.origin import RequestOrigin, current_origin
 from cms.store.schedules import Schedule
 
 log = logging.getLogger("cms.schedules")
@@ -90,7 +91,7 @@ class Scheduler:
             raise ValidationFailed("A publish can be scheduled at most ten years ahead",
                                    errors={"at": ["At most ten years ahead."]})
         at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # what BSON keeps
-        await copies.schedules.put(collection.id, record_id, at, actor(principal))
+        await copies.schedules.put(collection.id, record_id, at, actor(principal), current_origin().to_json())
         record = await copies.working.set_schedule(collection.id, record_id, at, None)
         if record is None:  # deleted meanwhile
             await copies.schedules.cancel(collection.id, record_id)
@@ -238,8 +239,8 @@ class Scheduler:
         copies = self._copies
         message = schedule_error(error)
         if await copies.working.end_schedule(collection.id, working.id, schedule.at, message):
-            await self._events.emit([AuditEvent(
-                "record_publish_failed", user_id=schedule.by,
+            await self._events.emit([AuditEvent(  # the request that scheduled it is behind it
+                "record_publish_failed", user_id=schedule.by, origin=RequestOrigin.from_json(schedule.origin),
                 details={"collection": collection.name, "collection_id": collection.id, "record_id": working.id,
                          "scheduled_at": schedule.at.isoformat(), "error": message, "errors": error.errors or {}})])
             log.info("scheduled publish of record %s of %s failed: %s", working.id, collection.name, message)
