@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from cms import redis_keys as keys
+from cms.errors import Conflict
 from cms.infra import Infra
 from cms.jobs import JobQueue
 from cms.observability.signals import Signals
@@ -36,6 +37,8 @@ from cms.services.content.index_sync import IndexSync
 from cms.services.content.publishing import Publisher
 from cms.services.content.record_writer import RecordWriter
 from cms.services.content.scheduling import Scheduler
+from cms.services.content.schema_run import RunDeps
+from cms.services.content.schema_service import SCHEMA_LOCK_TTL_S, SchemaService
 from cms.services.content.slow_queries import SlowQueryService, SlowQueryWatch
 from cms.services.content.slow_query_board import SlowQueryBoard
 from cms.services.content.thumbnails import Thumbnails
@@ -83,6 +86,7 @@ from cms.store.record_versions import RecordVersionRepository
 from cms.store.records import RecordRepository
 from cms.store.scan_line import ScanLine
 from cms.store.schedules import ScheduleRepository
+from cms.store.schema_journal import SchemaJournalRepository
 from cms.store.sessions import SessionRepository
 from cms.store.settings import SettingsRepository
 from cms.store.transactions import Transactions
@@ -182,6 +186,7 @@ class Content:
     slow_queries: SlowQueryService
     index_sync: IndexSync
     drafts: Drafts
+    collection_repository: CollectionRepository
 
 
 async def build_content(infra: Infra, platform: Platform) -> Content:
@@ -229,7 +234,18 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
                    slow_queries=SlowQueryService(board, catalog, collections, index_sorts=capabilities.index_sorts,
                                                  clock=infra.clock),
                    index_sync=IndexSync(collections, SharedLock(infra.redis, keys.index_sync_lock(config.mongodb_db))),
-                   drafts=drafts)
+                   drafts=drafts, collection_repository=collection_repository)
+
+
+def build_schema(infra: Infra, platform: Platform, content: Content) -> SchemaService:
+    """Schema as code: export, diff and apply of snapshots, one apply at a time across replicas (the
+    schema lock in the queue's Redis; a second is refused with 409), journaled in MongoDB."""
+    deps = RunDeps(collections=content.collection_repository, records=content.record_repository,
+                   journal=SchemaJournalRepository(infra.db), service=content.collections, catalog=content.catalog,
+                   transactions=content.transactions, events=platform.events, clock=infra.clock)
+    lock = SharedLock(infra.redis, keys.schema_lock(infra.config.mongodb_db), ttl_s=SCHEMA_LOCK_TTL_S,
+                      renew_every_s=SCHEMA_LOCK_TTL_S / 3, refusal=Conflict)
+    return SchemaService(deps, lock)
 
 
 def build_read_cache(infra: Infra, platform: Platform) -> tuple[ReadCache, ResultSetCache]:

@@ -18,6 +18,7 @@ and the snake_case `code`; the API middleware renders it as `{"detail", "code"}`
     │   └── OtpDisabled       403 otp_disabled
     ├── NotFound              404 not_found
     ├── MethodNotAllowed      405 method_not_allowed
+    ├── Conflict              409 conflict        (a schema apply against another hash, or beside another)
     ├── PayloadTooLarge       413 payload_too_large
     ├── UriTooLong            414 uri_too_long    (HTTP parser errors: cms.api.http_server)
     ├── ValidationFailed      422 validation_error
@@ -116,6 +117,11 @@ class NotFound(CmsError, status=404, code="not_found", detail="Not found"):
 
 class MethodNotAllowed(CmsError, status=405, code="method_not_allowed", detail="Method not allowed"):
     """The path exists but not with this method."""
+
+
+class Conflict(CmsError, status=409, code="conflict", detail="Conflict"):
+    """The request was made against a state that has changed since (a schema apply whose hash is not the
+    current schema's), or collides with the same work running elsewhere (another schema apply)."""
 
 
 class PayloadTooLarge(CmsError, status=413, code="payload_too_large", detail="Request body too large"):

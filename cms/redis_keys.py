@@ -126,6 +126,13 @@ def thumbnail_lock(db: str, thumb_id: str) -> str:
     return f"{ROOT}:thumbs:lock:{db}:{thumb_id}"
 
 
+def schema_lock(db: str) -> str:
+    """The lock one schema apply (or the completion of an interrupted one) on database `db` holds while it
+    runs, on the queue's Redis (shared by every replica; `cms.services.operations.shared_lock`):
+    `cms:schema:lock:<db>`."""
+    return f"{ROOT}:schema:lock:{db}"
+
+
 def dashboard_minute(db: str, minute: int) -> str:
     """The dashboard's counters of one minute (`minute`: epoch seconds // 60) of database `db`, a hash
     every replica adds to (cms.observability.timeline), on the queue's Redis: `cms:obs:<db>:m:<minute>`."""

@@ -26,6 +26,7 @@ from cms.builders import (
     build_platform,
     build_read_cache,
     build_realtime,
+    build_schema,
     build_webhooks,
 )
 from cms.clock import Clock, utcnow
@@ -43,6 +44,7 @@ from cms.services.content.envelope import Envelope
 from cms.services.content.files import FileService
 from cms.services.content.index_sync import IndexSync
 from cms.services.content.records import RecordService
+from cms.services.content.schema_service import SchemaService
 from cms.services.content.slow_queries import SlowQueryService, SlowQueryWatch
 from cms.services.content.version_history import VersionService
 from cms.services.delivery.events import EventBus
@@ -75,6 +77,8 @@ class Services:
     sessions: SessionService
     catalog: Catalog
     collections: CollectionService
+    schema: SchemaService
+    """Schema as code: snapshots of the collections, their diff and apply."""
     records: RecordService
     versions: VersionService
     """Record versions: list, read, restore (their writes go through the record writer)."""
@@ -140,6 +144,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             sessions=platform.sessions,
             catalog=content.catalog,
             collections=content.collections,
+            schema=build_schema(infra, platform, content),
             records=records,
             versions=VersionService(content.catalog, content.record_repository, content.versions.repository,
                                     write=records.update, working=content.drafts.copies),
@@ -170,6 +175,7 @@ async def open_services(config: Config, *, clock: Clock = utcnow, redis: ArqRedi
             await content.slow_query_watch.close()
             try:
                 await backups.wait_idle()  # a restore whose caller went away ends before the clients close
+                await services.schema.wait_idle()  # so does a schema apply
             finally:
                 await files.close()  # the image workers
 

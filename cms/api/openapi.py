@@ -111,7 +111,7 @@ def _operation(route: Route) -> dict[str, Any]:
         schema: Any = {"type": "array", "items": route.response} if route.many else route.response
         success["content"] = {"application/json": {"schema": schema}}
     security, unauthorized, forbidden = policy_docs(route.policy)
-    descriptions = {**ERROR_STATUSES, 401: unauthorized, 403: forbidden}
+    descriptions = {**ERROR_STATUSES, 401: unauthorized, 403: forbidden, **dict(route.errors)}
     responses: dict[Any, Any] = {str(route.status): success}
     for status, text in descriptions.items():
         responses[str(status)] = {"description": text, "content": {"application/json": {"schema": "Error"}}}

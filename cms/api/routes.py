@@ -26,6 +26,7 @@ from cms.api import (
     metrics,
     realtime,
     records,
+    schema,
     settings,
     slow_queries,
     system,
@@ -40,6 +41,7 @@ from cms.api.schemas.aggregates import AggregateQuerySchema
 from cms.services.access import Policy
 from cms.services.representation.aggregates import AggregatePageSchema
 from cms.web import schemas as ws
+from cms.web.schema_snapshot import MAX_SNAPSHOT_BYTES, SchemaApplySchema, SnapshotSchema
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -57,7 +59,8 @@ class Route:
     it must carry and `optional_form_fields` those it may; `record_form`: the JSON body may also come as a
     record's multipart/form-data form (`data` and file parts, decisions.md: Files in records); `produces` the
     success media type; `failure` the schema of a 400 answer that carries more than the error model (a
-    batch's `failed`)."""
+    batch's `failed`); `errors` the error statuses it answers beside the usual ones, with what they mean
+    (409, 413)."""
 
     method: str
     path: str
@@ -78,6 +81,7 @@ class Route:
     record_form: bool = False  # also takes a record's values and files as multipart/form-data
     produces: str = "application/json"
     failure: type[Schema] | None = None
+    errors: tuple[tuple[int, str], ...] = ()
 
 
 V1 = "/api/v1"
@@ -141,6 +145,8 @@ def user_system_routes(prefix: str, tag: str, user: type[Schema], login: type[Sc
     )
 
 
+SNAPSHOT_TOO_LARGE = f"The body is over {MAX_SNAPSHOT_BYTES // 2**20} MiB (MAX_SNAPSHOT_BYTES)"
+
 ROUTES: tuple[Route, ...] = (
     # admin auth
     Route("POST", V1 + "/auth/register", admin_auth.register, "Register an admin-table user (role user)", "auth",
@@ -173,6 +179,20 @@ ROUTES: tuple[Route, ...] = (
     Route("DELETE", V1 + "/slow-queries/{slow_query_id}", slow_queries.dismiss_slow_query,
           "Drop a slow query entry (it comes back if the query is slow again)", "collections", policy=ADMIN,
           status=204),
+    # --- schema as code (decisions.md: Schema as code)
+    Route("GET", V1 + "/schema", schema.export_schema,
+          "The schema snapshot: every collection by name (relations by name), canonical bytes and their hash",
+          "schema", policy=ADMIN, response=s.SchemaSnapshotSchema,
+          errors=((409, "A schema apply is running"),)),
+    Route("POST", V1 + "/schema/diff", schema.diff_schema,
+          "The changes a snapshot would make, and the current hash to apply them against", "schema",
+          policy=ADMIN, body=SnapshotSchema, response=s.SchemaDiffSchema,
+          errors=((409, "A schema apply is running"), (413, SNAPSHOT_TOO_LARGE))),
+    Route("POST", V1 + "/schema/apply", schema.apply_schema,
+          "Apply a snapshot, all or nothing, against the hash of a diff; answers the new snapshot", "schema",
+          policy=ADMIN, body=SchemaApplySchema, response=s.SchemaSnapshotSchema,
+          errors=((409, "The schema's hash is not the one sent (diff again), or another apply runs"),
+                  (413, SNAPSHOT_TOO_LARGE))),
     # --- audit, settings (issue 9)
     Route("GET", V1 + "/audit", audit.list_audit,
           "Audit log entries, newest first (limit, offset, event_type, severity, user_id, ip_address, "

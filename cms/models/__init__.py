@@ -55,14 +55,15 @@ from cms.models.identity import (
     audience_collection_id,
     collection_audience,
 )
-from cms.models.operations import AuditEntry
+from cms.models.operations import AuditEntry, RewriteBatch, SchemaJournal
 
 __all__ = [
     "ADMIN_AUDIENCE", "AUTH_RULES", "BASE_RULES", "CHANGED", "DEFAULT_LOCALES", "DRAFT", "OWN_RECORD_RULE",
     "PUBLISHED", "ROLE_ADMIN", "ROLE_USER", "SIGNED_IN_RULE", "VIEW_TYPE", "AccessRules", "AdminUser", "ApiKey",
     "AuditEntry", "Collection", "CollectionUser", "DeliveryAttempt", "DraftState", "FieldSpec", "IndexDeclaration",
     "Locale", "Locales", "LoginResult", "OneTimeToken", "OtpCode", "Page", "Principal", "PrincipalKind", "QueryPlan",
-    "QueryShape", "Record", "RecordVersion", "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile",
+    "QueryShape", "Record", "RecordVersion", "RewriteBatch", "SchemaJournal",
+    "Session", "SlowQuery", "SortPath", "SortSpec", "StoredFile",
     "TokenPair", "Validation", "ViewDefinition", "Webhook", "WebhookDelivery", "audience_collection_id",
     "collection_audience", "default_rules",
 ]

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pymongo import ReturnDocument
+from pymongo import DeleteOne, ReplaceOne, ReturnDocument
+from pymongo.errors import BulkWriteError
 
+from cms.errors import Conflict
 from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, ViewDefinition, default_rules
+from cms.store.bulk import DUPLICATE_KEY
 from cms.store.client import Database
-from cms.store.errors import translate_errors
+from cms.store.errors import already_exists, translate_errors
 from cms.store.repository import Repository
+from cms.store.transactions import current_session
 
 
 def _field_document(spec: FieldSpec) -> dict[str, Any]:
@@ -58,7 +63,8 @@ def _rule_from_document(value: Any) -> str | None:
     return None if value == _ADMINS_ONLY else str(value)
 
 
-def _to_document(collection: Collection) -> dict[str, Any]:
+def collection_document(collection: Collection) -> dict[str, Any]:
+    """`collection` as its stored document (the one conversion: the repository, the schema journal)."""
     return {
         "_id": collection.id,
         "name": collection.name,
@@ -79,7 +85,8 @@ def _to_document(collection: Collection) -> dict[str, Any]:
     }
 
 
-def _from_document(doc: dict[str, Any]) -> Collection:
+def collection_from_document(doc: dict[str, Any]) -> Collection:
+    """The Collection a stored document (`collection_document`) holds."""
     return Collection(
         id=doc["_id"],
         name=doc["name"],
@@ -114,7 +121,7 @@ class CollectionRepository(Repository[Collection]):
     when the name is taken)."""
 
     def __init__(self, db: Database) -> None:
-        super().__init__(db["collections"], _from_document, _to_document, unique="collection name")
+        super().__init__(db["collections"], collection_from_document, collection_document, unique="collection name")
 
     async def get(self, collection_id: str) -> Collection | None:
         """The collection with this id, or None."""
@@ -132,7 +139,7 @@ class CollectionRepository(Repository[Collection]):
         """Store `collection` (its version already raised) if the stored version is still
         `expected_version`. Returns None when another writer got there first.
         Raises AlreadyExists when the new name is taken."""
-        doc = _to_document(collection)
+        doc = collection_document(collection)
         del doc["_id"]
         async with translate_errors("collection name"):
             stored = await self._mongo_coll.find_one_and_update(
@@ -140,7 +147,7 @@ class CollectionRepository(Repository[Collection]):
                 {"$set": doc},
                 return_document=ReturnDocument.AFTER,
             )
-        return _from_document(stored) if stored else None
+        return collection_from_document(stored) if stored else None
 
     async def fill_rules(self, collection_type: str, rules: AccessRules) -> int:
         """Set `rules` on every collection of `collection_type` stored without rules. Returns how
@@ -152,3 +159,35 @@ class CollectionRepository(Repository[Collection]):
     async def delete(self, collection_id: str) -> bool:
         """Remove the definition. Returns False if it did not exist."""
         return await self._delete_one({"_id": collection_id})
+
+    async def write_all(self, put: Sequence[Collection], delete: Sequence[str] = (), *,
+                        expected: Mapping[str, int] | None = None) -> None:
+        """Store each of `put` whole (replacing the stored definition of its id, or inserting it) and remove
+        the definitions of the ids in `delete`, in one ordered bulk write (deletes first, so a name a
+        deleted collection held is free), inside the open transaction if there is one
+        (`transactions.current_session`). `expected` maps an id to the version it must still be stored
+        at (a collection changed meanwhile is not overwritten). Raises Conflict when one was changed
+        meanwhile, AlreadyExists when a name is taken by another collection (the writes before stand
+        unless a transaction is open)."""
+        versions = expected or {}
+
+        def matching(collection_id: str) -> dict[str, Any]:
+            query: dict[str, Any] = {"_id": collection_id}
+            if collection_id in versions:
+                query["version"] = versions[collection_id]
+            return query
+
+        requests: list[DeleteOne | ReplaceOne[dict[str, Any]]] = [DeleteOne(matching(i)) for i in delete]
+        requests += [ReplaceOne(matching(c.id), collection_document(c), upsert=True) for c in put]
+        if not requests:
+            return
+        try:
+            async with translate_errors("collection name"):
+                await self._mongo_coll.bulk_write(requests, ordered=True, session=current_session())
+        except BulkWriteError as exc:
+            errors = exc.details.get("writeErrors") or [{}]
+            if errors[0].get("code") != DUPLICATE_KEY:
+                raise
+            if "_id" in (errors[0].get("keyPattern") or {"_id": 1}):  # an upsert of a changed version
+                raise Conflict("A collection was changed by another request meanwhile; retry") from None
+            raise already_exists("name_lower", "collection name") from None

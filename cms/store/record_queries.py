@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from datetime import datetime
 from typing import Any, Protocol
 
 from pymongo.asynchronous.collection import AsyncCollection
@@ -339,6 +340,31 @@ class RecordQueries:
             async for doc in cursor:
                 record_id = doc.pop("_id")
                 batch.append((record_id, doc))
+                if len(batch) >= batch_size:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+        finally:
+            await cursor.close()
+
+    async def stream_values_after(
+        self, collection_id: str, names: Sequence[str], *, after_id: str, batch_size: int
+    ) -> AsyncGenerator[list[tuple[str, datetime, dict[str, Any]]], None]:
+        """The records holding any of the fields `names` whose id sorts after `after_id` ("" for all), in
+        id order, as lists of at most `batch_size` (record id, updated, {name: value} of the fields present):
+        a rewrite that records the last id it finished resumes from there (a schema apply)."""
+        query: dict[str, Any] = {"$or": [{name: {"$exists": True}} for name in names]}
+        if after_id:
+            query["_id"] = {"$gt": after_id}
+        cursor = self._mongo_coll(collection_id).find(
+            query, projection={"updated": 1, **{name: 1 for name in names}}, sort=[("_id", 1)]
+        ).batch_size(batch_size)
+        batch: list[tuple[str, datetime, dict[str, Any]]] = []
+        try:
+            async for doc in cursor:
+                record_id, updated = doc.pop("_id"), doc.pop("updated", None)
+                batch.append((record_id, updated, doc))
                 if len(batch) >= batch_size:
                     yield batch
                     batch = []

@@ -205,6 +205,34 @@ class RecordRepository(RecordQueries):
         if names:
             await self._mongo_coll(collection_id).update_many({}, {"$unset": {n: "" for n in names}})
 
+    async def rename_fields(self, collection_id: str, renames: Mapping[str, str]) -> None:
+        """Move each record's value of field `old` to field `new` (`renames`: old -> new), in one
+        `update_many` with `$rename`; `updated` is not touched. Idempotent: a record without `old`
+        is left as it is."""
+        if renames:
+            await self._mongo_coll(collection_id).update_many(
+                {"$or": [{old: {"$exists": True}} for old in renames]}, {"$rename": dict(renames)})
+
+    async def restore_field_values(
+        self, collection_id: str, items: Sequence[tuple[str, datetime, dict[str, Any], Sequence[str]]]
+    ) -> None:
+        """Put field values back as they were read (the write-ahead copy of a rewrite cut short): per
+        (record id, updated as read, {name: value}, names of the rewrite), set those values and unset
+        the other names, on records still at that `updated` (one changed since keeps what it holds).
+        One unordered bulk write."""
+        requests = []
+        for record_id, updated, values, names in items:
+            change: dict[str, Any] = {}
+            if values:
+                change["$set"] = values
+            missing = [name for name in names if name not in values]
+            if missing:
+                change["$unset"] = {name: "" for name in missing}
+            if change:
+                requests.append(UpdateOne({"_id": record_id, "updated": updated}, change))
+        if requests:
+            await self._mongo_coll(collection_id).bulk_write(requests, ordered=False)
+
     async def sync_indexes(self, collection_id: str, unique_fields: Sequence[str], text_fields: Sequence[str],
                            managed: Sequence[IndexSpec] = (), *, kept_unique: Sequence[str] = ()) -> None:
         """Make the record indexes match the schema: `created` for the default sort, one unique

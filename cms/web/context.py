@@ -10,7 +10,7 @@ from typing import Any, Literal
 from aiohttp import web
 from marshmallow import EXCLUDE, Schema, ValidationError
 
-from cms.errors import BadRequest, ValidationFailed, flatten_errors
+from cms.errors import BadRequest, PayloadTooLarge, ValidationFailed, flatten_errors
 from cms.models import Principal
 from cms.security.json_input import JsonInputError, decode_json
 from cms.services.origin import RequestOrigin
@@ -36,12 +36,13 @@ def services(request: web.Request) -> Services:
     return found if found is not None else request.config_dict[SERVICES]
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request, *, max_bytes: int | None = None) -> Any:
     """The decoded JSON body (None when empty). Raises BadRequest for malformed JSON (see
-    `decode_json`: too deep, too long a number, NaN, lone surrogates) and PayloadTooLarge (via
-    aiohttp's client_max_size) for an oversized body. Bodies over INLINE_JSON_BYTES are decoded
-    in a worker thread, so a big parse never stalls other requests."""
-    raw = await request.read()
+    `decode_json`: too deep, too long a number, NaN, lone surrogates) and PayloadTooLarge for an
+    oversized body: over aiohttp's client_max_size (the app's JSON limit), or over `max_bytes` when
+    given (a route with a limit of its own: a schema snapshot). Bodies over INLINE_JSON_BYTES are
+    decoded in a worker thread, so a big parse never stalls other requests."""
+    raw = await request.read() if max_bytes is None else await read_limited(request, max_bytes)
     if not raw.strip():
         return None
     try:
@@ -52,11 +53,29 @@ async def read_json(request: web.Request) -> Any:
         raise BadRequest(f"Malformed JSON body: {exc}") from None
 
 
-async def parse_body(request: web.Request, schema: Schema, *, required: bool = False) -> dict[str, Any]:
+async def read_limited(request: web.Request, max_bytes: int) -> bytes:
+    """The raw body, at most `max_bytes` bytes (read from the stream: aiohttp's client_max_size does not
+    apply). Raises PayloadTooLarge past it (a Content-Length over it is refused before reading)."""
+    too_large = PayloadTooLarge(f"Request body too large (at most {max_bytes:,} bytes)")
+    if request.content_length is not None and request.content_length > max_bytes:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(64 * 1024):
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def parse_body(request: web.Request, schema: Schema, *, required: bool = False,
+                     max_bytes: int | None = None) -> dict[str, Any]:
     """Decode the JSON body (an object) and load it with `schema`; a missing body reads as `{}`
-    unless `required`. Raises BadRequest (missing though `required`, malformed, not an object) or
-    ValidationFailed (422, per-field errors)."""
-    return load_body(await read_json(request), schema, required=required)
+    unless `required`. `max_bytes`: the route's own body limit (`read_json`). Raises BadRequest
+    (missing though `required`, malformed, not an object), PayloadTooLarge or ValidationFailed (422,
+    per-field errors)."""
+    return load_body(await read_json(request, max_bytes=max_bytes), schema, required=required)
 
 
 def load_body(body: Any, schema: Schema, *, required: bool = False) -> dict[str, Any]:

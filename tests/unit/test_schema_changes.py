@@ -1,4 +1,5 @@
-"""Unit tests of `cms.services.content.schema_changes`: which stored values survive a field change."""
+"""Unit tests of `cms.services.content.schema_changes` and `schema_checks`: which stored values survive a field
+change."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import pytest
 
 from cms.models import Collection, FieldSpec, Validation
 from cms.services.content.schema_changes import (
-    ChangeCheck,
     FieldChange,
     ValueRefused,
     convert_batch,
     convert_value,
     field_changes,
 )
+from cms.services.content.schema_checks import ChangeCheck
 
 TEXT = FieldSpec("f", "text")
 EDITOR = FieldSpec("f", "editor")

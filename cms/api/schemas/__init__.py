@@ -82,6 +82,7 @@ from cms.services.representation.records import (
     RecordPageSchema,
     RecordSchema,
 )
+from cms.services.representation.schema import SchemaDiffSchema, SchemaSnapshotSchema
 from cms.services.representation.versions import RecordVersionPageSchema, RecordVersionSchema
 
 __all__ = [
@@ -94,6 +95,7 @@ __all__ = [
     "RealtimeStreamQuerySchema", "RealtimeSubscribeSchema",
     "FileDownloadQuerySchema", "FileSchema", "FileTokenSchema", "ForgotPasswordSchema", "HealthSchema",
     "LoginResponseSchema", "MessageSchema",
+    "SchemaDiffSchema", "SchemaSnapshotSchema",
     "OAuthCallbackSchema", "OAuthProviderSchema", "OAuthProvidersQuerySchema", "OtpRequestSchema", "OtpVerifySchema",
     "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordGetQuerySchema", "RecordListQuerySchema",
     "RecordLocaleQuerySchema", "RecordPageSchema", "RecordPublishSchema", "RecordSchema", "RecordVersionPageSchema",

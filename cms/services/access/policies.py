@@ -105,7 +105,8 @@ def require_admin(principal: Principal | None) -> Principal:
 
 
 def require_admin_or_operator(principal: Principal | None) -> None:
-    """Backups: an admin, or None, the operator (`cms backup ...` and scripts, run with the
+    """Backups and schema snapshots: an admin, or None, the operator (`cms backup ...`, `cms schema ...`,
+    SCHEMA_FILE at start-up and scripts, run with the
     server's own configuration; an API or admin UI request always has a principal here). Raises
     Forbidden for any other principal."""
     if principal is not None:

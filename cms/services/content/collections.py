@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -11,47 +12,29 @@ from cms.errors import BadRequest, NotFound, ValidationFailed
 from cms.models import VIEW_TYPE, Collection, Principal, default_rules
 from cms.services.access import check_rules, require_admin
 from cms.services.caching.catalog import Catalog
+from cms.services.content.definition_checks import (
+    COLLECTION_TYPES,
+    check_auth_switches,
+    check_drafts,
+    check_name,
+)
 from cms.services.content.draft_stores import DraftStores
-from cms.services.content.fields import NAME_PATTERN, parse_schema, text_field_names, unique_field_names
+from cms.services.content.fields import parse_schema, text_field_names, unique_field_names
 from cms.services.content.indexes import check_indexes, managed_indexes, parse_indexes
 from cms.services.content.orphans import ORPHAN_CONFIRM_S, sweep_orphans
-from cms.services.content.schema_changes import apply_schema_change, check_schema_change
+from cms.services.content.schema_changes import FieldChange, apply_schema_change
+from cms.services.content.schema_checks import check_schema_change
 from cms.services.content.versions import check_versions
 from cms.services.content.views.definition import VIEW_RULES, check_sources_kept, view_collection, view_definition
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.services.operations.settings import SettingsService
-from cms.services.representation.records import DRAFT_KEYS
 from cms.store.collections import CollectionRepository
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.collections")
 
-COLLECTION_TYPES = ("base", "auth")
 RESYNC_ATTEMPTS = 3
 """Times `resync_indexes` syncs a collection whose definition keeps changing meanwhile."""
-
-
-AUTH_SWITCHES = {"otp_enabled": "Only auth collections have OTP login.",
-                 "mfa_enabled": "Only auth collections have two-factor login.",
-                 "oauth_enabled": "Only auth collections have OAuth2 login."}
-"""The login switches an auth collection carries (copied from the global settings at creation)."""
-
-
-def check_auth_switches(type_: str, **switches: bool | None) -> None:
-    """`otp_enabled` and `mfa_enabled` are settings of auth collections; true on a base collection
-    raises ValidationFailed naming each (false is accepted as the no-op it is)."""
-    wrong = {name: [AUTH_SWITCHES[name]] for name, on in switches.items() if on and type_ != "auth"}
-    if wrong:
-        raise ValidationFailed(f"{', '.join(wrong)} applies to auth collections only", errors=wrong)
-
-
-def check_name(name: str) -> None:
-    """Collection names: `^[A-Za-z][A-Za-z0-9_]{0,62}$`. Raises ValidationFailed."""
-    if not NAME_PATTERN.match(name):
-        raise ValidationFailed(
-            "Invalid collection name",
-            errors={"name": ["Must start with a letter and contain only letters, digits and '_' (max 63)."]},
-        )
 
 
 class CollectionService:
@@ -113,19 +96,35 @@ class CollectionService:
         Raises Unauthorized / Forbidden, ValidationFailed (name, type, schema, indexes, versions, view),
         InvalidFilter (a rule, a view's filter, keys or aggregates) or AlreadyExists (name taken)."""
         principal = require_admin(principal)
+        return await self._store_new(principal, await self.new_definition(
+            name, type_, schema, otp_enabled=otp_enabled, rules=rules, mfa_enabled=mfa_enabled,
+            oauth_enabled=oauth_enabled, indexes=indexes, versions=versions, drafts=drafts, view=view))
+
+    async def new_definition(
+        self, name: str, type_: str, schema: Any, *, otp_enabled: bool | None = None,
+        rules: dict[str, str | None] | None = None, mfa_enabled: bool | None = None,
+        oauth_enabled: bool | None = None, indexes: Any = None, versions: Any = 0, drafts: bool | None = None,
+        view: Any = None, collection_id: str | None = None, sources: Mapping[str, Collection] | None = None,
+    ) -> Collection:
+        """The collection `create` would store (arguments as there; `collection_id`: its id, default a new
+        one), checked but not stored: name, type, schema, switches, rules, indexes, versions, drafts, a
+        view over its source (looked up by name in `sources` when given: a schema apply's collections as
+        they will be, else in the catalog). Its relation targets are not looked up. Raises
+        ValidationFailed or InvalidFilter (a rule, a view's filter, keys or aggregates)."""
         check_name(name)
         if type_ not in (*COLLECTION_TYPES, VIEW_TYPE):
             raise ValidationFailed("Invalid collection type", errors={"type": ["Must be one of: base, auth, view."]})
+        now = self._clock()
         if type_ == VIEW_TYPE or view is not None:
             definition = view_definition(type_, view, new=True, versions=versions, otp_enabled=otp_enabled,
                                          mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
             assert definition is not None
-            now = self._clock()
-            skeleton = Collection(id=new_id(), name=name, type=VIEW_TYPE, fields=(), created=now, updated=now,
-                                  rules=VIEW_RULES)
-            return await self._store_new(principal, view_collection(
-                skeleton, definition, await self._source(definition.source), schema=schema, indexes=indexes,
-                rules=rules))
+            skeleton = Collection(id=collection_id or new_id(), name=name, type=VIEW_TYPE, fields=(), created=now,
+                                  updated=now, rules=VIEW_RULES)
+            source = sources.get(definition.source) if sources is not None else await self._source(definition.source)
+            collection = view_collection(skeleton, definition, source, schema=schema, indexes=indexes, rules=rules)
+            check_rules(collection.rules, collection)
+            return collection
         fields = parse_schema(schema, auth=type_ == "auth")
         check_auth_switches(type_, otp_enabled=otp_enabled, mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled)
         defaults = await self._settings.auth()
@@ -135,31 +134,31 @@ class CollectionService:
             mfa_enabled = defaults.mfa_enabled if type_ == "auth" else False
         if oauth_enabled is None:
             oauth_enabled = defaults.oauth_enabled if type_ == "auth" else False
-        now = self._clock()
         collection = Collection(
-            id=new_id(), name=name, type=type_, fields=fields, created=now, updated=now, otp_enabled=otp_enabled,
-            mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled, rules=replace(default_rules(type_), **(rules or {})),
-            indexes=parse_indexes(indexes) if indexes is not None else (), versions=check_versions(versions),
-            drafts=bool(drafts),
+            id=collection_id or new_id(), name=name, type=type_, fields=fields, created=now, updated=now,
+            otp_enabled=otp_enabled, mfa_enabled=mfa_enabled, oauth_enabled=oauth_enabled,
+            rules=replace(default_rules(type_), **(rules or {})),
+            indexes=parse_indexes(indexes) if indexes is not None else (),
+            versions=check_versions(versions if versions is not None else 0), drafts=bool(drafts),
         )
-        self._check_drafts(collection)
-        return await self._store_new(principal, collection)
-
-    async def _store_new(self, principal: Principal, collection: Collection) -> Collection:
-        """`create`'s last steps: check the new `collection`, store it with its indexes, tell of it."""
-        name = collection.name
+        check_drafts(self._drafts is not None, collection)
         check_rules(collection.rules, collection)
         check_indexes(collection)
+        return collection
+
+    async def _store_new(self, principal: Principal, collection: Collection) -> Collection:
+        """`create`'s last steps: store the new `collection` (checked by `new_definition`) with its indexes,
+        tell of it."""
+        name = collection.name
         await self._check_relations(collection)
         await self._collections.insert(collection)
         try:
-            await self._sync_indexes(collection)
-            if collection.drafts and self._drafts is not None:
-                await self._drafts.working.ensure_indexes(collection.id)
+            await self.sync_indexes(collection)
+            await self.follow_drafts(None, collection)
         except Exception:
             await self._collections.delete(collection.id)
             try:
-                await self._drop_records(collection)
+                await self.drop_records(collection)
             except Exception:  # the original error matters more; the sweep drops what is left
                 log.warning("collection %s (%s): its records collection is left to the orphan sweep",
                             name, collection.id, exc_info=True)
@@ -229,7 +228,7 @@ class CollectionService:
             changed = replace(changed, versions=check_versions(versions))
         if drafts is not None:
             changed = replace(changed, drafts=drafts)
-        self._check_drafts(changed)
+        check_drafts(self._drafts is not None, changed)
         check_rules(changed.rules, changed)
         check_indexes(changed)
         changed = replace(changed, version=current.version + 1, updated=self._clock())
@@ -237,21 +236,20 @@ class CollectionService:
         await self._check_relations(changed)
         field_changes = await check_schema_change(self._records, current, changed) if schema is not None else []
         try:
-            await self._sync_indexes(changed)
+            await self.sync_indexes(changed)
             stored = await self._collections.replace(changed, expected_version=current.version)
             if stored is None:
                 raise BadRequest("The collection was changed by another request; retry")
         except Exception:
             # Nothing changes on failure: the indexes go back to the rules of the stored schema.
-            await self._restore_indexes(collection_id)
+            await self.restore_indexes(collection_id)
             raise
         kept = {f.name for f in stored.fields}
         dropped = [f.name for f in current.fields if f.name not in kept]
         if stored.type != VIEW_TYPE:
             await self._records.unset_fields(collection_id, dropped)
         await apply_schema_change(self._records, collection_id, field_changes)
-        if self._drafts is not None:
-            await self._drafts.follow(current, stored, dropped, field_changes)
+        await self.follow_drafts(current, stored, dropped, field_changes)
         self._forget()
         log.info("collection %s (%s) updated to version %d", stored.name, stored.id, stored.version)
         await self._events.emit([CollectionEvent(UPDATE, stored)])
@@ -260,7 +258,29 @@ class CollectionService:
             details={"collection_id": stored.id, "name": stored.name, "version": stored.version})])
         return stored
 
-    async def _sync_indexes(self, collection: Collection) -> None:
+    async def follow_drafts(self, before: Collection | None, after: Collection | None,
+                            dropped: Sequence[str] = (), field_changes: Sequence[FieldChange] = (),
+                            renames: Mapping[str, str] | None = None) -> None:
+        """The working copies of a collection with drafts follow a change of its definition (`before` ->
+        `after`; None: created, deleted): their store made, dropped, or given the same change (drafts
+        turned on or off, `renames` (old -> new), `dropped` fields, converting `field_changes`). Nothing
+        without drafts. Driver errors propagate."""
+        if self._drafts is None:
+            return
+        if before is None:
+            if after is not None and after.drafts:
+                await self._drafts.working.ensure_indexes(after.id)
+        elif after is None:
+            await self._drafts.drop(before.id)
+        else:
+            if renames and (before.drafts or after.drafts):
+                await self._drafts.working.rename_fields(after.id, renames)
+            await self._drafts.follow(before, after, dropped, field_changes)
+
+    async def sync_indexes(self, collection: Collection) -> None:
+        """Make the record indexes of `collection` follow its definition (unique, text, automatic and
+        declared ones, each localized field's per locale; a view has none). Raises ValidationFailed
+        (duplicates under a new unique index)."""
         if collection.type == VIEW_TYPE:  # no records of its own
             return
         collection = replace(collection, locales=await self._catalog.locales())
@@ -278,7 +298,7 @@ class CollectionService:
         for collection in await self._catalog.all():
             if collection.localized_fields:
                 try:
-                    await self._sync_indexes(collection)
+                    await self.sync_indexes(collection)
                 except Exception:
                     log.exception("collection %s: the unique indexes of the new locales could not be made",
                                   collection.name)
@@ -294,18 +314,20 @@ class CollectionService:
             stored = await self._collections.get(collection_id)
             if stored is None:
                 return False
-            await self._sync_indexes(stored)
+            await self.sync_indexes(stored)
             again = await self._collections.get(collection_id)
             if again is None or again.version == stored.version:
                 return again is not None
         return True
 
-    async def _restore_indexes(self, collection_id: str) -> None:
+    async def restore_indexes(self, collection_id: str) -> None:
+        """After a failed change: the record indexes follow the stored definition again (a failure is
+        logged, not raised)."""
         stored = await self._collections.get(collection_id)
         if stored is None:
             return
         try:
-            await self._sync_indexes(stored)
+            await self.sync_indexes(stored)
         except Exception:
             log.exception("could not restore the record indexes of collection %s", collection_id)
 
@@ -328,15 +350,14 @@ class CollectionService:
                 f"Collection '{collection.name}' is referenced by relation fields: {', '.join(referrers)}"
             )
         await self._collections.delete(collection.id)
-        await self._drop_records(collection)
-        if self._drafts is not None:
-            await self._drafts.drop(collection.id)
+        await self.drop_records(collection)
+        await self.follow_drafts(collection, None)
         await self._events.emit([CollectionEvent(DELETE, collection)])
         log.info("collection %s (%s) deleted", collection.name, collection.id)
         await self._events.emit([AuditEvent("collection_deleted", user_id=principal.user_id,
                                             details={"collection_id": collection.id, "name": collection.name})])
 
-    async def _drop_records(self, collection: Collection) -> None:
+    async def drop_records(self, collection: Collection) -> None:
         """Once `collection`'s definition is gone: move the catalog epoch, then drop its records.
         The order `Catalog.exists` relies on (a create whose insert lands after the drop sees the
         moved epoch and looks the collection up). When Redis does not acknowledge the bump, the
@@ -354,20 +375,6 @@ class CollectionService:
         propagate (the next sweep goes on)."""
         return await sweep_orphans(self._records, self._collections, self._catalog, self._orphans_seen,
                                    confirm_after_s=confirm_after_s)
-
-    def _check_drafts(self, collection: Collection) -> None:
-        """A collection with drafts is a base collection whose fields do not take the names of the
-        draft keys of its records' JSON (`status`, `published_at`, ...). Raises ValidationFailed."""
-        if not collection.drafts:
-            return
-        if collection.type != "base" or self._drafts is None:
-            raise ValidationFailed("Only base collections have drafts",
-                                   errors={"drafts": ["Only base collections have drafts."]})
-        taken = [spec.name for spec in collection.fields if spec.name in DRAFT_KEYS]
-        if taken:
-            raise ValidationFailed("A collection with drafts reserves the field names " + ", ".join(DRAFT_KEYS),
-                                   errors={"schema": [f"{name}: the name is reserved in a collection with drafts"
-                                                      for name in taken]})
 
     def _forget(self) -> None:
         """After a change made here: this process's cached definitions go at once (the epoch bump

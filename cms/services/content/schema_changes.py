@@ -18,41 +18,39 @@ A field that becomes localized keeps each value as the default locale's (`{"en":
 being localized keeps the default locale's value (the other locales' values are dropped); a localized
 field that changes type converts each locale's value by the rules above (decisions.md, Localized fields).
 
-A value that does neither blocks the change, and so do converted values of a unique field that
-would collide (the text "12" and "12.0" both become the number 12) and values of a field that becomes
-a relation, or points to another collection, that name no record there. No value (null or absent) never
-blocks: a newly `required` field may keep records without a value. A newly `unique` field is left to
-the index sync, which refuses duplicates.
+A value that does neither blocks the change (unless the change may clear it: a schema apply with
+`allow_data_loss` clears the values of a converting field that do not convert), and so do converted
+values of a unique field that would collide (the text "12" and "12.0" both become the number 12) and
+values of a field that becomes a relation, or points to another collection, that name no record there.
+No value (null or absent) never blocks: a newly `required` field may keep records without a value. A
+newly `unique` field is left to the index sync, which refuses duplicates.
 
-The pure part (`field_changes`, `convert_value`, `ChangeCheck`, `convert_batch`) decides; the two
-coroutines read and write through the RecordRepository, a bounded batch at a time.
+The pure part (`field_changes`, `convert_value`, `convert_batch`) decides; `apply_schema_change` writes
+through the RecordRepository, a bounded batch at a time. The checks made before a change (stored values
+that block it) are in schema_checks.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 from marshmallow import ValidationError
 from marshmallow import fields as ma_fields
 
-from cms.errors import ValidationFailed
 from cms.models import Collection, FieldSpec
 from cms.services.content.csv_io import CellError, parse_cell, render_cell, unescape_formula
-from cms.services.content.fields import MULTI_TYPES, is_multi, record_field, to_json_value, value_list
+from cms.services.content.fields import MULTI_TYPES, is_multi, record_field, value_list
 from cms.store.records import RecordRepository
 
 log = logging.getLogger("cms.collections")
 
 BATCH_SIZE = 1000
 """Records read per batch and written per bulk write while checking or converting."""
-EXAMPLE_CHARS = 40
-"""Longest value shown as the example in a refusal message."""
 
 RecordValues = tuple[str, dict[str, Any]]
 """(record id, {field name: stored value}) for the fields a change touches."""
@@ -213,11 +211,12 @@ def _same(stored: Any, converted: Any) -> bool:
     return type(stored) is type(converted) and stored == converted
 
 
-def convert_batch(changes: Sequence[FieldChange], batch: Sequence[RecordValues]) -> tuple[
-        list[RecordUpdate], list[tuple[str, str, Any]]]:
+def convert_batch(changes: Sequence[FieldChange], batch: Sequence[RecordValues],
+                  clearing: frozenset[str] = frozenset()) -> tuple[list[RecordUpdate], list[tuple[str, str, Any]]]:
     """The updates that convert the values of one batch of records: per record that needs one,
     (record id, {field: new value}, [fields whose value becomes none]). Values that do not convert
-    are left as stored and returned as (field name, record id, value)."""
+    are cleared when their field is in `clearing`, else left as stored; either way they are returned
+    as (field name, record id, value)."""
     updates: list[RecordUpdate] = []
     refused: list[tuple[str, str, Any]] = []
     for record_id, values in batch:
@@ -231,6 +230,8 @@ def convert_batch(changes: Sequence[FieldChange], batch: Sequence[RecordValues])
                 converted = convert_value(change.old, change.new, stored, change.default_locale)
             except ValueRefused:
                 refused.append((change.name, record_id, stored))
+                if change.name in clearing:
+                    unset.append(change.name)
                 continue
             if converted is None:
                 unset.append(change.name)
@@ -239,132 +240,6 @@ def convert_batch(changes: Sequence[FieldChange], batch: Sequence[RecordValues])
         if set_values or unset:
             updates.append((record_id, set_values, unset))
     return updates, refused
-
-
-@dataclass
-class _Blockers:
-    count: int = 0
-    example: tuple[str, Any] | None = None
-
-    def add(self, record_id: str, value: Any) -> None:
-        self.count += 1
-        if self.example is None:
-            self.example = (record_id, value)
-
-
-@dataclass
-class ChangeCheck:
-    """Counts, over batches of records, the ones that block `changes`: values that do not convert,
-    and converted values of a unique field that would collide (12 and 12.0 are one number).
-
-    Memory: one example per field, plus the converted values of converting unique fields."""
-
-    changes: Sequence[FieldChange]
-    _refused: dict[str, _Blockers] = field(default_factory=dict)
-    _duplicates: dict[str, _Blockers] = field(default_factory=dict)
-    _seen: dict[str, set[Any]] = field(default_factory=dict)
-
-    def add(self, batch: Sequence[RecordValues]) -> list[tuple[FieldChange, str, Any]]:
-        """Check one batch of (record id, {field: stored value}). Returns the converted values
-        whose relation ids the caller must look up (`FieldChange.new_target`): (change, record id,
-        value); `refuse` those that name missing records."""
-        lookups: list[tuple[FieldChange, str, Any]] = []
-        for record_id, values in batch:
-            for change in self.changes:
-                stored = values.get(change.name)
-                if stored is None:
-                    continue
-                try:
-                    converted = convert_value(change.old, change.new, stored, change.default_locale)
-                except ValueRefused:
-                    self.refuse(change.name, record_id, stored)
-                    continue
-                if converted is None:
-                    continue
-                if change.converts and change.new.validation.unique:
-                    self._check_unique(change.name, record_id, converted)
-                if change.new_target is not None:
-                    lookups.append((change, record_id, converted))
-        return lookups
-
-    def refuse(self, name: str, record_id: str, value: Any) -> None:
-        """Count the value of field `name` in record `record_id` as blocking."""
-        self._refused.setdefault(name, _Blockers()).add(record_id, value)
-
-    def _check_unique(self, name: str, record_id: str, converted: Any) -> None:
-        # A unique index on a list field compares items, so every item must be new (per locale).
-        keys = ({(code, item) for code, held in converted.items() for item in value_list(held)}
-                if isinstance(converted, dict) else set(value_list(converted)))
-        seen = self._seen.setdefault(name, set())
-        if not keys.isdisjoint(seen):
-            self._duplicates.setdefault(name, _Blockers()).add(record_id, converted)
-        seen.update(keys)
-
-    def problems(self) -> list[str]:
-        """One message per blocked field, in schema order; empty when the change may go ahead."""
-        messages: list[str] = []
-        for change in self.changes:
-            refused = self._refused.get(change.name)
-            if refused is not None:
-                messages.append(f"{change.name}: {_records(refused.count)} values that cannot be converted to "
-                                f"{_describe(change.new)} ({_example(refused)})")
-            duplicates = self._duplicates.get(change.name)
-            if duplicates is not None:
-                messages.append(f"{change.name}: {_records(duplicates.count)} values that would duplicate "
-                                f"another record's once converted to {_describe(change.new)}, and the field "
-                                f"is unique ({_example(duplicates)})")
-        return messages
-
-
-def _records(count: int) -> str:
-    return "1 record holds" if count == 1 else f"{count} records hold"
-
-
-def _describe(spec: FieldSpec) -> str:
-    return f"{spec.type} (up to {spec.max_select} values)" if is_multi(spec) else spec.type
-
-
-def _example(blockers: _Blockers) -> str:
-    assert blockers.example is not None
-    record_id, value = blockers.example
-    text = json.dumps(to_json_value(value), ensure_ascii=False, separators=(",", ":"), default=str)
-    if len(text) > EXAMPLE_CHARS:
-        text = text[:EXAMPLE_CHARS - 1] + "…"
-    return f"e.g. record {record_id}: {text}"
-
-
-async def _check_targets(records: RecordRepository, check: ChangeCheck,
-                         lookups: Sequence[tuple[FieldChange, str, Any]]) -> None:
-    """Refuse the relation values among `lookups` that name no record of their new target."""
-    by_target: dict[str, list[tuple[FieldChange, str, Any]]] = {}
-    for lookup in lookups:
-        by_target.setdefault(str(lookup[0].new_target), []).append(lookup)
-    for target, items in by_target.items():
-        wanted = sorted({record_id for _, _, value in items for record_id in value_list(value)})
-        found = await records.existing_ids(target, wanted)
-        for change, record_id, value in items:
-            if not found.issuperset(value_list(value)):
-                check.refuse(change.name, record_id, value)
-
-
-async def check_schema_change(records: RecordRepository, current: Collection, changed: Collection) -> list[
-        FieldChange]:
-    """The field changes from `current` to `changed` (same collection id) once every stored value
-    converts or is accepted; reads the records BATCH_SIZE at a time, changes nothing.
-
-    Raises ValidationFailed (422) with `errors: {"schema": ["<field>: <n> records hold values that
-    cannot be converted to <type> (e.g. record <id>: <value>)", ...]}` otherwise."""
-    changes = field_changes(current, changed)
-    if not changes:
-        return []
-    check = ChangeCheck(changes)
-    async for batch in records.stream_field_values(current.id, changed_names(changes), batch_size=BATCH_SIZE):
-        lookups = await asyncio.to_thread(check.add, batch)  # marshmallow over 1,000 values: off the loop
-        await _check_targets(records, check, lookups)
-    problems = check.problems()
-    if problems:
-        raise ValidationFailed("Existing records hold values the new schema refuses", errors={"schema": problems})
-    return changes
 
 
 async def apply_schema_change(records: RecordRepository, collection_id: str, changes: Sequence[FieldChange]) -> int:

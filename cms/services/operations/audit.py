@@ -35,7 +35,7 @@ SEVERITIES: dict[str, str] = {
     "collection_updated": "info", "collection_deleted": "info", "api_key_created": "info",
     "api_key_revoked": "info", "setting_changed": "warning", "backup_created": "info",
     "backup_restored": "critical", "backup_deleted": "warning",
-    "backup_downloaded": "warning",
+    "backup_downloaded": "warning", "schema_applied": "warning",
     "mfa_enabled": "info", "mfa_disabled": "warning", "mfa_failed": "warning", "mfa_recovery_used": "warning",
     "record_publish_failed": "warning",
 }
