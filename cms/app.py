@@ -4,6 +4,7 @@ and cms.admin_ui."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,13 @@ from cms.api.routes import add_routes
 from cms.config import Config
 from cms.observability import tracing
 from cms.observability.recorder import Recorder
+from cms.services.content.schema_service import START_WAIT_S
+from cms.services.origin import RequestOrigin, origin_scope
 from cms.web.context import HTTP_STATS, SERVICES
+from cms.web.schema_snapshot import read_snapshot_file
 from cms.wiring import Services, open_services, recording
+
+log = logging.getLogger("cms")
 
 RECORDER = web.AppKey("recorder", Recorder)
 """The web app's recorder of dashboard figures and request log entries (tests flush it)."""
@@ -80,6 +86,7 @@ def _services_ctx(config: Config):  # type: ignore[no-untyped-def]
             app[SERVICES] = services
             if config.admin_email and config.admin_password:
                 await services.identity.registration.ensure_admin(config.admin_email, config.admin_password)
+            await settle_schema(services, config)
             yield
 
     return ctx
@@ -94,6 +101,21 @@ async def _index_sync_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         await sync.stop()
+
+
+async def settle_schema(services: Services, config: Config) -> None:
+    """Start-up (decisions.md, Schema as code): a schema apply cut short is undone or completed, then
+    `SCHEMA_FILE`, if set, is applied (refusing data loss unless SCHEMA_ALLOW_DATA_LOSS); replicas started
+    together take turns under the schema lock, and the later ones find nothing left to change. Raises
+    CmsError (a snapshot that is invalid or loses data not allowed: the start-up stops)."""
+    await services.schema.resume()
+    if config.schema_file is None:
+        return
+    wanted = read_snapshot_file(config.schema_file)
+    with origin_scope(RequestOrigin(user_agent="cms-serve SCHEMA_FILE")):
+        snapshot = await services.schema.apply(None, wanted, expected_hash=None,
+                                               allow_data_loss=config.schema_allow_data_loss, wait_s=START_WAIT_S)
+    log.info("SCHEMA_FILE %s applied: the schema's hash is %s", config.schema_file, snapshot["hash"])
 
 
 async def _realtime_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -1,10 +1,10 @@
-"""The `cms` command: `serve`, `worker`, `admin create`, `backup ...` (decisions.md, Running it).
+"""The `cms` command: `serve`, `worker`, `admin create`, `backup ...`, `schema ...` (decisions.md, Running it).
 
 `cms serve` with no MONGODB_URL / REDIS_URL starts SecantusDB and redis-server as child processes
 under `--data-dir` and runs the arq worker in-process; the children stop when serve stops.
 While serving embedded, the child URLs are kept in `<data-dir>/embedded.json` so that
 `cms admin create` and `cms backup` in another shell reach the same servers (cms.commands.environment).
-The `backup` command is in cms.commands.backup.
+The `backup` command is in cms.commands.backup, `schema` in cms.commands.schema.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from aiohttp import web
 
 from cms import __version__
 from cms.app import create_app, create_runner
+from cms.commands import schema as schema_command
 from cms.commands.backup import backup
 from cms.commands.environment import (
     command_config,
@@ -360,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
             sub.add_argument("--yes", action="store_true", help="do not ask for confirmation")
         sub.add_argument("--data-dir", default=None, help="default: $CMS_DATA_DIR or ./cms_data")
         sub.set_defaults(run=backup)
+    schema_command.add_parser(commands)
     return parser
 
 

@@ -135,6 +135,12 @@ class Config:
     admins with a suggested index (cms.services.content.slow_queries)."""
     backup_dir: Path | None = None
     """Where backups are written (`BACKUP_DIR`); None means `<data_dir>/backups` (see `backups_path`)."""
+    schema_file: Path | None = None
+    """A schema snapshot `cms serve` applies at start-up (`SCHEMA_FILE`; decisions.md, Schema as code), once
+    across replicas started together; None applies nothing."""
+    schema_allow_data_loss: bool = False
+    """Whether the start-up apply of `schema_file` may lose data (`SCHEMA_ALLOW_DATA_LOSS`, default false:
+    a snapshot that deletes or converts stored data stops the start-up)."""
 
     @property
     def backups_path(self) -> Path:
@@ -214,6 +220,8 @@ class Config:
             worker_max_jobs=worker.max_jobs,
             worker_poll_delay_s=worker.poll_delay_s,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
+            schema_file=Path(env["SCHEMA_FILE"]) if "SCHEMA_FILE" in env else None,
+            schema_allow_data_loss=_bool(env, "SCHEMA_ALLOW_DATA_LOSS", False),
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
             embedded_cold_page_records=_int(env, "EMBEDDED_COLD_PAGE_RECORDS", EMBEDDED_COLD_PAGE_RECORDS,
                                             1, 1_000_000_000),

@@ -1,15 +1,14 @@
 """`cms backup create|list|restore FILE|delete FILE` (decisions.md, Running it; spec: Backups):
-the backup service run from the command line, with its progress on stderr (`ProgressLine`)."""
+the backup service run from the command line, with its progress on stderr (`commands.progress.ProgressLine`)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
-import time
-from typing import Any
 
 from cms.commands.environment import command_config, running_embedded, servers
+from cms.commands.progress import ProgressLine
 from cms.config import Config
 from cms.logs import setup_logging
 from cms.services.origin import RequestOrigin, origin_scope
@@ -42,7 +41,7 @@ def backup(args: argparse.Namespace) -> int:
 
 
 async def _backup(config: Config, args: argparse.Namespace) -> int:
-    progress = ProgressLine(sys.stderr)
+    progress = ProgressLine(sys.stderr, PROGRESS_UNITS)
     async with open_services(config) as services:
         backups = services.backups
         if args.backup_command == "create":
@@ -63,41 +62,3 @@ async def _backup(config: Config, args: argparse.Namespace) -> int:
                 await backups.delete(None, args.filename)
             print(f"{args.filename} deleted")
     return 0
-
-
-class ProgressLine:
-    """Progress of a backup or restore on `stream` (stderr): on a terminal one line redrawn in
-    place (at most 10 times a second), otherwise a plain line per 10% of each stage.
-    Called as `progress(stage, done, total)` (see `cms.services.operations.backups.Progress`)."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self._tty = bool(getattr(stream, "isatty", lambda: False)())
-        self._stage = ""
-        self._step = -1
-        self._shown_at = 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        """Show that `done` of `total` steps of `stage` are finished (a line per stage; on a
-        terminal the line is redrawn at most every few tenths of a second)."""
-        if stage != self._stage:
-            self.finish()
-            self._stage, self._step, self._shown_at = stage, -1, 0.0
-        percent = min(100, done * 100 // total) if total else 0
-        text = f"{stage}: {done:,} of {total:,} {PROGRESS_UNITS.get(stage, '')} ({percent}%)"
-        if self._tty:
-            now = time.monotonic()
-            if now - self._shown_at >= 0.1 or done >= total:
-                self._shown_at = now
-                self._stream.write("\r" + text.ljust(72))
-                self._stream.flush()
-        elif percent // 10 != self._step:
-            self._step = percent // 10
-            print(text, file=self._stream, flush=True)
-
-    def finish(self) -> None:
-        """End the current stage's line (terminal only)."""
-        if self._tty and self._stage:
-            self._stream.write("\n")
-            self._stream.flush()
-        self._stage = ""

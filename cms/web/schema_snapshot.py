@@ -10,11 +10,13 @@ carries instead of instance state (relations name their target by `collection`; 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from marshmallow import Schema, fields, validate
 
 from cms.errors import ValidationFailed
+from cms.security.json_input import JsonInputError, decode_json
 from cms.services.content.schema_plan import WantedCollection
 from cms.services.content.schema_snapshot import FORMAT, INSTANCE_KEYS
 from cms.services.content.value_fields import StrictBoolean
@@ -86,3 +88,21 @@ def _field_list(schema: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(schema, list) or not all(isinstance(spec, dict) for spec in schema):
         raise ValidationFailed("Invalid schema", errors={"schema": ["Must be a list of field objects or {fields}."]})
     return tuple(schema)
+
+
+def read_snapshot_file(path: Path) -> list[WantedCollection]:
+    """The collections of the snapshot in file `path` (`cms schema diff|apply`, SCHEMA_FILE). Raises
+    ValidationFailed: the file cannot be read, is over MAX_SNAPSHOT_BYTES, is not JSON, or not a valid
+    snapshot (`load_snapshot`)."""
+    try:
+        with path.open("rb") as file:
+            raw = file.read(MAX_SNAPSHOT_BYTES + 1)
+    except OSError as exc:
+        raise ValidationFailed(f"Cannot read the snapshot {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_SNAPSHOT_BYTES:
+        raise ValidationFailed(f"The snapshot {path} is over {MAX_SNAPSHOT_BYTES:,} bytes")
+    try:
+        decoded = decode_json(raw)
+    except JsonInputError as exc:
+        raise ValidationFailed(f"The snapshot {path} is not JSON: {exc}") from None
+    return load_snapshot(decoded)

@@ -18,6 +18,7 @@ One change is `{"op": "create" | "update" | "delete", "collection": <name>, "fie
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -137,3 +138,41 @@ def _collection_changes(plan: CollectionPlan, before: dict[str, Any], after: dic
 def data_loss(changes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The changes of `changes` that lose stored data (`data_loss`), in order."""
     return [change for change in changes if change["data_loss"]]
+
+
+def differences(change: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """What a change makes differ, in words for a terminal or a table: (attribute, before, after) triples. A
+    created or deleted collection or field is one triple with attribute "" and a summary (type, number of
+    fields, relation target) on its side; an update lists each attribute that differs (dotted inside nested
+    ones: `validation.max`), values as JSON, `(none)` for an attribute one side lacks."""
+    before, after = change["from"], change["to"]
+    if change["op"] != UPDATE:
+        return [("", _summary(before, change["field"]) if before is not None else "",
+                 _summary(after, change["field"]) if after is not None else "")]
+    old, new = _flat(before), _flat(after)
+    keys = [k for k in dict.fromkeys([*old, *new]) if old.get(k, _ABSENT) != new.get(k, _ABSENT)]
+    return [(k, _text(old.get(k, _ABSENT)), _text(new.get(k, _ABSENT))) for k in keys]
+
+
+_ABSENT = object()
+
+
+def _summary(value: dict[str, Any], field_name: str | None) -> str:
+    if field_name is None:
+        return f"{value.get('type')} collection, {len(field_entries(value))} fields"
+    target = f" -> {value['collection']}" if value.get("collection") else ""
+    return f"{value.get('type')}{target}"
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as {dotted key: leaf}; anything else is one leaf under `prefix`."""
+    if not isinstance(value, dict) or not value:
+        return {prefix: value} if prefix else {}
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        flat.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def _text(value: Any) -> str:
+    return "(none)" if value is _ABSENT else json.dumps(value, ensure_ascii=False)

@@ -60,19 +60,20 @@ class SchemaService:
         self._deps = deps
         self._lock = lock
 
-    async def export(self, principal: Principal | None) -> dict[str, Any]:
+    async def export(self, principal: Principal | None, *, wait_s: float = 0.0) -> dict[str, Any]:
         """The instance's snapshot: `{"collections": [...], "format": 1, "hash"}`. Raises Forbidden, or
-        Conflict while an apply runs."""
+        Conflict while an apply runs (after waiting up to `wait_s` for it)."""
         require_admin_or_operator(principal)
-        await self._settle()
+        await self.resume(wait_s=wait_s)
         return snapshot(await self._deps.collections.list())
 
-    async def diff(self, principal: Principal | None, wanted: Sequence[WantedCollection]) -> dict[str, Any]:
+    async def diff(self, principal: Principal | None, wanted: Sequence[WantedCollection], *,
+                   wait_s: float = 0.0) -> dict[str, Any]:
         """`{"hash": <the instance's hash>, "changes": [...]}` for a snapshot holding `wanted`. Raises
         Forbidden, ValidationFailed (the snapshot cannot be applied: every problem listed), or Conflict
-        while an apply runs."""
+        while an apply runs (after waiting up to `wait_s` for it)."""
         require_admin_or_operator(principal)
-        await self._settle()
+        await self.resume(wait_s=wait_s)
         plan = await make_plan(self._deps.service, await self._deps.collections.list(), wanted)
         return {"hash": plan.current_hash, "changes": plan.changes}
 
@@ -106,17 +107,16 @@ class SchemaService:
         return await self._lock.run(APPLY, work, wait_s=wait_s)
 
     async def resume(self, *, wait_s: float = START_WAIT_S) -> bool:
-        """Undo or complete an apply cut short (start-up), waiting up to `wait_s` for the lock. Returns
-        whether there was one."""
+        """Undo or complete an apply cut short (start-up), waiting up to `wait_s` for the lock when there is
+        a journal (an apply running elsewhere, or one cut short whose lock has not expired yet). Returns
+        whether there was one to resume. Raises Conflict when the wait runs out."""
+        if await self._deps.journal.get() is None:
+            return False
+
         async def work() -> bool:
             return await self._resume_held()
 
         return await self._lock.run(APPLY, work, wait_s=wait_s)
-
-    async def _settle(self) -> None:
-        """Before a read: an apply cut short is resumed (Conflict when one runs in another process)."""
-        if await self._deps.journal.get() is not None:
-            await self.resume(wait_s=0.0)
 
     async def _resume_held(self) -> bool:
         """Holding the lock: undo (APPLYING) or complete (COMMITTED) the journal left, if any."""
