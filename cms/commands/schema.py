@@ -72,7 +72,7 @@ async def _schema(config: Config, args: argparse.Namespace) -> int:
                                                       allow_data_loss=args.allow_data_loss, progress=progress,
                                                       wait_s=LOCK_WAIT_S)
             progress.finish()
-            print(f"applied {len(diff['changes'])} changes; hash {applied['hash']}")
+            print(f"applied {_count(len(diff['changes']))}; hash {applied['hash']}")
             return 0
         except CmsError as exc:
             print_refusal(exc, sys.stderr)
@@ -98,8 +98,12 @@ def print_changes(changes: Sequence[dict[str, Any]], stream: TextIO) -> None:
         print(paint(change["op"], line) + (paint("loss", "  data loss") if change["data_loss"] else ""),
               file=stream)
     lossy = sum(1 for change in changes if change["data_loss"])
-    print(f"{len(changes)} changes" + (f", {lossy} losing data (apply needs --allow-data-loss)" if lossy else ""),
+    print(_count(len(changes)) + (f", {lossy} losing data (apply needs --allow-data-loss)" if lossy else ""),
           file=stream)
+
+
+def _count(changes: int) -> str:
+    return f"{changes} change" if changes == 1 else f"{changes} changes"
 
 
 def _target(change: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import pymongo
 from pymongo import DeleteMany, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, OperationFailure
@@ -35,6 +36,9 @@ from cms.store.record_queries import RecordQueries
 from cms.store.transactions import current_session
 
 TEXT_INDEX = "search_text"
+LONG_WRITE_TIMEOUT_S = 600
+"""Seconds one write over every record of a collection may take (a dropped field unset, a field renamed):
+the embedded server rewrites about 1,500 records a second, fewer on a busy machine."""
 
 
 class RecordRepository(RecordQueries):
@@ -201,17 +205,22 @@ class RecordRepository(RecordQueries):
             await self._mongo_coll(collection_id).update_many({"_id": {"$in": chunk}}, change)
 
     async def unset_fields(self, collection_id: str, names: Sequence[str]) -> None:
-        """Remove fields (dropped from the schema) from every record."""
+        """Remove fields (dropped from the schema) from every record: one `update_many`, allowed up to
+        LONG_WRITE_TIMEOUT_S (over every record of a large collection it outlasts the ordinary time-out)."""
         if names:
-            await self._mongo_coll(collection_id).update_many({}, {"$unset": {n: "" for n in names}})
+            with pymongo.timeout(LONG_WRITE_TIMEOUT_S):
+                await self._mongo_coll(collection_id).update_many({}, {"$unset": {n: "" for n in names}})
 
     async def rename_fields(self, collection_id: str, renames: Mapping[str, str]) -> None:
         """Move each record's value of field `old` to field `new` (`renames`: old -> new), in one
-        `update_many` with `$rename`; `updated` is not touched. Idempotent: a record without `old`
-        is left as it is."""
+        `update_many` with `$rename` (inside the open transaction, if any), allowed up to
+        LONG_WRITE_TIMEOUT_S; `updated` is not touched. Idempotent: a record without `old` is left as
+        it is (one holding both gets the value of `old`)."""
         if renames:
-            await self._mongo_coll(collection_id).update_many(
-                {"$or": [{old: {"$exists": True}} for old in renames]}, {"$rename": dict(renames)})
+            with pymongo.timeout(LONG_WRITE_TIMEOUT_S):
+                await self._mongo_coll(collection_id).update_many(
+                    {"$or": [{old: {"$exists": True}} for old in renames]}, {"$rename": dict(renames)},
+                    session=current_session())
 
     async def restore_field_values(
         self, collection_id: str, items: Sequence[tuple[str, datetime, dict[str, Any], Sequence[str]]]

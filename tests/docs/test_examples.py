@@ -107,6 +107,8 @@ def page_blocks(page: str) -> list[Block]:
     return code_blocks(page, (DOCS / page).read_text(encoding="utf-8"))
 
 
+OWN_TEST = {"concepts/schema-as-code.md": "tests/docs/test_schema_guide.py"}
+"""Pages whose examples need more than the one live server (three environments): run by their own test."""
 PAGES_WITH_EXAMPLES = [page for page in pages() if any(b.language in EXECUTED for b in page_blocks(page))]
 
 
@@ -215,7 +217,7 @@ def test_bash_is_there():
     assert shutil.which("bash") is not None and shutil.which("curl") is not None
 
 
-@pytest.mark.parametrize("page", PAGES_WITH_EXAMPLES)
+@pytest.mark.parametrize("page", [page for page in PAGES_WITH_EXAMPLES if page not in OWN_TEST])
 def test_page_examples_run(live, page, tmp_path):
     script = "\n".join(b.text for b in page_blocks(page) if b.language in EXECUTED)
     script = script.replace(DOCUMENTED_BASE, live.base)

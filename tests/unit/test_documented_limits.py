@@ -35,6 +35,7 @@ from cms.services.content import (
     slow_queries,
     slow_query_board,
 )
+from cms.services.content.schema_snapshot import FORMAT
 from cms.services.content.views import groups as view_groups
 from cms.services.delivery import webhook_outbox, webhook_sender, webhooks
 from cms.services.delivery.realtime import connections as realtime_connections
@@ -45,6 +46,7 @@ from cms.services.operations import audit, rate_limits
 from cms.services.operations.settings import SETTINGS_DEFAULTS, SETTINGS_RANGES, VERSION_CHECK_INTERVAL_S
 from cms.services.representation import record_view
 from cms.store import query_shapes, scan_line
+from cms.web import schema_snapshot
 from workers import liveness
 from workers import settings as worker_settings
 
@@ -147,6 +149,10 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     "embedded-cold-page-1000-records": (Config.__dataclass_fields__["embedded_cold_page_records"].default, 1_000),
     "envelope-250-ms-estimate-5-minutes-2-s": (
         (envelope.COLD_PAGE_BUDGET_MS, envelope.ESTIMATE_TTL_S, envelope.ESTIMATE_TIMEOUT_MS), (250, 5 * 60, 2_000)),
+    # docs/concepts/schema-as-code.md and api/conventions.md
+    "snapshot-8-mib-1000-collections": ((schema_snapshot.MAX_SNAPSHOT_BYTES, schema_snapshot.MAX_SNAPSHOT_COLLECTIONS),
+                                        (8 * MIB, 1_000)),
+    "snapshot-format-1": (FORMAT, 1),
 }
 
 

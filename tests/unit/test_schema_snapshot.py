@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation
-from cms.services.content.schema_snapshot import canonical_bytes, entries, snapshot, snapshot_hash
+from cms.services.content.schema_snapshot import entries, snapshot, snapshot_hash
+from cms.services.representation.schema import canonical_bytes
 
 INSTANCE_ATTRIBUTES = {"Collection.id", "Collection.created", "Collection.updated", "Collection.version"}
 """Attributes that are one instance's state, not schema: left out of the snapshot on purpose."""

@@ -21,7 +21,7 @@ Every problem is reported at once: ValidationFailed (422) with `errors` keyed `c
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cms.clock import new_id
@@ -30,7 +30,7 @@ from cms.models import Collection
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import NAME_PATTERN
 from cms.services.content.schema_diff import CollectionPlan, diff
-from cms.services.content.schema_snapshot import REFERENCES, entries, entry, snapshot_hash, swap_field_references
+from cms.services.content.schema_snapshot import REFERENCES, entries, snapshot_hash, swap_field_references
 
 RENAMED_FROM = "renamed_from"
 """The key of a snapshot field naming the stored field whose values it keeps."""
@@ -102,15 +102,17 @@ async def make_plan(service: CollectionService, current: Sequence[Collection],
         raise ValidationFailed("The snapshot cannot be applied", errors=errors)
     names_before = {c.id: c.name for c in current}
     names_after = {ids[item.name]: item.name for item in wanted}
-    changed = [p for p in plans if _differs(p, names_before, names_after)]
+    changed = [p for p in plans if _differs(p)]
     return Plan(tuple(changed), diff(changed, names_before, names_after), snapshot_hash(entries(current)))
 
 
-def _differs(plan: CollectionPlan, names_before: Mapping[str, str], names_after: Mapping[str, str]) -> bool:
-    """Whether the plan changes anything the snapshot shows (or renames a field)."""
+def _differs(plan: CollectionPlan) -> bool:
+    """Whether the plan changes anything the snapshot shows (or renames a field). Equal definitions, their
+    version and `updated` aside, show alike: relations of both point to the same ids, hence names."""
     if plan.before is None or plan.after is None or plan.renames:
         return True
-    return entry(plan.before, names_before) != entry(plan.after, names_after)
+    return replace(plan.before, version=0, updated=plan.before.created) != replace(
+        plan.after, version=0, updated=plan.before.created)
 
 
 def _merge(errors: dict[str, list[str]], where: str, exc: CmsError) -> None:

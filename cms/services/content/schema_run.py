@@ -4,14 +4,18 @@ never a mix, once the next process that takes the schema lock runs `resume`.
 
 The steps, in the order that keeps every failure undoable until the point of no return:
 
-1. APPLYING (undone by `undo` when a step fails, or when the journal is found in this state later):
-   fields renamed in the records (`$rename`, one `update_many` per collection), the record indexes of
-   every created or changed collection built or dropped (`CollectionService.sync_indexes`: a unique
-   index over duplicates fails here), then every definition stored or removed at once (one bulk
-   write, in one transaction where the server supports multi-document transactions, detected at start
-   (`Capabilities.transactions`); each changed collection only if still at the version the plan read).
-   The catalog epoch is moved right after, so every replica reads the new definitions at once.
-2. COMMITTED (only goes forward; `resume` completes it): stored values of converting fields rewritten
+1. APPLYING (undone by `undo` when a step fails, or when the journal is found in this state later): the
+   record indexes of every created or changed collection built or dropped (`CollectionService.sync_indexes`:
+   a unique index over duplicates fails here), then the renamed fields renamed in the records (`$rename`,
+   one `update_many` per collection) and every definition stored or removed (one bulk write; each changed
+   collection only if still at the version the plan read), both in one transaction where the server
+   supports multi-document transactions (detected at start, `Capabilities.transactions`): a process
+   killed meanwhile leaves neither, and no rename still running on the server can outlive the undo. A
+   server without transactions gets the renames first (and again in step 2, for the records written
+   under the old definitions meanwhile). The catalog epoch is moved right after, so every replica reads
+   the new definitions at once.
+2. COMMITTED (only goes forward; `resume` completes it): the renames again (a no-op but for records
+   written between the renames and the switch without a transaction), stored values of converting fields rewritten
    (`schema_changes.convert_batch`: converted, or cleared when `allow_data_loss`), a batch at a time, each
    batch's old values copied into the journal before it is written (`RewriteBatch`), and the
    collection's progress (the last record id) after it, so a rewrite cut short puts that batch back
@@ -36,7 +40,7 @@ from cms.services.caching.catalog import Catalog
 from cms.services.content.collections import CollectionService
 from cms.services.content.schema_changes import FieldChange, changed_names, convert_batch
 from cms.services.content.schema_diff import CollectionPlan
-from cms.services.content.schema_snapshot import entries, snapshot_hash
+from cms.services.content.schema_snapshot import snapshot
 from cms.services.delivery.events import CREATE, DELETE, UPDATE, AuditEvent, CollectionEvent, EventBus
 from cms.store.collections import CollectionRepository
 from cms.store.records import RecordRepository
@@ -90,9 +94,8 @@ async def forward(deps: RunDeps, journal: SchemaJournal, progress: Progress = no
     (`undo`: the journal is removed) and the error raised."""
     try:
         plans = plans_of(journal)
-        for plan in plans:
-            if plan.renames:
-                await deps.records.rename_fields(plan.collection_id, {old: new for new, old in plan.renames.items()})
+        if not deps.transactions.enabled:
+            await _rename(deps, plans)
         built = [plan.after for plan in plans if plan.after is not None]
         for done, collection in enumerate(built):
             progress("indexes", done, len(built))
@@ -106,6 +109,8 @@ async def forward(deps: RunDeps, journal: SchemaJournal, progress: Progress = no
         deleted = [plan.before.id for plan in plans if plan.before is not None and plan.after is None]
         expected = {plan.before.id: plan.before.version for plan in plans if plan.before is not None}
         async with deps.transactions.begin():
+            if deps.transactions.enabled:
+                await _rename(deps, plans)
             await deps.collections.write_all(built, deleted, expected=expected)
         await _switched(deps)
         await deps.journal.set_state(journal.token, COMMITTED)
@@ -115,6 +120,13 @@ async def forward(deps: RunDeps, journal: SchemaJournal, progress: Progress = no
         except Exception:  # the journal stays: the next process that takes the lock undoes it
             log.exception("schema apply %s could not be undone now; it will be at the next start", journal.token)
         raise
+
+
+async def _rename(deps: RunDeps, plans: Sequence[CollectionPlan]) -> None:
+    """Each plan's renamed fields renamed in the records (old -> new)."""
+    for plan in plans:
+        if plan.renames:
+            await deps.records.rename_fields(plan.collection_id, {old: new for new, old in plan.renames.items()})
 
 
 async def undo(deps: RunDeps, journal: SchemaJournal) -> None:
@@ -153,10 +165,11 @@ async def _switched(deps: RunDeps) -> None:
     await deps.catalog.move_epoch()
 
 
-async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_progress) -> str:
-    """Step 2 of a COMMITTED `journal` (module docstring), from wherever it stopped; returns the hash of the
-    instance's snapshot afterwards."""
+async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_progress) -> dict[str, Any]:
+    """Step 2 of a COMMITTED `journal` (module docstring), from wherever it stopped; returns the instance's
+    snapshot afterwards."""
     plans = plans_of(journal)
+    await _rename(deps, plans)  # records written under the old definitions between the rename and the switch
     if journal.pending is not None:
         pending = journal.pending
         await deps.records.restore_field_values(pending.collection_id, [
@@ -174,12 +187,12 @@ async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_
             await deps.service.drop_records(plan.before)
     events = [_event(plan) for plan in plans]
     await deps.events.emit(events)
-    new_hash = snapshot_hash(entries(await deps.collections.list()))
+    made = snapshot(await deps.collections.list())
     await deps.events.emit([AuditEvent("schema_applied", user_id=journal.user_id,
-                                       details={"changes": list(journal.changes), "hash": new_hash})])
+                                       details={"changes": list(journal.changes), "hash": made["hash"]})])
     await deps.journal.end(journal.token)
-    log.info("schema apply %s done: %d changes; hash %s", journal.token, len(journal.changes), new_hash)
-    return new_hash
+    log.info("schema apply %s done: %d changes; hash %s", journal.token, len(journal.changes), made["hash"])
+    return made
 
 
 def _event(plan: CollectionPlan) -> CollectionEvent:

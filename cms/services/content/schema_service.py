@@ -99,10 +99,10 @@ class SchemaService:
             plan = await make_plan(self._deps.service, current, wanted)
             if expected_hash is not None and expected_hash != plan.current_hash:
                 raise Conflict("The schema changed since the diff was made (its hash differs); diff again")
-            if plan.changes:
-                await self._check(plan, allow_data_loss)
-                await self._run(plan, allow_data_loss, user_id, progress)
-            return snapshot(await self._deps.collections.list())
+            if not plan.changes:
+                return snapshot(current)
+            await self._check(plan, allow_data_loss)
+            return await self._run(plan, allow_data_loss, user_id, progress)
 
         return await self._lock.run(APPLY, work, wait_s=wait_s)
 
@@ -151,14 +151,15 @@ class SchemaService:
         if errors:
             raise ValidationFailed("Existing records hold values the new schema refuses", errors=errors)
 
-    async def _run(self, plan: Plan, allow_data_loss: bool, user_id: str | None, progress: Progress) -> None:
+    async def _run(self, plan: Plan, allow_data_loss: bool, user_id: str | None,
+                   progress: Progress) -> dict[str, Any]:
         journal = journal_of(secrets.token_hex(8), self._deps.clock(), plan.collections, clearing=allow_data_loss,
                              changes=plan.changes, user_id=user_id)
         await self._deps.journal.begin(journal)
         log.info("schema apply %s: %d changes to %d collections", journal.token, len(plan.changes),
                  len(plan.collections))
         await forward(self._deps, journal, progress)
-        await finish(self._deps, journal, progress)
+        return await finish(self._deps, journal, progress)
 
     async def wait_idle(self) -> None:
         """Wait for an apply of this process whose caller went away (at shutdown)."""

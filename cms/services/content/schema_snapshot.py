@@ -15,13 +15,13 @@ state, not schema, a line in INSTANCE_KEYS). Pure: no I/O.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cms.models import Collection
 from cms.services.representation.content import collection as collection_json
+from cms.services.representation.schema import canonical_bytes
 
 FORMAT = 1
 """The snapshot format this service writes and reads."""
@@ -42,12 +42,6 @@ class Reference:
 
 REFERENCES = (Reference("collection_id", "collection", field_level=True),)
 """Every place a collection id appears in a collection's representation (a relation field's target)."""
-
-
-def canonical_bytes(value: Any) -> bytes:
-    """`value` (JSON-safe) as canonical JSON: keys sorted, no whitespace, UTF-8, no NaN."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode()
 
 
 def entry(collection: Collection, name_of: Mapping[str, str]) -> dict[str, Any]:

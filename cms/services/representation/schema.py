@@ -1,14 +1,14 @@
 """How schema snapshots and their diffs become JSON (decisions.md, Schema as code). The snapshot's bytes are
-canonical (`content.schema_snapshot.canonical_bytes`: the same schema gives the same bytes on any instance);
+canonical (`canonical_bytes`: the same schema gives the same bytes on any instance);
 these shapes are what /openapi.json documents of them."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from marshmallow import fields
 
-from cms.services.content.schema_snapshot import canonical_bytes
 from cms.services.representation.base import Representation
 
 SNAPSHOT_ENTRY_DOC = ("A collection as `GET /collections/{id}` shows it, without `id`, `created` and `updated`; "
@@ -43,6 +43,13 @@ class SchemaDiffSchema(Representation):
 
     hash = fields.String(metadata={"description": "The instance's current hash: send it to apply"})
     changes = fields.List(fields.Nested(SchemaChangeSchema))
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """`value` (JSON-safe) as canonical JSON: keys sorted, no whitespace, UTF-8, no NaN (the bytes a snapshot's
+    hash is taken of, and the body of `GET /schema`)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
 
 
 def snapshot_bytes(snapshot: dict[str, Any]) -> bytes:
