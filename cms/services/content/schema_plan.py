@@ -3,9 +3,11 @@ checked as a whole before anything is written.
 
 A snapshot's collections are matched with the instance's by name (case-insensitively: collection names
 are unique so); one the instance lacks is created (its id chosen here), one the snapshot lacks is deleted.
-Each wanted collection is built and checked by the collection service's own builders
-(`CollectionService.new_definition` / `changed_definition`: names, types, schema, switches, rules, declared
-indexes), so a snapshot accepts exactly what the collections API accepts. Besides, the plan refuses:
+Each wanted collection is built and checked by the collection service's own builder
+(`CollectionService.new_definition`: names, types, schema, switches, rules, declared indexes, versions), as
+the body of a create: a snapshot accepts exactly what the collections API accepts, and a collection of a
+snapshot is its whole definition (what it leaves out takes a create's default). A stored collection keeps
+its id and creation time. Besides, the plan refuses:
 
 - two collections of one name, a type change (base <-> auth: delete and create instead);
 - a relation (`collection` of a field) to a collection the snapshot does not define, naming it (the
@@ -40,9 +42,9 @@ RENAMED_FROM = "renamed_from"
 class WantedCollection:
     """One collection of a snapshot as the web layer loaded it (`cms.web.schema_snapshot`): `schema` the
     field entries (relations naming their target by `collection`; `renamed_from` allowed), `rules` the
-    `<action>_rule`s given, `options` every other attribute given, as keyword arguments of
-    `CollectionService.new_definition` and `changed_definition` (indexes, otp_enabled, ...; an attribute
-    left out takes its default on a create and is kept on an update)."""
+    `<action>_rule`s given, `options` every other attribute, as keyword arguments of
+    `CollectionService.new_definition` (indexes, otp_enabled, versions, ...; an attribute left out takes
+    a create's default)."""
 
     name: str
     type: str
@@ -83,16 +85,15 @@ async def make_plan(service: CollectionService, current: Sequence[Collection],
         match = stored.get(item.name.lower())
         try:
             schema, renames = _resolve_fields(item, ids, match)
-            if match is None:
-                after = await service.new_definition(item.name, item.type, list(schema), rules=dict(item.rules),
-                                                     collection_id=ids[item.name], **item.options)
-                plans.append(CollectionPlan(None, after))
-            elif match.type != item.type:
+            if match is not None and match.type != item.type:
                 raise ValidationFailed(f"{where}: the type cannot change", errors={"type": [
                     f"Stored as {match.type}; a collection's type cannot change (delete it and create it)."]})
+            after = await service.new_definition(item.name, item.type, list(schema), rules=dict(item.rules),
+                                                 collection_id=ids[item.name], **item.options)
+            if match is None:
+                plans.append(CollectionPlan(None, after))
             else:
-                after = service.changed_definition(match, name=item.name, schema=list(schema),
-                                                   rules=dict(item.rules), **item.options)
+                after = replace(after, created=match.created, version=match.version + 1)
                 plans.append(CollectionPlan(match, after, renames))
         except CmsError as exc:
             _merge(errors, where, exc)

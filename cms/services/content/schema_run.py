@@ -20,7 +20,8 @@ The steps, in the order that keeps every failure undoable until the point of no 
    batch's old values copied into the journal before it is written (`RewriteBatch`), and the
    collection's progress (the last record id) after it, so a rewrite cut short puts that batch back
    and resumes after the last finished one; then dropped fields unset and deleted collections' records
-   dropped; then the collection events (one batch: one epoch bump, the subscribers' clean-ups) and the
+   dropped, the record indexes synced again (one replica's start-up index sync may have read the old
+   definitions meanwhile); then the collection events (one batch: one epoch bump, the subscribers' clean-ups) and the
    `schema_applied` audit entry; then the journal is removed.
 """
 
@@ -185,6 +186,11 @@ async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_
     for plan in plans:
         if plan.before is not None and plan.after is None:
             await deps.service.drop_records(plan.before)
+        elif plan.after is not None:  # a start-up index sync racing step 1 read the old definition
+            try:
+                await deps.service.resync_indexes(plan.after.id)
+            except ValidationFailed as exc:  # duplicates written since step 1 built the index
+                log.warning("collection %s: its record indexes could not follow the apply: %s", plan.name, exc.detail)
     events = [_event(plan) for plan in plans]
     await deps.events.emit(events)
     made = snapshot(await deps.collections.list())

@@ -646,6 +646,58 @@ class ResetPassword(TypedDict, closed=True):
     token: str
 
 
+class SchemaApply(TypedDict, closed=True):
+    allow_data_loss: NotRequired[bool]
+    """
+    Accept the changes the diff marks `data_loss` (deleted collections and fields, converted types: values that do not convert are cleared)
+    """
+    hash: str
+    """
+    The hash `POST /schema/diff` answered (the instance's schema the diff was made against)
+    """
+    snapshot: dict[str, Any]
+    """
+    The snapshot to apply (`GET /schema`'s shape)
+    """
+
+
+SchemaChange = TypedDict(
+    'SchemaChange',
+    {
+        'collection': str,
+        'data_loss': bool,
+        'field': str | None,
+        'from': Any | None,
+        'op': Literal['create', 'update', 'delete'],
+        'to': Any | None,
+    },
+    closed=True,
+)
+
+
+class SchemaDiff(TypedDict, closed=True):
+    changes: list[SchemaChange]
+    hash: str
+    """
+    The instance's current hash: send it to apply
+    """
+
+
+class SchemaSnapshot(TypedDict, closed=True):
+    collections: list[dict[str, Any]]
+    """
+    A collection as `GET /collections/{id}` shows it, without `id`, `created` and `updated`; a relation field names its target by `collection` (a name) instead of `collection_id`. In a snapshot sent to diff or apply, a field may carry `renamed_from`: the stored field whose values it keeps
+    """
+    format: int
+    """
+    The snapshot format: 1
+    """
+    hash: str
+    """
+    SHA-256 (hex) of the canonical JSON of {collections, format}
+    """
+
+
 class Session(TypedDict, closed=True):
     created: str
     current: bool
@@ -706,6 +758,18 @@ class SlowQuery(TypedDict, closed=True):
     suggested_index: IndexDeclaration | dict[str, Any]
     """
     the declared index that would serve the query (ESR rule); null when an index already does or none can
+    """
+
+
+class Snapshot(TypedDict, closed=True):
+    collections: list[dict[str, Any]]
+    """
+    Collections as `GET /schema` shows them
+    """
+    format: Literal[1]
+    hash: NotRequired[str | None]
+    """
+    Ignored (the hash of the instance it was exported from)
     """
 
 
