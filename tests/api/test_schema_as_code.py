@@ -280,3 +280,23 @@ async def test_a_unique_index_over_duplicates_undoes_the_whole_apply(client: Cli
     assert any(key.startswith("collections.second") for key in body["errors"]), body
     after_raw, _ = await export(client, admin_token)
     assert after_raw == before_raw  # the rename and the new collection are undone too
+
+
+async def test_a_field_becoming_localized_keeps_its_values_under_the_default_locale(
+        client: Client, admin_token: str) -> None:
+    response = await client.post("/api/v1/settings", headers=bearer(admin_token), json={
+        "key": "locales", "value": json.dumps([{"code": "de"}, {"code": "en", "fallback": "de"}])})
+    assert response.status == 200, await response.text()
+    await create_collection(client, admin_token, "pages", [{"name": "title", "type": "text"}])
+    page = await create_record(client, admin_token, "pages", {"title": "Hallo"})
+    _, snapshot = await export(client, admin_token)
+    field_of(collection_of(snapshot, "pages"), "title")["localized"] = True
+    changes = (await diff(client, admin_token, snapshot))["changes"]
+    assert [(c["field"], c["from"]["localized"], c["to"]["localized"], c["data_loss"]) for c in changes] == [
+        ("title", False, True, False)]  # every value is kept: no data loss
+    await applied(client, admin_token, snapshot)
+    response = await client.get(records_path("pages", page["id"]), headers=bearer(admin_token),
+                                params={"locale": "*"})
+    assert (await response.json())["title"] == {"de": "Hallo"}
+    field_of(collection_of(snapshot, "pages"), "title")["localized"] = False  # back: other locales would go
+    assert [c["data_loss"] for c in (await diff(client, admin_token, snapshot))["changes"]] == [True]

@@ -11,9 +11,9 @@ One change is `{"op": "create" | "update" | "delete", "collection": <name>, "fie
   fields changed), then one per field created, changed (a field renamed with `renamed_from` is a change
   of the field under its new name, `from` showing the old name) or deleted, in the new schema's order,
   deleted ones last;
-- `data_loss` is true for a deleted field and for a field whose stored values must be rewritten (its type
-  or whether it holds a list changes: `schema_changes.FieldChange.converts`): values that do not convert
-  losslessly are cleared, which `allow_data_loss` must accept.
+- `data_loss` is true for a deleted field and for a field whose stored values may not all survive
+  (`loses_data`: its type or whether it holds a list changes, or it stops being localized): values that
+  do not convert losslessly are cleared, which `allow_data_loss` must accept.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cms.models import Collection
+from cms.services.content.fields import is_multi
 from cms.services.content.schema_changes import FieldChange, field_changes
 from cms.services.content.schema_snapshot import entry, field_entries
 
@@ -119,7 +120,7 @@ def _collection_changes(plan: CollectionPlan, before: dict[str, Any], after: dic
         new[FIELD_ORDER] = [f["name"] for f in new_fields]
     if old or new:
         changes.append(_change(UPDATE, name, None, old, new, False))
-    converting = {c.name for c in plan.field_changes() if c.converts}
+    converting = {c.name for c in plan.field_changes() if loses_data(c)}
     matched: set[str] = set()
     for spec in new_fields:
         source = plan.renames.get(spec["name"], spec["name"])
@@ -133,6 +134,14 @@ def _collection_changes(plan: CollectionPlan, before: dict[str, Any], after: dic
     changes += [_change(DELETE, name, old_name, spec, None, True)
                 for old_name, spec in old_fields.items() if old_name not in matched]
     return changes
+
+
+def loses_data(change: FieldChange) -> bool:
+    """Whether a field change may lose stored values: its type or whether it holds a list changes (values
+    are converted, those that do not are cleared), or it stops being localized (only the default
+    locale's value is kept). A field that becomes localized keeps each value (as the default locale's)."""
+    return (change.old.type != change.new.type or is_multi(change.old) != is_multi(change.new)
+            or (change.old.localized and not change.new.localized))
 
 
 def data_loss(changes: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from cms.clock import new_id
 from cms.errors import CmsError, ValidationFailed
-from cms.models import Collection
+from cms.models import DEFAULT_LOCALES, Collection
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import NAME_PATTERN
 from cms.services.content.schema_diff import CollectionPlan, diff
@@ -93,7 +93,7 @@ async def make_plan(service: CollectionService, current: Sequence[Collection],
             if match is None:
                 plans.append(CollectionPlan(None, after))
             else:
-                after = replace(after, created=match.created, version=match.version + 1)
+                after = replace(after, created=match.created, version=match.version + 1, locales=match.locales)
                 plans.append(CollectionPlan(match, after, renames))
         except CmsError as exc:
             _merge(errors, where, exc)
@@ -109,11 +109,12 @@ async def make_plan(service: CollectionService, current: Sequence[Collection],
 
 def _differs(plan: CollectionPlan) -> bool:
     """Whether the plan changes anything the snapshot shows (or renames a field). Equal definitions, their
-    version and `updated` aside, show alike: relations of both point to the same ids, hence names."""
+    version, `updated` and the locales they were read with aside, show alike: relations of both point to
+    the same ids, hence names."""
     if plan.before is None or plan.after is None or plan.renames:
         return True
-    return replace(plan.before, version=0, updated=plan.before.created) != replace(
-        plan.after, version=0, updated=plan.before.created)
+    return replace(plan.before, version=0, updated=plan.before.created, locales=DEFAULT_LOCALES) != replace(
+        plan.after, version=0, updated=plan.before.created, locales=DEFAULT_LOCALES)
 
 
 def _merge(errors: dict[str, list[str]], where: str, exc: CmsError) -> None:

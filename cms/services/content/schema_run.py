@@ -36,7 +36,7 @@ from typing import Any
 
 from cms.clock import Clock
 from cms.errors import AlreadyExists, ValidationFailed
-from cms.models import Collection, RewriteBatch, SchemaJournal
+from cms.models import DEFAULT_LOCALES, Collection, Locales, RewriteBatch, SchemaJournal
 from cms.services.caching.catalog import Catalog
 from cms.services.content.collections import CollectionService
 from cms.services.content.schema_changes import FieldChange, changed_names, convert_batch
@@ -79,10 +79,11 @@ class RunDeps:
     clock: Clock
 
 
-def plans_of(journal: SchemaJournal) -> list[CollectionPlan]:
-    """The collection plans a journal records, by collection id."""
-    before = {c.id: c for c in journal.before}
-    after = {c.id: c for c in journal.after}
+def plans_of(journal: SchemaJournal, locales: Locales = DEFAULT_LOCALES) -> list[CollectionPlan]:
+    """The collection plans a journal records, by collection id, the definitions carrying `locales` (the
+    setting a value that becomes localized is stored under the default locale of)."""
+    before = {c.id: replace(c, locales=locales) for c in journal.before}
+    after = {c.id: replace(c, locales=locales) for c in journal.after}
     renames: dict[str, dict[str, str]] = {}
     for collection_id, old, new in journal.renames:
         renames.setdefault(collection_id, {})[new] = old
@@ -169,7 +170,7 @@ async def _switched(deps: RunDeps) -> None:
 async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_progress) -> dict[str, Any]:
     """Step 2 of a COMMITTED `journal` (module docstring), from wherever it stopped; returns the instance's
     snapshot afterwards."""
-    plans = plans_of(journal)
+    plans = plans_of(journal, await deps.catalog.locales())
     await _rename(deps, plans)  # records written under the old definitions between the rename and the switch
     if journal.pending is not None:
         pending = journal.pending
@@ -193,7 +194,7 @@ async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_
                 log.warning("collection %s: its record indexes could not follow the apply: %s", plan.name, exc.detail)
     events = [_event(plan) for plan in plans]
     await deps.events.emit(events)
-    made = snapshot(await deps.collections.list())
+    made = snapshot(await deps.catalog.all())
     await deps.events.emit([AuditEvent("schema_applied", user_id=journal.user_id,
                                        details={"changes": list(journal.changes), "hash": made["hash"]})])
     await deps.journal.end(journal.token)

@@ -26,7 +26,7 @@ from cms.errors import Conflict, ValidationFailed
 from cms.models import Principal
 from cms.services.access import require_admin_or_operator
 from cms.services.content.schema_checks import check_field_changes
-from cms.services.content.schema_diff import data_loss
+from cms.services.content.schema_diff import data_loss, loses_data
 from cms.services.content.schema_plan import Plan, WantedCollection, make_plan
 from cms.services.content.schema_run import (
     COMMITTED,
@@ -65,7 +65,7 @@ class SchemaService:
         Conflict while an apply runs (after waiting up to `wait_s` for it)."""
         require_admin_or_operator(principal)
         await self.resume(wait_s=wait_s)
-        return snapshot(await self._deps.collections.list())
+        return snapshot(await self._deps.catalog.all())
 
     async def diff(self, principal: Principal | None, wanted: Sequence[WantedCollection], *,
                    wait_s: float = 0.0) -> dict[str, Any]:
@@ -74,7 +74,7 @@ class SchemaService:
         while an apply runs (after waiting up to `wait_s` for it)."""
         require_admin_or_operator(principal)
         await self.resume(wait_s=wait_s)
-        plan = await make_plan(self._deps.service, await self._deps.collections.list(), wanted)
+        plan = await make_plan(self._deps.service, await self._deps.catalog.all(), wanted)
         return {"hash": plan.current_hash, "changes": plan.changes}
 
     async def apply(self, principal: Principal | None, wanted: Sequence[WantedCollection], *,
@@ -95,7 +95,7 @@ class SchemaService:
 
         async def work() -> dict[str, Any]:
             await self._resume_held()
-            current = await self._deps.collections.list()
+            current = await self._deps.catalog.all()
             plan = await make_plan(self._deps.service, current, wanted)
             if expected_hash is not None and expected_hash != plan.current_hash:
                 raise Conflict("The schema changed since the diff was made (its hash differs); diff again")
@@ -143,7 +143,7 @@ class SchemaService:
             changes = collection.field_changes()
             if not changes:
                 continue
-            clearing = frozenset(c.name for c in changes if c.converts) if allow_data_loss else frozenset()
+            clearing = frozenset(c.name for c in changes if loses_data(c)) if allow_data_loss else frozenset()
             check = await check_field_changes(self._deps.records, collection.collection_id, changes,
                                               clearing=clearing, stored_names=dict(collection.renames))
             if check.problems():
