@@ -24,7 +24,7 @@ DECISIONS_SEVERITIES = {
     "otp_failed": "warning", "rate_limited": "warning", "collection_created": "info",
     "collection_updated": "info", "collection_deleted": "info", "api_key_created": "info",
     "api_key_revoked": "info", "setting_changed": "warning", "backup_created": "info",
-    "backup_restored": "critical", "backup_deleted": "warning",
+    "backup_restored": "critical", "backup_deleted": "warning", "schema_applied": "warning",
 }
 # issue 14: the two-factor steps
 TWO_FACTOR_SEVERITIES = {"mfa_enabled": "info", "mfa_disabled": "warning", "mfa_failed": "warning",

@@ -300,3 +300,26 @@ async def test_a_field_becoming_localized_keeps_its_values_under_the_default_loc
     assert (await response.json())["title"] == {"de": "Hallo"}
     field_of(collection_of(snapshot, "pages"), "title")["localized"] = False  # back: other locales would go
     assert [c["data_loss"] for c in (await diff(client, admin_token, snapshot))["changes"]] == [True]
+
+
+async def test_without_transactions_a_rename_keeps_the_values(aiohttp_client: Any, config: Config,
+                                                              clock: MovableClock) -> None:
+    """A server without multi-document transactions (forced): the renames run before the switch, and again
+    after it."""
+    async with open_services(config, clock=clock, use_transactions=False) as services:
+        assert services.records.repository.capabilities.transactions is False
+        served: Client = await aiohttp_client(create_app(config, services=services))
+        await services.identity.registration.create_admin(ADMIN_EMAIL, ADMIN_PASSWORD)
+        token = str((await login(served, ADMIN_EMAIL, ADMIN_PASSWORD))["token"]["access_token"])
+        await create_collection(served, token, "notes", [{"name": "body", "type": "text"}])
+        note = await create_record(served, token, "notes", {"body": "kept"})
+        _, snapshot = await export(served, token)
+        field_of(collection_of(snapshot, "notes"), "body").update(name="text", renamed_from="body")
+        await applied(served, token, snapshot)
+        response = await served.get(records_path("notes", note["id"]), headers=bearer(token))
+        assert (await response.json())["text"] == "kept"
+        assert (await diff(served, token, snapshot))["changes"] == []
+    assert config.mongodb_url
+    mongo = open_client(config.mongodb_url)
+    await mongo.drop_database(config.mongodb_db)
+    await mongo.close()

@@ -14,8 +14,8 @@ The steps, in the order that keeps every failure undoable until the point of no 
    server without transactions gets the renames first (and again in step 2, for the records written
    under the old definitions meanwhile). The catalog epoch is moved right after, so every replica reads
    the new definitions at once.
-2. COMMITTED (only goes forward; `resume` completes it): the renames again (a no-op but for records
-   written between the renames and the switch without a transaction), stored values of converting fields rewritten
+2. COMMITTED (only goes forward; `resume` completes it): without transactions, the renames again (for
+   records written between the renames and the switch), stored values of converting fields rewritten
    (`schema_changes.convert_batch`: converted, or cleared when `allow_data_loss`), a batch at a time, each
    batch's old values copied into the journal before it is written (`RewriteBatch`), and the
    collection's progress (the last record id) after it, so a rewrite cut short puts that batch back
@@ -171,7 +171,8 @@ async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_
     """Step 2 of a COMMITTED `journal` (module docstring), from wherever it stopped; returns the instance's
     snapshot afterwards."""
     plans = plans_of(journal, await deps.catalog.locales())
-    await _rename(deps, plans)  # records written under the old definitions between the rename and the switch
+    if not deps.transactions.enabled:  # records written under the old definitions between rename and switch
+        await _rename(deps, plans)
     if journal.pending is not None:
         pending = journal.pending
         await deps.records.restore_field_values(pending.collection_id, [
