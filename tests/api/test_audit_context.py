@@ -214,6 +214,14 @@ async def backup_downloaded(env: Env) -> str | None:
     return await _backup_then(env, "GET", "", 200)
 
 
+async def schema_applied(env: Env) -> str | None:
+    snapshot = await call(env.client, "GET", "/api/v1/schema", 200, env.admin_token)
+    snapshot["collections"].append({"name": "audited", "type": "base", "schema": {"fields": []}})
+    diff = await call(env.client, "POST", "/api/v1/schema/diff", 200, env.admin_token, **snapshot)
+    await call(env.agent, "POST", "/api/v1/schema/apply", 200, env.admin_token, hash=diff["hash"], snapshot=snapshot)
+    return env.admin_id
+
+
 async def _two_factor_user(env: Env) -> tuple[str, list[str]]:
     """EMAIL of the admin table with 2FA turned on through `agent`: (user id, recovery codes)."""
     await env.services.settings.set("mfa_enabled", True)
@@ -273,7 +281,7 @@ ONE_PER_TYPE: tuple[Scenario, ...] = (
     password_reset_completed, password_changed, session_revoked, refresh_token_reuse, otp_failed,
     collection_created, collection_updated, collection_deleted, api_key_created, api_key_revoked, setting_changed,
     backup_created, backup_restored, backup_deleted, backup_downloaded, mfa_enabled, mfa_disabled, mfa_failed,
-    mfa_recovery_used, record_publish_failed,
+    mfa_recovery_used, record_publish_failed, schema_applied,
 )
 """Each named after the event type it provokes."""
 SCENARIOS: dict[str, tuple[str, Scenario]] = {
