@@ -323,3 +323,56 @@ async def test_without_transactions_a_rename_keeps_the_values(aiohttp_client: An
     mongo = open_client(config.mongodb_url)
     await mongo.drop_database(config.mongodb_db)
     await mongo.close()
+
+
+INVOICES: list[dict[str, Any]] = [{"name": "status", "type": "select", "values": ["open", "paid"]},
+                                  {"name": "amount", "type": "number"}]
+TOTALS = {"name": "invoice_totals", "type": "view", "list_rule": "", "view_rule": "",
+          "view": {"source": "invoices", "group_by": "status", "aggregates": "count(),sum(amount)"}}
+
+
+async def test_a_view_moves_with_its_source_and_reads_the_new_instance(
+        client: Client, admin_token: str, other: tuple[Client, str]) -> None:
+    await create_collection(client, admin_token, "invoices", INVOICES)
+    response = await client.post("/api/v1/collections", headers=bearer(admin_token), json=TOTALS)
+    assert response.status == 201, await response.text()
+    raw, snapshot = await export(client, admin_token)
+    totals = collection_of(snapshot, "invoice_totals")
+    assert totals["view"]["source"] == "invoices" and totals["schema"]["fields"]  # its fields, for reading
+    second, second_token = other
+    changes = (await diff(second, second_token, snapshot))["changes"]
+    assert [(c["op"], c["collection"]) for c in changes] == [("create", "invoice_totals"), ("create", "invoices")]
+    await applied(second, second_token, snapshot)
+    assert (await export(second, second_token))[0] == raw
+    for amount, status in ((5, "open"), (7, "open"), (1, "paid")):
+        await create_record(second, second_token, "invoices", {"amount": amount, "status": status})
+    response = await second.get(records_path("invoice_totals"), headers=bearer(second_token))
+    groups = {item["status"]: (item["count"], item["sum_amount"]) for item in (await response.json())["items"]}
+    assert groups == {"open": (2, 12), "paid": (1, 1)}
+    # a source the view reads cannot go (nor change what the view reads): 422 naming the view
+    snapshot["collections"] = [c for c in snapshot["collections"] if c["name"] != "invoices"]
+    response = await second.post(SCHEMA + "/diff", headers=bearer(second_token), json=snapshot)
+    body = await error_of(response, 422, "validation_error")
+    assert body["errors"] == {"collections.invoice_totals.view.source": [
+        "A view over collection 'invoices', which the snapshot does not define."]}
+
+
+async def test_a_rename_in_a_collection_with_drafts_renames_the_working_copies(
+        client: Client, admin_token: str) -> None:
+    await create_collection(client, admin_token, "articles", [{"name": "title", "type": "text"}], drafts=True)
+    article = await create_record(client, admin_token, "articles", {"title": "Hello"})
+    response = await client.post(records_path("articles", article["id"]) + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    response = await client.patch(records_path("articles", article["id"]), headers=bearer(admin_token),
+                                  json={"data": {"title": "Hello again"}})
+    assert response.status == 200, await response.text()
+    _, snapshot = await export(client, admin_token)
+    assert collection_of(snapshot, "articles")["drafts"] is True
+    field_of(collection_of(snapshot, "articles"), "title").update(name="headline", renamed_from="title")
+    await applied(client, admin_token, snapshot)
+    response = await client.get(records_path("articles", article["id"]), headers=bearer(admin_token))
+    assert (await response.json())["headline"] == "Hello"  # the published copy
+    response = await client.get(records_path("articles", article["id"]), headers=bearer(admin_token),
+                                params={"draft": "true"})
+    working = await response.json()
+    assert working["headline"] == "Hello again" and "title" not in working  # the working copy followed

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cms.models import AccessRules, Collection, FieldSpec, IndexDeclaration, Validation
+from cms.models import VIEW_TYPE, AccessRules, Collection, FieldSpec, IndexDeclaration, Validation, ViewDefinition
 from cms.services.content.schema_snapshot import entries, snapshot, snapshot_hash
 from cms.services.representation.schema import canonical_bytes
 
@@ -38,6 +38,11 @@ SUBJECT = Collection(
                       delete_rule=None, email_view_rule=""),
     indexes=(IndexDeclaration(fields=("title", "-created"), unique=True),),
 )
+
+
+VIEW = Collection(id="view-id", name="daily", type=VIEW_TYPE, created=NOW, updated=NOW,
+                  fields=(FieldSpec(name="count", type="number"),),
+                  view=ViewDefinition(source="posts", filter="title != ''", group_by="tags", aggregates="count()"))
 
 
 def mutated(value: Any, hint: Any) -> Any:
@@ -91,6 +96,17 @@ def test_every_attribute_of_a_collection_is_in_the_snapshot() -> None:
     missing = sorted(path for path, seen in shown.items() if not seen and path not in INSTANCE_ATTRIBUTES)
     assert missing == [], f"attributes left out of the schema snapshot: {missing}"
     assert all(not shown[path] for path in INSTANCE_ATTRIBUTES if path != "Collection.id"), shown
+
+
+def test_every_attribute_of_a_view_is_in_the_snapshot() -> None:
+    base = snapshot([SUBJECT, TARGET, VIEW])["hash"]
+    assert VIEW.view is not None
+    missing = [name for name in ("source", "filter", "group_by", "aggregates") if snapshot([
+        SUBJECT, TARGET, dataclasses.replace(VIEW, view=dataclasses.replace(VIEW.view, **{
+            name: getattr(VIEW.view, name) + "x"}))])["hash"] == base]
+    assert missing == [], f"view attributes left out of the schema snapshot: {missing}"
+    (daily,) = [e for e in entries([SUBJECT, TARGET, VIEW]) if e["name"] == "daily"]
+    assert daily["view"]["source"] == "posts"  # by name, as stored
 
 
 def test_instance_state_is_not_in_the_snapshot() -> None:

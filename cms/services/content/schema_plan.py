@@ -10,8 +10,10 @@ snapshot is its whole definition (what it leaves out takes a create's default). 
 its id and creation time. Besides, the plan refuses:
 
 - two collections of one name, a type change (base <-> auth: delete and create instead);
-- a relation (`collection` of a field) to a collection the snapshot does not define, naming it (the
-  instance may have it, but an apply deletes what the snapshot lacks); a field naming `collection_id`;
+- a relation (`collection` of a field), or a view (`view.source`), naming a collection the snapshot does
+  not define (the instance may have it, but an apply deletes what the snapshot lacks); a field naming
+  `collection_id`. A view's fields follow from its `view` over its source as the snapshot defines it (the
+  snapshot's own list of a view's fields is not read);
 - a `renamed_from` that names no field of the stored collection while the field itself is not stored
   either, that names a field the new schema keeps, or that two fields name. A field already stored
   under its new name (the snapshot applied before) and a field of a collection the snapshot creates
@@ -28,7 +30,7 @@ from typing import Any
 
 from cms.clock import new_id
 from cms.errors import CmsError, ValidationFailed
-from cms.models import DEFAULT_LOCALES, Collection
+from cms.models import DEFAULT_LOCALES, VIEW_TYPE, Collection
 from cms.services.content.collections import CollectionService
 from cms.services.content.fields import NAME_PATTERN
 from cms.services.content.schema_diff import CollectionPlan, diff
@@ -80,21 +82,28 @@ async def make_plan(service: CollectionService, current: Sequence[Collection],
         match = stored.get(item.name.lower())
         ids[item.name] = match.id if match is not None else new_id()
     plans: list[CollectionPlan] = []
-    for item in wanted:
+    built: dict[str, Collection] = {}  # name -> the collection as the apply stores it: views' sources
+    views = {item.name for item in wanted if item.type == VIEW_TYPE}
+    for item in _views_last(wanted, errors):
         where = f"collections.{item.name}"
         match = stored.get(item.name.lower())
         try:
-            schema, renames = _resolve_fields(item, ids, match)
             if match is not None and match.type != item.type:
                 raise ValidationFailed(f"{where}: the type cannot change", errors={"type": [
                     f"Stored as {match.type}; a collection's type cannot change (delete it and create it)."]})
-            after = await service.new_definition(item.name, item.type, list(schema), rules=dict(item.rules),
-                                                 collection_id=ids[item.name], **item.options)
+            schema: list[dict[str, Any]] | None = None
+            renames: dict[str, str] = {}
+            if item.type != VIEW_TYPE:  # a view's fields follow from `view` over its source, as the apply builds it
+                fields, renames = _resolve_fields(item, ids, match, views)
+                schema = list(fields)
+            after = await service.new_definition(item.name, item.type, schema, rules=dict(item.rules),
+                                                 collection_id=ids[item.name], sources=built, **item.options)
             if match is None:
                 plans.append(CollectionPlan(None, after))
             else:
                 after = replace(after, created=match.created, version=match.version + 1, locales=match.locales)
                 plans.append(CollectionPlan(match, after, renames))
+            built[item.name] = after
         except CmsError as exc:
             _merge(errors, where, exc)
     kept = {name.lower() for name in ids}
@@ -105,6 +114,36 @@ async def make_plan(service: CollectionService, current: Sequence[Collection],
     names_after = {ids[item.name]: item.name for item in wanted}
     changed = [p for p in plans if _differs(p)]
     return Plan(tuple(changed), diff(changed, names_before, names_after), snapshot_hash(entries(current)))
+
+
+def _views_last(wanted: Sequence[WantedCollection], errors: dict[str, list[str]]) -> list[WantedCollection]:
+    """`wanted` with every view after the collection it reads (a view over a view after that one); a view
+    whose source the snapshot does not define, or that reads itself through others, is reported in
+    `errors` and left out."""
+    ordered = [item for item in wanted if item.type != VIEW_TYPE]
+    placed = {item.name for item in ordered}
+    waiting = [item for item in wanted if item.type == VIEW_TYPE]
+    names = {item.name for item in wanted}
+    while waiting:
+        ready = [item for item in waiting if _source(item) in placed]
+        if not ready:
+            for item in waiting:
+                source = _source(item)
+                message = (f"A view over collection '{source}', which the snapshot does not define."
+                           if source not in names else "A view that reads itself, through other views.")
+                errors.setdefault(f"collections.{item.name}.view.source", []).append(message)
+            break
+        ordered += ready
+        placed.update(item.name for item in ready)
+        waiting = [item for item in waiting if item not in ready]
+    return ordered
+
+
+def _source(item: WantedCollection) -> str | None:
+    """The source a view of the snapshot names (None: it names none; its check says so)."""
+    view = item.options.get("view")
+    source = view.get("source") if isinstance(view, dict) else None
+    return source if isinstance(source, str) else None
 
 
 def _differs(plan: CollectionPlan) -> bool:
@@ -126,8 +165,8 @@ def _merge(errors: dict[str, list[str]], where: str, exc: CmsError) -> None:
         errors.setdefault(where, []).append(exc.detail)
 
 
-def _resolve_fields(item: WantedCollection, ids: Mapping[str, str],
-                    stored: Collection | None) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def _resolve_fields(item: WantedCollection, ids: Mapping[str, str], stored: Collection | None,
+                    views: set[str]) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """The schema of `item` as the collection service takes it (relation targets by id, `renamed_from`
     taken out) and its renames (new field name -> stored field name). Raises ValidationFailed."""
     problems: dict[str, list[str]] = {}
@@ -150,6 +189,9 @@ def _resolve_fields(item: WantedCollection, ids: Mapping[str, str],
             if isinstance(target, str) and target not in ids:
                 problems.setdefault(f"{where}.{ref.name_key}", []).append(
                     f"Relation to collection '{target}', which the snapshot does not define.")
+            elif isinstance(target, str) and target in views:
+                problems.setdefault(f"{where}.{ref.name_key}", []).append(
+                    f"Relation to '{target}', a view: a relation cannot point to a view.")
         schema.append(swap_field_references(spec, ids.get, to_names=False))
     renames = _renames(renamed_from, [str(s.get("name")) for s in schema], stored, problems)
     if problems:

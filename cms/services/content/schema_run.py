@@ -19,10 +19,11 @@ The steps, in the order that keeps every failure undoable until the point of no 
    (`schema_changes.convert_batch`: converted, or cleared when `allow_data_loss`), a batch at a time, each
    batch's old values copied into the journal before it is written (`RewriteBatch`), and the
    collection's progress (the last record id) after it, so a rewrite cut short puts that batch back
-   and resumes after the last finished one; then dropped fields unset and deleted collections' records
-   dropped, the record indexes synced again (one replica's start-up index sync may have read the old
-   definitions meanwhile); then the collection events (one batch: one epoch bump, the subscribers' clean-ups) and the
-   `schema_applied` audit entry; then the journal is removed.
+   and resumes after the last finished one; then dropped fields unset, the working copies of
+   collections with drafts given the same change (`CollectionService.follow_drafts`), deleted
+   collections' records dropped, the record indexes synced again (one replica's start-up index sync
+   may have read the old definitions meanwhile); then the collection events (one batch: one epoch
+   bump, the subscribers' clean-ups) and the `schema_applied` audit entry; then the journal is removed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any
 
 from cms.clock import Clock
 from cms.errors import AlreadyExists, ValidationFailed
-from cms.models import DEFAULT_LOCALES, Collection, Locales, RewriteBatch, SchemaJournal
+from cms.models import DEFAULT_LOCALES, VIEW_TYPE, Collection, Locales, RewriteBatch, SchemaJournal
 from cms.services.caching.catalog import Catalog
 from cms.services.content.collections import CollectionService
 from cms.services.content.schema_changes import FieldChange, changed_names, convert_batch
@@ -179,12 +180,15 @@ async def finish(deps: RunDeps, journal: SchemaJournal, progress: Progress = no_
             (record_id, updated, values, pending.names) for record_id, updated, values in pending.records])
     for plan in plans:
         converting = [c for c in plan.field_changes() if c.converts]
-        if converting:
+        if converting and plan.after is not None and plan.after.type != VIEW_TYPE:  # a view stores no records
             await _rewrite(deps, journal, plan, converting, progress)
     for plan in plans:
         dropped = plan.dropped_fields()
-        if dropped:
+        if dropped and plan.after is not None and plan.after.type != VIEW_TYPE:
             await deps.records.unset_fields(plan.collection_id, dropped)
+        converting = [c for c in plan.field_changes() if c.converts]
+        await deps.service.follow_drafts(plan.before, plan.after, dropped, converting,
+                                         renames={old: new for new, old in plan.renames.items()})
     for plan in plans:
         if plan.before is not None and plan.after is None:
             await deps.service.drop_records(plan.before)

@@ -276,7 +276,7 @@ export interface paths {
                     /** @description 1..200, default 50; larger values are clamped to 200 */
                     limit?: number;
                     offset?: number;
-                    event_type?: "api_key_created" | "api_key_revoked" | "backup_created" | "backup_deleted" | "backup_downloaded" | "backup_restored" | "collection_created" | "collection_deleted" | "collection_updated" | "email_verified" | "login_failed" | "login_success" | "logout" | "mfa_disabled" | "mfa_enabled" | "mfa_failed" | "mfa_recovery_used" | "otp_failed" | "password_changed" | "password_reset_completed" | "password_reset_requested" | "rate_limited" | "record_publish_failed" | "refresh_token_reuse" | "register" | "session_revoked" | "setting_changed" | null;
+                    event_type?: "api_key_created" | "api_key_revoked" | "backup_created" | "backup_deleted" | "backup_downloaded" | "backup_restored" | "collection_created" | "collection_deleted" | "collection_updated" | "email_verified" | "login_failed" | "login_success" | "logout" | "mfa_disabled" | "mfa_enabled" | "mfa_failed" | "mfa_recovery_used" | "otp_failed" | "password_changed" | "password_reset_completed" | "password_reset_requested" | "rate_limited" | "record_publish_failed" | "refresh_token_reuse" | "register" | "schema_applied" | "session_revoked" | "setting_changed" | null;
                     severity?: "info" | "warning" | "critical" | null;
                     user_id?: string | null;
                     ip_address?: string | null;
@@ -7418,6 +7418,329 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/schema": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The schema snapshot: every collection by name (relations by name), canonical bytes and their hash */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SchemaSnapshot"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not an admin-table user with role admin */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A schema apply is running */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/schema/apply": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Apply a snapshot, all or nothing, against the hash of a diff; answers the new snapshot */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["SchemaApply"];
+                };
+            };
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SchemaSnapshot"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not an admin-table user with role admin */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The schema's hash is not the one sent (diff again), or another apply runs */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The body is over 8 MiB (MAX_SNAPSHOT_BYTES) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/schema/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The changes a snapshot would make, and the current hash to apply them against */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": components["schemas"]["Snapshot"];
+                };
+            };
+            responses: {
+                /** @description Success */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SchemaDiff"];
+                    };
+                };
+                /** @description Bad request */
+                400: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description No valid credential */
+                401: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not an admin-table user with role admin */
+                403: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Not found */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description A schema apply is running */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description The body is over 8 MiB (MAX_SNAPSHOT_BYTES) */
+                413: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Validation error */
+                422: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+                /** @description Rate limit exceeded */
+                429: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Error"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/settings": {
         parameters: {
             query?: never;
@@ -9537,6 +9860,47 @@ export interface components {
             password_confirm?: string | null;
             token: string;
         };
+        SchemaApply: {
+            /**
+             * @description Accept the changes the diff marks `data_loss` (deleted collections and fields, converted types: values that do not convert are cleared)
+             * @default false
+             */
+            allow_data_loss?: boolean;
+            /** @description The hash `POST /schema/diff` answered (the instance's schema the diff was made against) */
+            hash: string;
+            /** @description The snapshot to apply (`GET /schema`'s shape) */
+            snapshot: {
+                [key: string]: unknown;
+            };
+        };
+        SchemaChange: {
+            collection: string;
+            /** @description Stored data is removed or converted: the apply needs allow_data_loss */
+            data_loss: boolean;
+            /** @description null: the collection itself */
+            field: string | null;
+            /** @description What changes, before (null for a create) */
+            from: unknown;
+            /** @enum {string} */
+            op: "create" | "update" | "delete";
+            /** @description What changes, after (null for a delete) */
+            to: unknown;
+        };
+        SchemaDiff: {
+            changes: components["schemas"]["SchemaChange"][];
+            /** @description The instance's current hash: send it to apply */
+            hash: string;
+        };
+        SchemaSnapshot: {
+            /** @description A collection as `GET /collections/{id}` shows it, without `id`, `created` and `updated`; a relation field names its target by `collection` (a name) instead of `collection_id`. In a snapshot sent to diff or apply, a field may carry `renamed_from`: the stored field whose values it keeps */
+            collections: {
+                [key: string]: unknown;
+            }[];
+            /** @description The snapshot format: 1 */
+            format: number;
+            /** @description SHA-256 (hex) of the canonical JSON of {collections, format} */
+            hash: string;
+        };
         Session: {
             /** Format: date-time */
             created: string;
@@ -9583,6 +9947,19 @@ export interface components {
             shape: string;
             /** @description the declared index that would serve the query (ESR rule); null when an index already does or none can */
             suggested_index: components["schemas"]["IndexDeclaration"] | (Record<string, unknown> | null);
+        };
+        Snapshot: {
+            /** @description Collections as `GET /schema` shows them */
+            collections: {
+                [key: string]: unknown;
+            }[];
+            /** @enum {integer} */
+            format: 1;
+            /**
+             * @description Ignored (the hash of the instance it was exported from)
+             * @default null
+             */
+            hash?: string | null;
         };
         Token: {
             access_token: string;
