@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.api.test_media_fields import PHOTOS, change_with_files, created_with_files, photo
 from tests.conftest import bearer, create_collection, records_path
+from tests.fixtures import wait_until
 
 FILES = "/api/v1/files"
 
@@ -42,3 +43,8 @@ async def test_a_drafts_files_are_the_editors_until_published(client, admin_toke
     response = await client.post(records_path("photos", record["id"]) + "/publish", headers=bearer(admin_token))
     assert response.status == 200, await response.text()
     assert await status_of(client, second) == 200
+
+    async def first_gone() -> bool:  # the publish took it out of the field: deleted once committed
+        return await status_of(client, first, admin_token) == 404
+
+    await wait_until(first_gone, "the replaced file deleted")
