@@ -289,7 +289,7 @@ async def build_files(infra: Infra, platform: Platform, content: Content, authen
                             clock=infra.clock)
     tokens = FileTokens(platform.codec, authenticator)
     downloads = FileDownloads(file_repository, content.catalog, content.record_repository, thumbnails=thumbnails,
-                              tokens=tokens, read_cache=read_cache)
+                              tokens=tokens, read_cache=read_cache, drafts=content.drafts.copies)
     files = FileService(file_repository, content.catalog, content.record_repository, platform.settings,
                         intake=FileIntake(file_repository, pool), downloads=downloads, tokens=tokens, pool=pool,
                         read_cache=read_cache, clock=infra.clock)

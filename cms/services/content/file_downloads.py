@@ -23,10 +23,12 @@ from typing import Protocol
 
 from cms.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from cms.models import Collection, FieldSpec, Principal, StoredFile
-from cms.services.access import UPDATE, VIEW, check
+from cms.services.access import UPDATE, VIEW, check, draft_access
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache, entry_key
 from cms.services.content import imaging
+from cms.services.content.drafts import WorkingCopies
+from cms.services.content.fields import value_list
 from cms.services.content.file_fields import allowed_thumbs, parse_thumb
 from cms.services.content.file_intake import MAX_IMAGE_BYTES
 from cms.services.content.file_parts import file_etag, file_not_found, media_type, served_inline
@@ -87,7 +89,11 @@ class FileDownloads:
     existence is kept (None: looked up in GridFS every time)."""
 
     def __init__(self, files: FileRepository, catalog: Catalog, records: RecordRepository, *,
-                 thumbnails: Thumbnails, tokens: FileTokens, read_cache: ReadCache | None = None) -> None:
+                 thumbnails: Thumbnails, tokens: FileTokens, read_cache: ReadCache | None = None,
+                 drafts: WorkingCopies | None = None) -> None:
+        """`drafts`: the working copies of collections with drafts (their files are the editors' until
+        published: `_draft_file`)."""
+        self._drafts = drafts
         self._files = files
         self._catalog = catalog
         self._records = records
@@ -137,6 +143,25 @@ class FileDownloads:
                 raise file_not_found()
         return FileContent(file=file, etag=file_etag(file), inline=served_inline(file.content_type),
                            private=private, _source=reader)
+
+    async def _draft_file(self, principal: Principal | None, collection: Collection, file: StoredFile) -> bool:
+        """In a collection with drafts, readers reach only the files a published copy holds (decisions.md:
+        reads see published copies only): False for such a file (the published record's rules decide,
+        as anywhere). Any other file of the record (of its working copy, or of none) is reached only by
+        whoever may see and change the working copy (`?draft=true`'s right): True for them; raises
+        `file_not_found()` for everyone else."""
+        published = await self._records.get(collection.id, file.record_id)
+        held = published.data.get(file.field or "") if published is not None else None
+        values = held.values() if isinstance(held, dict) else [held]  # a localized field: every locale's
+        if any(file.id in value_list(value) for value in values):
+            return False
+        if self._drafts is None:
+            raise file_not_found()
+        try:
+            await self._drafts.editable(draft_access(principal, collection), None, file.record_id)
+        except (NotFound, Unauthorized, Forbidden):
+            raise file_not_found() from None
+        return True
 
     async def _described(self, file_id: str) -> StoredFile:
         """The description of file `file_id`, from memory or GridFS. Raises NotFound."""
@@ -199,6 +224,8 @@ class FileDownloads:
         collection = await self._catalog.find_by_id(file.collection_id)
         if collection is None:
             raise file_not_found()
+        if collection.drafts and await self._draft_file(principal, collection, file):
+            return collection
         view = check(principal, collection, VIEW)
         try:
             await checked_record(self._records, view, None, file.record_id)

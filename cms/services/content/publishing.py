@@ -144,7 +144,7 @@ class Publisher:
         data = {k: v for k, v in shown.items() if k not in represent.SYSTEM_KEYS}
         writer = self._copies.writer
         record = writer.new_record(collection, data, record_id=working.id, locale=ALL)  # localized: objects
-        await writer.check_relations(collection, record.data)
+        await writer.check_relations(collection, record.data, working.id)  # file fields: this record's files
         for path, value in unique_writes(collection, record.data):  # a localized field: per locale
             if value is None or value == []:
                 continue
