@@ -46,14 +46,12 @@ from typing import Any
 import aiohttp
 from PIL import Image, ImageDraw, ImageFilter, ImageOps
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench_vs_pocketbase
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling common.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # load_packages
-from bench_vs_pocketbase import (  # a sibling script, not a package
+from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
     HTTP_TIMEOUT_S,
-    USER_EMAIL,
-    USER_PASSWORD,
     WRK_TIMEOUT,
     Server,
     WrkResult,
@@ -69,6 +67,8 @@ from bench_vs_pocketbase import (  # a sibling script, not a package
 )
 from load_packages import Api, Fatal, describe, run_cli
 
+USER_EMAIL = "bench-media-user@example.com"
+USER_PASSWORD = "bench-media-user-password-1"
 COLLECTION = "photos"
 AUTH_COLLECTION = "users"
 THUMB = "100x100"
