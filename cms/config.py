@@ -220,7 +220,7 @@ class Config:
             worker_max_jobs=worker.max_jobs,
             worker_poll_delay_s=worker.poll_delay_s,
             backup_dir=Path(env["BACKUP_DIR"]) if "BACKUP_DIR" in env else None,
-            schema_file=Path(env["SCHEMA_FILE"]) if "SCHEMA_FILE" in env else None,
+            schema_file=Path(env["SCHEMA_FILE"]) if env.get("SCHEMA_FILE") else None,  # empty: none
             schema_allow_data_loss=_bool(env, "SCHEMA_ALLOW_DATA_LOSS", False),
             database_timeout_s=_int(env, "DATABASE_TIMEOUT_S", 20, 1, 600),
             embedded_cold_page_records=_int(env, "EMBEDDED_COLD_PAGE_RECORDS", EMBEDDED_COLD_PAGE_RECORDS,

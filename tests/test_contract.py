@@ -88,6 +88,12 @@ UNEXPRESSED: list[tuple[str, list[str], str]] = [
     (r"^(POST|PATCH) /api/v1/collections(/\{collection_id\})?$", ["400", "422"],
      "field definitions must have unique names and type-specific attributes (422); rules must parse and name "
      "the collection's fields (400 invalid_filter)"),
+    (r"^GET /api/v1/collections/\{collection_name\}/aggregate$", ["400"],
+     "`filter`, `group_by`, `aggregates` and `sort` must name the collection's fields, defined at run time "
+     "(400 invalid_filter)"),
+    (r"^POST /api/v1/schema/(diff|apply)$", ["422"],
+     "each collection of a snapshot is a collection create body, checked as the collections API checks one "
+     "(names, field definitions, rules naming the fields they define: 422 validation_error)"),
     (r"^POST /api/v1/realtime$", ["422"],
      "`client_id` must name a connected client (404) and each topic an existing collection with a filter and "
      "expand paths that fit it (422)"),
