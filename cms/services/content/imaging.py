@@ -18,6 +18,8 @@ import re
 import resource
 import warnings
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from PIL import Image, ImageOps, features
@@ -110,6 +112,22 @@ def _too_large(pixels: int | None) -> ImageRefused:
     return ImageRefused(f"The image has too many pixels{shown}: at most {MAX_IMAGE_PIXELS:,} are accepted.")
 
 
+@contextmanager
+def _decoding(image: Image.Image) -> Iterator[None]:
+    """Decode `image` inside: what Pillow raises becomes ImageRefused (a MemoryError: too many pixels;
+    anything else: truncated or corrupt), and the image is closed at the end."""
+    try:
+        yield
+    except ImageRefused:
+        raise
+    except MemoryError:
+        raise _too_large(image.width * image.height) from None
+    except Exception:
+        raise ImageRefused("The image is truncated or corrupt.") from None
+    finally:
+        image.close()
+
+
 def inspect_image(data: bytes) -> ImageInfo:
     """Check an uploaded image whole: within MAX_IMAGE_PIXELS and complete. A JPEG that ends with its
     end-of-image marker is complete (a truncated one ends inside its scan, where that marker cannot
@@ -117,7 +135,7 @@ def inspect_image(data: bytes) -> ImageInfo:
     still reads every byte of its scan. A PNG's chunks and checksums are verified up to IEND; other
     formats are decoded. Raises ImageRefused."""
     image = _open(data)
-    try:
+    with _decoding(image):
         info = ImageInfo(str(image.format), image.width, image.height)
         if info.format == "PNG":
             image.verify()
@@ -127,14 +145,6 @@ def inspect_image(data: bytes) -> ImageInfo:
             if info.format == "JPEG":
                 image.draft("RGB", (max(1, info.width // 8), max(1, info.height // 8)))
             image.load()
-    except ImageRefused:
-        raise
-    except MemoryError:
-        raise _too_large(image.width * image.height) from None
-    except Exception:
-        raise ImageRefused("The image is truncated or corrupt.") from None
-    finally:
-        image.close()
     return info
 
 
@@ -254,7 +264,7 @@ def make_thumbnail(data: bytes, width: int, height: int, mode: str, fmt: str) ->
     ICC profile, comments) dropped; an animated image gives its first frame. Raises ImageRefused
     (an image that cannot be read)."""
     image = _open(data)
-    try:
+    with _decoding(image):
         oriented = _oriented_size(image)
         size = target_size(oriented, width, height, mode)
         if mode in CROP_CENTERING and width and height:
@@ -269,14 +279,6 @@ def make_thumbnail(data: bytes, width: int, height: int, mode: str, fmt: str) ->
         upright = ImageOps.exif_transpose(image)
         thumb = _resized(upright, size, mode)
         return _encoded(thumb, fmt)
-    except ImageRefused:
-        raise
-    except MemoryError:
-        raise _too_large(image.width * image.height) from None
-    except Exception:
-        raise ImageRefused("The image is truncated or corrupt.") from None
-    finally:
-        image.close()
 
 
 def _resized(image: Image.Image, size: tuple[int, int], mode: str) -> Image.Image:
