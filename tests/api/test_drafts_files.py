@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from cms.store.client import open_client
 from tests.api.test_media_fields import PHOTOS, change_with_files, created_with_files, photo
 from tests.conftest import bearer, create_collection, records_path
 from tests.fixtures import wait_until
@@ -48,3 +49,51 @@ async def test_a_drafts_files_are_the_editors_until_published(client, admin_toke
         return await status_of(client, first, admin_token) == 404
 
     await wait_until(first_gone, "the replaced file deleted")
+
+
+async def in_storage(config: Any, file_id: str) -> tuple[int, int]:
+    """(documents of `file_id` in fs.files, its chunks in fs.chunks), read with a client of our own."""
+    mongo = open_client(config.mongodb_url)
+    try:
+        db = mongo[config.mongodb_db]
+        return (await db["fs.files"].count_documents({"_id": file_id}),
+                await db["fs.chunks"].count_documents({"files_id": file_id}))
+    finally:
+        await mongo.close()
+
+
+async def test_a_discarded_drafts_own_files_are_deleted(client, admin_token, config):
+    """Issue 39: the files only a discarded working copy held go with it (404, gone from GridFS); the
+    published copy's files stay."""
+    await create_collection(client, admin_token, "photos", PHOTOS, drafts=True)
+    record = await created_with_files(client, admin_token, "photos", {"title": "Holidays"},
+                                      ("cover", "beach.jpg", photo(), "image/jpeg"))
+    published = record["cover"]
+    response = await client.post(records_path("photos", record["id"]) + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    response = await change_with_files(client, admin_token, "photos", record["id"], {"title": "Other"},
+                                       ("cover", "other.jpg", photo((32, 32)), "image/jpeg"),
+                                       ("notes", "a.txt", b"notes", "text/plain"))
+    assert response.status == 200, await response.text()
+    changed = await response.json()
+    pending = [changed["cover"], *changed["notes"]]
+    for file_id in pending:
+        assert await in_storage(config, file_id) == (1, 1)
+
+    response = await client.delete(records_path("photos", record["id"]) + "/draft", headers=bearer(admin_token))
+    assert response.status == 204, await response.text()
+    for file_id in pending:
+        assert await status_of(client, file_id, admin_token) == 404
+        assert await in_storage(config, file_id) == (0, 0)
+    assert await status_of(client, published) == 200  # readers' file stays
+    assert await in_storage(config, published) == (1, 1)
+
+
+async def test_deleting_a_record_never_published_deletes_its_files(client, admin_token, config):
+    await create_collection(client, admin_token, "photos", PHOTOS, drafts=True)
+    record = await created_with_files(client, admin_token, "photos", {"title": "Draft"},
+                                      ("cover", "beach.jpg", photo(), "image/jpeg"))
+    assert await in_storage(config, record["cover"]) == (1, 1)
+    response = await client.delete(records_path("photos", record["id"]), headers=bearer(admin_token))
+    assert response.status == 204, await response.text()
+    assert await in_storage(config, record["cover"]) == (0, 0)

@@ -138,3 +138,42 @@ def test_the_schema_editor_keeps_and_sets_localized(admin_page: BrowserPage, api
     assert collection is not None and [f["localized"] for f in collection["schema"]["fields"]] == [True, True]
     status, record = api.call("GET", f"/api/v1/collections/{name}/records/{made['id']}?locale=*")
     assert record["title"] == {"en": "Hi"} and record["flag"] == {"en": True}
+
+
+def test_publish_one_locale_from_the_drafts_panel(admin_page: BrowserPage, api: Api, locales: None):
+    """Issue 40, item 7: the drafts panel names the locales with pending changes and publishes the edited
+    locale's values only; readers of that locale see them, the other locales and plain fields stay as
+    published."""
+    name = f"news_{uuid.uuid4().hex[:6]}"
+    status, body = api.call("POST", "/api/v1/collections", {"name": name, "drafts": True, "schema": [
+        {"name": "title", "type": "text", "localized": True, "validation": {"required": True}},
+        {"name": "views", "type": "number"}]})
+    assert status == 201, body
+    records = f"/api/v1/collections/{name}/records"
+    status, made = api.call("POST", records + "?locale=*", {"data": {"title": {"en": "Hello", "de": "Hallo"},
+                                                                      "views": 1}})
+    assert status == 201, made
+    record_id = made["id"]
+    assert api.call("POST", f"{records}/{record_id}/publish", {})[0] == 200
+    status, edited = api.call("PATCH", f"{records}/{record_id}?locale=*", {"data": {
+        "title": {"en": "Hello again", "de": "Hallo wieder"}, "views": 2}})
+    assert status == 200 and edited["status"] == "changed", edited
+
+    page = admin_page.page
+    admin_page.goto(f"/_/collections/{name}/records/{record_id}?locale=de")
+    expect(page.locator("#draft-locales")).to_have_text("Pending changes in en, de")
+    expect(page.locator("#publish-locale")).to_have_text("Publish de")
+    page.click("#publish-locale")
+    expect(page.locator(".flash")).to_contain_text("Published the de values")
+    page.wait_for_url(f"**/records/{record_id}?locale=de")
+    expect(page.locator("#draft-status")).to_have_text("changed")  # en and views are still pending
+    expect(page.locator("#draft-locales")).to_have_text("Pending changes in en")
+    expect(page.locator("#publish-locale")).to_have_count(0)  # nothing of de is pending now
+
+    status, german = api.call("GET", f"{records}/{record_id}?locale=de")  # readers: the published copy
+    assert status == 200 and german["title"] == "Hallo wieder" and german["views"] == 1, german
+    status, english = api.call("GET", f"{records}/{record_id}?locale=en")
+    assert status == 200 and english["title"] == "Hello" and english["views"] == 1, english
+    status, working = api.call("GET", f"{records}/{record_id}?draft=true&locale=*")
+    assert working["title"] == {"en": "Hello again", "de": "Hallo wieder"} and working["views"] == 2, working
+    admin_page.watch.assert_clean()

@@ -258,7 +258,8 @@ async def _editor(request: web.Request, principal: Principal, collection: Collec
     fields = await editor_fields(request, principal, collection, values,
                                  error.fields if error else {}, shown=shown, record=record, editing=editing)
     tabs = locale_tabs(collection, editing, record)
-    panel = await draft_panel(request, principal, collection, record) if record and collection.drafts else None
+    panel = (await draft_panel(request, principal, collection, record, editing.locale)
+             if record and collection.drafts else None)
     return await render(request, "records/editor.html", status=status, collection=collection, record=record,
                         fields=fields, error=_other_errors(collection, error), drafts=panel,
                         file_prefix=FILE_INPUT_PREFIX, remove_prefix=REMOVE_PREFIX, max_pick=MAX_PICK_QUERY_CHARS,

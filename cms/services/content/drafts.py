@@ -8,13 +8,17 @@ working state in the working copies' store (`store.working_copies`): the working
 state: a create makes a `draft`, an update changes the working copy (a `published` record becomes
 `changed`), checking types and lengths only; neither emits a record event, so readers, their caches
 and subscribers see nothing of it. `discard` drops a pending working copy; `delete` removes both copies
-(a `delete` event when there was a published one). Publishing is publishing.py, scheduling scheduling.py.
+(a `delete` event when there was a published one). Once either has dropped a working copy, the hooks of
+`on_dropped` run (the files only it held go: `FileService.on_working_copy_dropped`). Publishing is
+publishing.py, scheduling scheduling.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
@@ -29,8 +33,14 @@ from cms.services.content.relations import RelationRelease
 from cms.services.delivery.events import EventBus
 from cms.store.records import RecordRepository
 from cms.store.schedules import ScheduleRepository
-from cms.store.transactions import Transactions
+from cms.store.transactions import Transactions, current_session
 from cms.store.working_copies import WorkingCopyRepository
+
+log = logging.getLogger("cms.drafts")
+
+DroppedHook = Callable[[Collection, str, dict[str, Any], "dict[str, Any] | None"], Awaitable[None]]
+"""Called with (collection, record id, the dropped working copy's data, the published copy's data or None
+for a record never published) once a working copy was dropped (`WorkingCopies.on_dropped`)."""
 
 MAX_EDIT_ATTEMPTS = 3
 """Tries of a change of the working state that finds it changed since it was read (its revision)."""
@@ -74,6 +84,22 @@ class WorkingCopies:
         self.schedules = schedules
         self._events = events
         self._transactions = transactions
+        self._dropped_hooks: list[DroppedHook] = []
+
+    def on_dropped(self, hook: DroppedHook) -> None:
+        """Call `hook` after every commit that drops a working copy from now on: a discard (with the
+        published copy's data) and a delete of a record never published (with None). A hook that raises
+        is logged; the change stays done (files)."""
+        self._dropped_hooks.append(hook)
+
+    async def _dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
+                       kept: dict[str, Any] | None) -> None:
+        for hook in self._dropped_hooks:
+            try:
+                await hook(collection, record_id, dropped, kept)
+            except Exception:
+                log.exception("clean-up after the working copy of %s/%s was dropped failed", collection.name,
+                              record_id)
 
     def atomic(self) -> AbstractAsyncContextManager[None]:
         """An event unit in one transaction where the server has them, whatever the outbox wants: a
@@ -148,6 +174,7 @@ class WorkingCopies:
     async def discard(self, principal: Principal | None, collection_name: str, record_id: str) -> Record:
         """Drop the pending working copy of a `changed` record (update rule): it becomes its published
         copy again (`published`), its schedule kept; also in a collection whose drafts were turned off.
+        The files only the working copy held are deleted once that is done (`on_dropped`).
         Raises NotFound (collection; record; none pending: `published`, or a `draft` that has nothing
         else), Unauthorized / Forbidden, BadRequest (kept changing)."""
         collection = await self.catalog.by_name(collection_name)
@@ -161,15 +188,17 @@ class WorkingCopies:
             kept = replace(published, state=replace(state, status=PUBLISHED))
             restored = await self.working.replace_values(collection.id, kept, revision=state.revision)
             if restored is not None:
+                await self._dropped(collection, record_id, working.data, published.data)
                 return restored
         raise kept_changing()
 
     async def delete(self, view: Access, delete: Access, record_id: str, relations: RelationRelease) -> None:
         """Delete record `record_id` of a collection with drafts, both copies, under the view and delete
         rules on its working copy, releasing the relations that point to it (`relations`); a `delete`
-        event only when it had a published copy; its schedule goes too. Raises what `editable` raises."""
+        event only when it had a published copy (its files go with it), else the `on_dropped` hooks take
+        them; its schedule goes too. Raises what `editable` raises."""
         collection = view.collection
-        await self.editable(view, delete, record_id)
+        working = await self.editable(view, delete, record_id)
         plan = await relations.plan_release(collection, [record_id])
         async with await self.writer.unit(collection):
             await self.working.delete(collection.id, record_id)
@@ -178,3 +207,5 @@ class WorkingCopies:
                 await self.writer.emit_deleted(collection, [record_id], [gone])
             await relations.release(plan)
         await self.schedules.cancel(collection.id, record_id)
+        if gone is None and current_session() is None:  # never published: no `delete` event takes its files
+            await self._dropped(collection, record_id, working.data, None)

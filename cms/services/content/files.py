@@ -12,13 +12,15 @@ What an upload goes through (its type from its signature, the field's `max_size`
 images checked whole) is `file_intake.py`; thumbnails are `thumbnails.py`. Files go away with their
 record (single, bulk, a user's record) and with their collection, and a file a record write removes
 from a file field (replaced, removed, cleared) once the write is committed: `on_record_events` and
-`on_collection_events` are subscribed to the EventBus in `cms.builders`.
+`on_collection_events` are subscribed to the EventBus in `cms.builders`. A dropped working copy (a discarded
+draft, a deleted record never published) takes the files only it held (`on_working_copy_dropped`).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from cms.clock import Clock, utcnow
 from cms.errors import BadRequest, NotFound, ValidationFailed
@@ -267,18 +269,41 @@ class FileService:
             collection: Collection | None = await self._catalog.by_name(event.collection)
         except NotFound:  # deleted meanwhile: its files go with it
             collection = None
+        if collection is None:
+            return False
+        return await self._delete_taken_out(collection, event.record_id, event.previous.data, event.record.data)
+
+    async def _delete_taken_out(self, collection: Collection, record_id: str, before: dict[str, Any],
+                                after: dict[str, Any]) -> bool:
+        """Delete the files of record `record_id` that its file fields hold in `before` and not in
+        `after` (record data: field name to value); whether any were. Never another record's file (a
+        value stored before ids were checked)."""
         dropped: set[str] = set()
-        for spec in file_fields(collection) if collection is not None else ():
-            before = set(value_list(event.previous.data.get(spec.name)))
-            dropped |= before - set(value_list(event.record.data.get(spec.name)))
+        for spec in file_fields(collection):
+            dropped |= set(value_list(before.get(spec.name))) - set(value_list(after.get(spec.name)))
         if not dropped:
             return False
         owners = await self._files.owners(sorted(dropped))
-        for file_id, (record_id, _) in owners.items():
-            if record_id == event.record_id:  # never another record's file (a value stored before ids were checked)
+        for file_id, (owner, _) in owners.items():
+            if owner == record_id:
                 await self._files.delete(file_id)
-        log.info("%d files taken out of %s/%s deleted", len(owners), event.collection, event.record_id)
+        log.info("%d files taken out of %s/%s deleted", len(owners), collection.name, record_id)
         return bool(owners)
+
+    async def on_working_copy_dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
+                                      kept: dict[str, Any] | None) -> None:
+        """A working copy (its data `dropped`) was dropped once committed (decisions.md, Drafts, versions
+        and scheduled publishing; `WorkingCopies.on_dropped`): delete the files it held that the record's
+        published copy (its data `kept`) does not hold; `kept` None (a record never published, deleted):
+        every file of the record."""
+        if kept is None:
+            deleted = await self._files.delete_for_records([record_id])
+            if deleted:
+                log.info("%d files of draft %s/%s deleted", deleted, collection.name, record_id)
+        else:
+            deleted = int(await self._delete_taken_out(collection, record_id, dropped, kept))
+        if deleted:
+            await self._bump([collection.name])
 
     async def on_collection_events(self, events: Sequence[CollectionEvent]) -> None:
         """Delete the files of every record of a deleted collection."""
