@@ -281,7 +281,8 @@ async def build_files(infra: Infra, platform: Platform, content: Content, authen
     """The file service with its image workers (started at first use, stopped by `FileService.close`),
     thumbnails (their makers' locks in the queue's Redis) and file tokens; deleting a record or
     collection deletes its files, and a write that takes files out of a file field deletes them
-    (event subscribers), as does dropping a working copy (a discarded draft). The files' existence is kept in `read_cache` (thumbnail downloads)."""
+    (event subscribers), as does dropping a working copy (a discarded draft). The files' existence is
+    kept in `read_cache` (thumbnail downloads)."""
     file_repository = content.file_repository
     await file_repository.ensure_indexes()
     pool = ImagePool()

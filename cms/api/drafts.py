@@ -22,16 +22,18 @@ def _record(request: web.Request) -> tuple[str, str]:
 
 async def publish_record(request: web.Request) -> web.Response:
     """`POST .../records/{record_id}/publish`: 200 with the record, published now; with `{"at"}`, the
-    publish scheduled (`scheduled_at` set)."""
+    publish scheduled (`scheduled_at` set); with `?locale=<code>`, either publishes only that locale's
+    values of localized fields."""
     principal = principal_of(request)
     body = await parse_body(request, PUBLISH)
     name, record_id = _record(request)
     present = await services(request).records.presenter(name, record_view(request), principal)
     drafts = services(request).drafts
+    locale = record_view(request).locale  # `?locale=`: that locale's values of localized fields only
     if body["at"] is None:
-        record = await drafts.publisher.publish(principal, name, record_id, locale=record_view(request).locale)
+        record = await drafts.publisher.publish(principal, name, record_id, locale=locale)
     else:
-        record = await drafts.scheduler.schedule(principal, name, record_id, body["at"])
+        record = await drafts.scheduler.schedule(principal, name, record_id, body["at"], locale=locale)
     return json_response(await present(record), headers=NO_STORE)
 
 

@@ -3,7 +3,8 @@ scheduled publish (decisions.md, Drafts, versions and scheduled publishing; docs
 Scheduling).
 
 One document per scheduled record, `_id` `<collection id>:<record id>`: `{collection_id, record_id,
-at, due, lease_id, attempts, by}`. `due` is when it may next be claimed: `at` when it is written, then
+at, due, lease_id, attempts, by, origin, locale}` (`locale`: the one locale a publish of localized values
+publishes, or null for everything). `due` is when it may next be claimed: `at` when it is written, then
 the end of each claim's lease, so one index on `due` finds what is due and what a worker that died
 left behind, and nothing is ever claimed before its `at`. A claim (`claim_many`) takes what is still
 due with one `update_many` under a new `lease_id` (atomic per schedule: two workers never hold the
@@ -28,8 +29,9 @@ from cms.store.client import Database
 class Schedule:
     """A pending scheduled publish of record `record_id` of collection `collection_id` at `at`;
     `lease_id` names the claim holding it (a new one per claim), `attempts` counts the claims, `by` is
-    who scheduled it (a user id, or None) and `origin` the request that did (`RequestOrigin.to_json()`:
-    the audit entry of a failed publish carries it)."""
+    who scheduled it (a user id, or None), `origin` the request that did (`RequestOrigin.to_json()`:
+    the audit entry of a failed publish carries it) and `locale` the locale code whose values of
+    localized fields it publishes (None: the whole working copy; decisions.md, Localized fields)."""
 
     collection_id: str
     record_id: str
@@ -38,6 +40,7 @@ class Schedule:
     attempts: int = 0
     by: str | None = None
     origin: dict[str, Any] | None = None
+    locale: str | None = None
 
 
 def schedule_id(collection_id: str, record_id: str) -> str:
@@ -48,7 +51,7 @@ def schedule_id(collection_id: str, record_id: str) -> str:
 def _from_document(doc: dict[str, Any]) -> Schedule:
     return Schedule(collection_id=doc["collection_id"], record_id=doc["record_id"], at=doc["at"],
                     lease_id=doc["lease_id"], attempts=int(doc.get("attempts", 0)), by=doc.get("by"),
-                    origin=doc.get("origin"))
+                    origin=doc.get("origin"), locale=doc.get("locale"))
 
 
 class ScheduleRepository:
@@ -64,14 +67,14 @@ class ScheduleRepository:
         await self._mongo_coll.create_index([("collection_id", 1)], name="collection_id")
 
     async def put(self, collection_id: str, record_id: str, at: datetime, by: str | None,
-                  origin: dict[str, Any] | None = None) -> Schedule:
-        """Schedule the record's publish at `at`, replacing its pending schedule if any (a claim of the
-        old one can no longer finish). Returns the schedule."""
-        schedule = Schedule(collection_id, record_id, at, new_id(), 0, by, origin)
+                  origin: dict[str, Any] | None = None, *, locale: str | None = None) -> Schedule:
+        """Schedule the record's publish at `at` (of `locale`'s values only, when given), replacing its
+        pending schedule if any (a claim of the old one can no longer finish). Returns the schedule."""
+        schedule = Schedule(collection_id, record_id, at, new_id(), 0, by, origin, locale)
         await self._mongo_coll.replace_one(
             {"_id": schedule_id(collection_id, record_id)},
             {"collection_id": collection_id, "record_id": record_id, "at": at, "due": at, "lease_id": schedule.lease_id,
-             "attempts": 0, "by": by, "origin": origin}, upsert=True)
+             "attempts": 0, "by": by, "origin": origin, "locale": locale}, upsert=True)
         return schedule
 
     async def cancel(self, collection_id: str, record_id: str) -> bool:

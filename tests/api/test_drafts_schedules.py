@@ -16,6 +16,7 @@ import pytest
 
 from cms.services.delivery.events import RecordEvent
 from cms.wiring import open_services
+from tests.api.test_locales import read, use_locales, write
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 from workers.settings import build_worker
 
@@ -190,3 +191,41 @@ async def test_due_schedules_publish_together_and_fail_alone(client, admin_token
     assert "title" in (await working(client, admin_token, bad))["schedule_error"]
     commits = [c for c in mongo_commands.commands if c.name == "commitTransaction"]
     assert len(commits) < 5, f"{len(commits)} transactions for {len(ids)} due schedules"
+
+
+async def test_a_scheduled_publish_of_one_locale(client, admin_token, services, clock, seen):
+    """decisions.md, Localized fields: `publish?locale=de` with `{"at"}` schedules a German-only publish;
+    the other locales and the plain fields keep their published values when it runs."""
+    await use_locales(client, admin_token, [{"code": "en"}, {"code": "de", "fallback": "en"}])
+    await create_collection(client, admin_token, "pages", [
+        {"name": "title", "type": "text", "localized": True, "validation": {"required": True}},
+        {"name": "views", "type": "number"}], drafts=True)
+    page = await write(client, admin_token, "POST", records_path("pages"), {"title": {"en": "Hello", "de": "Hallo"},
+                                                                           "views": 1}, "*", status=201)
+    path = records_path("pages", page["id"])
+    response = await client.post(path + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    await write(client, admin_token, "PATCH", path, {"title": {"en": "Hello again", "de": "Hallo wieder"},
+                                                     "views": 2}, "*")
+    at = clock() + timedelta(minutes=5)
+    response = await client.post(path + "/publish", headers=bearer(admin_token), params={"locale": "fr"},
+                                 json={"at": at.isoformat()})
+    await error_of(response, 400, "bad_request")  # an unknown locale: nothing scheduled
+    response = await client.post(path + "/publish", headers=bearer(admin_token), params={"locale": "de"},
+                                 json={"at": at.isoformat()})
+    assert response.status == 200, await response.text()
+    assert (await response.json())["scheduled_at"] is not None
+    seen.clear()
+
+    clock.advance(minutes=5)
+    assert await services.drafts.scheduler.run_due() == 1
+    german, _ = await read(client, path, locale="de")
+    assert german["title"] == "Hallo wieder" and german["views"] == 1, german
+    english, _ = await read(client, path, locale="en")
+    assert english["title"] == "Hello" and english["views"] == 1, english
+    response = await client.get(path + "?draft=true&locale=*", headers=bearer(admin_token))
+    pending = await response.json()
+    assert pending["status"] == "changed" and pending["scheduled_at"] is None, pending  # en and views still pending
+    assert pending["title"] == {"en": "Hello again", "de": "Hallo wieder"} and pending["views"] == 2, pending
+    assert [(e.event, e.record_id) for e in seen] == [("update", page["id"])]
+    assert await services.drafts.scheduler.run_due() == 0  # once

@@ -166,7 +166,9 @@ async def _discard(request: web.Request, principal: Principal, name: str, record
 def routes() -> list[web.RouteDef]:
     """The panel's buttons (each a POST with the CSRF token)."""
     base = PREFIX + "/collections/{collection_name}/records/{record_id}"
-    return [web.post(base + "/publish", _action(_publish)), web.post(base + "/publish-locale", _action(_publish_locale)),
+    return [web.post(base + "/publish", _action(_publish)),
+            web.post(base + "/publish-locale", _action(_publish_locale)),
             web.post(base + "/schedule", _action(_schedule)),
-            web.post(base + "/unschedule", _action(_unschedule)), web.post(base + "/unpublish", _action(_unpublish)),
+            web.post(base + "/unschedule", _action(_unschedule)),
+            web.post(base + "/unpublish", _action(_unpublish)),
             web.post(base + "/discard", _action(_discard))]

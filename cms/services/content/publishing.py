@@ -100,7 +100,7 @@ class Publisher:
             working = await self._copies.editable(view, update, record_id)
             if working.state is not None and working.state.status == PUBLISHED:
                 return working
-            target = working if code is None else await self._one_locale(collection, working, code)
+            target = working if code is None else await self.one_locale(collection, working, code)
             if target is None:
                 return working  # nothing of that locale is pending
             await self.check(collection, target, update)
@@ -114,7 +114,7 @@ class Publisher:
                 raise await self._unique_answer(collection, working, update, exc) from None
         raise kept_changing()
 
-    async def _one_locale(self, collection: Collection, working: Record, code: str) -> Record | None:
+    async def one_locale(self, collection: Collection, working: Record, code: str) -> Record | None:
         """What a publish of `working`'s `code` values publishes: the published copy's data (none for a
         record never published) with each localized field's `code` value taken from the working copy
         (removed where the working copy has none). None when that is the published data already."""

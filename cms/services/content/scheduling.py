@@ -20,11 +20,12 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from cms.errors import AlreadyExists, CmsError, NotFound, ValidationFailed, WriteConflict
+from cms.errors import AlreadyExists, BadRequest, CmsError, NotFound, ValidationFailed, WriteConflict
 from cms.models import PUBLISHED, Collection, Principal, Record
 from cms.services import access as actions
 from cms.services.access import check
 from cms.services.content.drafts import WorkingCopies, require_drafts
+from cms.services.content.locales import ALL, localization
 from cms.services.content.publishing import LostRace, Publisher, actor
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.origin import RequestOrigin, current_origin
@@ -72,15 +73,18 @@ class Scheduler:
         self._running = False
 
     async def schedule(self, principal: Principal | None, collection_name: str, record_id: str,
-                       at: datetime) -> Record:
+                       at: datetime, *, locale: str | None = None) -> Record:
         """Publish the working copy of `record_id` at `at` (aware; in the future, at most
         MAX_SCHEDULE_AHEAD away), replacing its pending schedule if any, under the view and update
-        rules on the working copy; clears a past `schedule_error`. Answers the working copy with
-        `scheduled_at`. Raises NotFound, BadRequest (no drafts), Unauthorized / Forbidden,
-        ValidationFailed (422 naming `at`)."""
+        rules on the working copy; clears a past `schedule_error`. `locale` (decisions.md, Localized
+        fields): publish then only that locale's values of localized fields, as `Publisher.publish`
+        does (None or `*`: everything). Answers the working copy with `scheduled_at`. Raises NotFound,
+        BadRequest (no drafts; a locale not configured), Unauthorized / Forbidden, ValidationFailed
+        (422 naming `at`)."""
         copies = self._copies
         collection = await copies.catalog.by_name(collection_name)
         require_drafts(collection)
+        code = None if locale in (None, ALL) else localization(collection, locale).write_locale
         view, update = check(principal, collection, actions.VIEW), check(principal, collection, actions.UPDATE)
         await copies.editable(view, update, record_id)
         now = copies.writer.clock()
@@ -91,7 +95,8 @@ class Scheduler:
             raise ValidationFailed("A publish can be scheduled at most ten years ahead",
                                    errors={"at": ["At most ten years ahead."]})
         at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # what BSON keeps
-        await copies.schedules.put(collection.id, record_id, at, actor(principal), current_origin().to_json())
+        await copies.schedules.put(collection.id, record_id, at, actor(principal), current_origin().to_json(),
+                                   locale=code)
         record = await copies.working.set_schedule(collection.id, record_id, at, None)
         if record is None:  # deleted meanwhile
             await copies.schedules.cancel(collection.id, record_id)
@@ -172,7 +177,7 @@ class Scheduler:
                     working = found.get(schedule.record_id)
                     state = working.state if working is not None else None
                     if (working is None or state is None or state.scheduled_at != schedule.at
-                            or state.status == PUBLISHED or not collection.drafts):
+                            or state.status == PUBLISHED or not collection.drafts or schedule.locale is not None):
                         singles.append(schedule)
                         continue
                     try:
@@ -212,13 +217,15 @@ class Scheduler:
                 or working.state.scheduled_at != schedule.at):
             return int(await copies.schedules.finish(schedule))  # nothing (left) to publish
         try:
-            if working.state.status == PUBLISHED:  # nothing pending
+            target = await self._target(collection, working, schedule)
+            if target is None:  # nothing pending
                 await copies.working.end_schedule(collection.id, working.id, schedule.at, None)
             else:
-                await self._publisher.check(collection, working, None)
+                await self._publisher.check(collection, target, None)
                 async with copies.atomic():
-                    await self._publisher.publish_in(collection, working, by=None, scheduled_at=schedule.at)
-        except ValidationFailed as exc:
+                    await self._publisher.publish_in(collection, working, by=None, scheduled_at=schedule.at,
+                                                     data=None if target is working else target.data)
+        except (ValidationFailed, BadRequest) as exc:  # BadRequest: its locale is no longer configured
             return await self._failed(collection, working, schedule, exc)
         except AlreadyExists as exc:  # a unique value taken meanwhile
             return await self._failed(collection, working, schedule, ValidationFailed(
@@ -231,6 +238,17 @@ class Scheduler:
             await copies.schedules.release(schedule, copies.writer.clock() + timedelta(seconds=delay_s))
             return 0
         return int(await copies.schedules.finish(schedule))
+
+    async def _target(self, collection: Collection, working: Record, schedule: Schedule) -> Record | None:
+        """What `schedule` publishes of `working`: the working copy, or with the schedule's locale the
+        published data with that locale's values (`Publisher.one_locale`); None when nothing is pending.
+        A locale no longer configured publishes nothing (the schedule fails, BadRequest)."""
+        if working.state is not None and working.state.status == PUBLISHED:
+            return None
+        if schedule.locale is None:
+            return working
+        localization(collection, schedule.locale)  # still configured (else BadRequest)
+        return await self._publisher.one_locale(collection, working, schedule.locale)
 
     async def _failed(self, collection: Collection, working: Record, schedule: Schedule, error: CmsError) -> int:
         """A scheduled publish that does not validate: nothing published, `scheduled_at` null and
