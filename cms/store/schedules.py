@@ -82,6 +82,13 @@ class ScheduleRepository:
         result = await self._mongo_coll.delete_one({"_id": schedule_id(collection_id, record_id)})
         return result.deleted_count == 1
 
+    async def cancel_many(self, collection_id: str, record_ids: Sequence[str]) -> int:
+        """Drop the pending schedules of the records of `record_ids` (a bulk delete). Returns how many."""
+        dropped = 0
+        for chunk in chunks([schedule_id(collection_id, record_id) for record_id in record_ids]):
+            dropped += (await self._mongo_coll.delete_many({"_id": {"$in": chunk}})).deleted_count
+        return dropped
+
     async def cancel_collection(self, collection_id: str) -> int:
         """Drop every pending schedule of a collection (deleted, or its drafts turned off). Returns how many."""
         return (await self._mongo_coll.delete_many({"collection_id": collection_id})).deleted_count

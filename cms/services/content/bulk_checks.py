@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from cms.errors import BadRequest, Forbidden, ValidationFailed
-from cms.models import Collection
+from cms.errors import Forbidden, ValidationFailed
 
 MAX_BULK_IDS = 1_000
 
@@ -35,14 +34,6 @@ def refused_ids(refused: Sequence[str], verb: str) -> Forbidden:
         f"You may not {verb} {len(refused)} of these records; nothing was changed",
         errors={record_id: [f"You may not {verb} this record."] for record_id in refused},
     )
-
-
-def no_bulk_drafts(collection: Collection, what: str) -> None:
-    """Bulk changes and CSV import write published records at once: a collection with drafts refuses
-    them (400; docs/concepts/drafts.md, What works on working copies)."""
-    if collection.drafts:
-        raise BadRequest(f"Collection '{collection.name}' has drafts: {what} is not available for it; "
-                         "write records one at a time (or in a batch) and publish them")
 
 
 def _ids_error(message: str) -> ValidationFailed:

@@ -220,8 +220,11 @@ class CsvImport:
     localized field's column `title` holds the default locale's value, `title:de` the `de` value
     (decisions.md, Localized fields)."""
 
-    def __init__(self, collection: Collection, content: bytes, *, max_rows: int = MAX_IMPORT_ROWS) -> None:
+    def __init__(self, collection: Collection, content: bytes, *, max_rows: int = MAX_IMPORT_ROWS,
+                 working: bool = False) -> None:
+        """`working`: the rows are working copies (drafts): no field is required."""
         self.collection = collection
+        self.working = working
         self._text = decode_csv(content)
         reader = _reader(self._text)
         header = self._header(reader)
@@ -278,7 +281,7 @@ class CsvImport:
                 f"'{self.collection.name}': {expected})"
             )
         default = self.collection.locales.default
-        missing = [s.name for s in self.collection.fields if s.validation.required
+        missing = [s.name for s in self.collection.fields if s.validation.required and not self.working
                    and (s.name, default if s.localized else None) not in values]
         if missing:
             problems.append(f"no column for the required fields: {', '.join(missing)}")
@@ -290,7 +293,7 @@ class CsvImport:
         """The data rows in file order, `size` at a time: (valid rows, failed rows) per batch.
         Each row is parsed by field type and validated against the schema."""
         # own instance: this may run in a worker thread; localized fields are read as objects
-        schema = build_record_schema(self.collection, ALL_LOCALES)
+        schema = build_record_schema(self.collection, ALL_LOCALES, working=self.working)
         reader = _reader(self._text)
         next((cells for cells in reader if cells), None)  # the header, checked already
         valid: list[ParsedRow] = []
@@ -331,7 +334,7 @@ class CsvImport:
             elif value is not None:
                 data[spec.name] = value
         try:
-            values: dict[str, Any] = schema.load(data, partial=False)
+            values: dict[str, Any] = schema.load(data, partial=self.working)
         except ValidationError as exc:
             errors = {**flatten_errors(exc.messages, root_key=ROW_ERROR_KEY), **errors}
         if errors:

@@ -92,8 +92,10 @@ class WorkingCopies:
         is logged; the change stays done (files)."""
         self._dropped_hooks.append(hook)
 
-    async def _dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
-                       kept: dict[str, Any] | None) -> None:
+    async def dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
+                      kept: dict[str, Any] | None) -> None:
+        """Run the `on_dropped` hooks: the working copy of `record_id` (its data `dropped`) is gone and
+        committed; `kept`: the published copy's data, or None for a record never published."""
         for hook in self._dropped_hooks:
             try:
                 await hook(collection, record_id, dropped, kept)
@@ -188,7 +190,7 @@ class WorkingCopies:
             kept = replace(published, state=replace(state, status=PUBLISHED))
             restored = await self.working.replace_values(collection.id, kept, revision=state.revision)
             if restored is not None:
-                await self._dropped(collection, record_id, working.data, published.data)
+                await self.dropped(collection, record_id, working.data, published.data)
                 return restored
         raise kept_changing()
 
@@ -208,4 +210,4 @@ class WorkingCopies:
             await relations.release(plan)
         await self.schedules.cancel(collection.id, record_id)
         if gone is None and current_session() is None:  # never published: no `delete` event takes its files
-            await self._dropped(collection, record_id, working.data, None)
+            await self.dropped(collection, record_id, working.data, None)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cms.clock import Clock, new_id, utcnow
-from cms.errors import PayloadTooLarge
-from cms.models import Collection, Record, SortSpec
+from cms.errors import NotFound, PayloadTooLarge
+from cms.models import DRAFT, Collection, DraftState, Record, SortSpec
 from cms.services.content.csv_io import (
     MAX_IMPORT_BYTES,
     MAX_IMPORT_ROWS,
@@ -31,6 +31,7 @@ from cms.services.content.csv_io import (
 from cms.services.content.record_writer import UNKNOWN_RELATION, RecordWriter
 from cms.store.bulk import DUPLICATE_KEY, InsertFailure
 from cms.store.records import RecordRepository
+from cms.store.working_copies import WorkingCopyRepository
 
 log = logging.getLogger("cms.records")
 
@@ -110,8 +111,12 @@ class RecordCsv:
 
     async def import_csv(self, collection: Collection, content: bytes, *, epoch: str | None = None,
                          max_bytes: int = MAX_IMPORT_BYTES, max_rows: int = MAX_IMPORT_ROWS,
-                         permitted: Callable[[Record], bool] | None = None) -> ImportResult:
-        """Store the rows of CSV `content` as new records of `collection`.
+                         permitted: Callable[[Record], bool] | None = None,
+                         drafts: WorkingCopyRepository | None = None) -> ImportResult:
+        """Store the rows of CSV `content` as new records of `collection`. `drafts`: the collection has
+        drafts (decisions.md, Drafts, versions and scheduled publishing): the rows become working copies
+        (`draft`: types and lengths checked, `required`, `unique` and relation targets at publish) in
+        this store, and emit no event.
 
         The file is checked as a whole first: nothing is stored when it is over 10 MiB
         (PayloadTooLarge) or when `CsvImport` refuses it (ValidationFailed: empty, not UTF-8, bad
@@ -132,31 +137,46 @@ class RecordCsv:
         collection was deleted during the import (what it stored is dropped)."""
         if len(content) > max_bytes:
             raise PayloadTooLarge(f"The CSV file is larger than {max_bytes // 2**20} MiB")
-        rows, failed = await asyncio.to_thread(_parse_all, collection, content, max_rows)
+        rows, failed = await asyncio.to_thread(_parse_all, collection, content, max_rows, drafts is not None)
         result = ImportResult(failed=failed)
         now = self._clock()
         if permitted is not None:
             rows = await asyncio.to_thread(_drop_refused, rows, now, permitted, result.failed)
-        rows = await self._drop_missing_relations(collection, rows, result.failed)
+        if drafts is None:  # a working copy's relation targets are checked at publish
+            rows = await self._drop_missing_relations(collection, rows, result.failed)
         for start in range(0, len(rows), IMPORT_BATCH_SIZE):
             batch = rows[start:start + IMPORT_BATCH_SIZE]
             now = self._clock()
             records = [Record(id=new_id(), created=now, updated=now, data=row.values) for row in batch]
             try:
-                refused = await self._writer.insert_many(collection, records)
+                refused = await self._insert(collection, records, drafts)
             except Exception as exc:  # the database failed: say exactly what is stored
                 log.exception("CSV import into %s failed after %d records", collection.name, result.imported)
-                await self._report_failure(collection, batch, records, rows[start + len(batch):], result, exc)
+                await self._report_failure(collection, batch, records, rows[start + len(batch):], result, exc, drafts)
                 break
-            await self._writer.guard(collection, epoch)
-            await self._count_stored(collection, batch, records, refused, result)
+            try:
+                await self._writer.guard(collection, epoch)
+            except NotFound:  # deleted meanwhile: so are the working copies stored
+                if drafts is not None:
+                    await drafts.drop(collection.id)
+                raise
+            await self._count_stored(collection, batch, records, refused, result, emit=drafts is None)
         result.failed.sort(key=lambda failure: failure.row)
         return result
 
+    async def _insert(self, collection: Collection, records: list[Record],
+                      drafts: WorkingCopyRepository | None) -> list[InsertFailure]:
+        """Store a batch: records through the writer (the failures: unique clashes), or new `draft`
+        working copies in `drafts` (no unique index there: none fail)."""
+        if drafts is None:
+            return await self._writer.insert_many(collection, records)
+        await drafts.insert_missing(collection.id, [replace(r, state=DraftState(DRAFT)) for r in records])
+        return []
+
     async def _count_stored(self, collection: Collection, batch: list[ParsedRow], records: list[Record],
-                            refused: list[InsertFailure], result: ImportResult) -> None:
-        """Add one inserted batch to `result`: the records that went in (and emit their events), and
-        the rows the database refused (unique clashes) as failures."""
+                            refused: list[InsertFailure], result: ImportResult, *, emit: bool = True) -> None:
+        """Add one inserted batch to `result`: the records that went in (and, with `emit`, their
+        events), and the rows the database refused (unique clashes) as failures."""
         by_index = {failure.index: failure for failure in refused}
         for index, failure in sorted(by_index.items()):
             if failure.code == DUPLICATE_KEY:
@@ -167,6 +187,8 @@ class RecordCsv:
             result.failed.append(RowFailure(batch[index].row, {failure.field or ROW_ERROR_KEY: [message]}))
         stored = [record for index, record in enumerate(records) if index not in by_index]
         result.imported += len(stored)
+        if not emit:
+            return
         try:
             await self._writer.emit_created(collection, stored)
         except Exception:  # the rows are stored: the answer must say so (no 5xx after storing)
@@ -174,14 +196,15 @@ class RecordCsv:
                           collection.name, len(stored))
 
     async def _report_failure(self, collection: Collection, batch: list[ParsedRow], records: list[Record],
-                              later: list[ParsedRow], result: ImportResult, exc: Exception) -> None:
+                              later: list[ParsedRow], result: ImportResult, exc: Exception,
+                              drafts: WorkingCopyRepository | None = None) -> None:
         """After a database failure while storing `batch`: count the batch's records that did get
-        stored (looked up by id), and report the rest of `batch` and every row of `later` as not
-        stored."""
+        stored (looked up by id, in `drafts` for working copies), and report the rest of `batch` and
+        every row of `later` as not stored."""
         reason = f"Not stored: the database failed during the import ({type(exc).__name__}); import this row again."
         stored_ids: set[str] | None
         try:
-            stored_ids = await self._records.existing_ids(collection.id, [r.id for r in records])
+            stored_ids = await (drafts or self._records).existing_ids(collection.id, [r.id for r in records])
         except Exception:  # noqa: BLE001 - still down: the batch is in doubt
             log.warning("CSV import into %s: could not check which rows were stored", collection.name)
             stored_ids = None
@@ -193,7 +216,7 @@ class RecordCsv:
             result.imported += len(stored)
             result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [reason]})
                                  for row, record in zip(batch, records, strict=False) if record.id not in stored_ids)
-            if stored:
+            if stored and drafts is None:
                 await self._writer.emit_created(collection, stored)
         result.failed.extend(RowFailure(row.row, {ROW_ERROR_KEY: [reason]}) for row in later)
 
@@ -223,10 +246,12 @@ def _drop_refused(rows: list[ParsedRow], now: Any, permitted: Callable[[Record],
     return kept
 
 
-def _parse_all(collection: Collection, content: bytes, max_rows: int) -> tuple[list[ParsedRow], list[RowFailure]]:
-    """Check the file as a whole, then parse and validate every row: (valid rows, failed rows).
-    CPU-bound: callers run it in a worker thread. Raises ValidationFailed (the file is refused)."""
-    upload = CsvImport(collection, content, max_rows=max_rows)
+def _parse_all(collection: Collection, content: bytes, max_rows: int,
+               working: bool = False) -> tuple[list[ParsedRow], list[RowFailure]]:
+    """Check the file as a whole, then parse and validate every row (`working`: as working copies, no
+    field required): (valid rows, failed rows). CPU-bound: callers run it in a worker thread. Raises
+    ValidationFailed (the file is refused)."""
+    upload = CsvImport(collection, content, max_rows=max_rows, working=working)
     rows: list[ParsedRow] = []
     failed: list[RowFailure] = []
     for valid, invalid in upload.batches(IMPORT_BATCH_SIZE):

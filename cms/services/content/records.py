@@ -26,10 +26,10 @@ from cms.services.content.bulk_checks import (
     MAX_BULK_IDS,
     bulk_refused,
     check_record_ids,
-    no_bulk_drafts,
     refused_ids,
 )
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
+from cms.services.content.draft_bulk import DraftBulk
 from cms.services.content.drafts import WorkingCopies
 from cms.services.content.file_parts import FormPart
 from cms.services.content.files import FileService
@@ -193,7 +193,8 @@ class RecordService(RecordReads):
     ) -> int:
         """Apply the same partial `data` to every record of `record_ids` (1..1,000 distinct ids), all
         or nothing, in one bulk write; emits one `update` per record (with the record as read before
-        the write as its `previous`). Returns how many were updated.
+        the write as its `previous`). Returns how many were updated. With drafts: the working copies,
+        no event (`DraftBulk.update`).
 
         `data` is validated once; then each record is checked: it must exist, and a unique field may
         be set on one record only, to a value no other record holds. The view and update rules are
@@ -205,8 +206,10 @@ class RecordService(RecordReads):
         first)."""
         collection = await self._catalog.by_name(collection_name)
         require_writable(collection)
-        no_bulk_drafts(collection, "bulk-update")
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
+        if collection.drafts:  # the working copies, no event (draft_bulk.py)
+            return await DraftBulk(self._drafted(), self._relations).update(principal, collection, ids, data,
+                                                                            locale=locale)
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
         set_values, unset = self._writer.changes(collection, data, locale)  # localized: as `update`
@@ -265,7 +268,8 @@ class RecordService(RecordReads):
 
     async def bulk_delete(self, principal: Principal | None, collection_name: str, record_ids: Sequence[str]) -> int:
         """Delete every record of `record_ids` (1..1,000 distinct ids), all or nothing, in one bulk
-        write; emits one `delete` per record. Returns how many were deleted.
+        write; emits one `delete` per record (with drafts: both copies, `DraftBulk.delete`). Returns
+        how many were deleted.
 
         Raises NotFound (collection), ValidationFailed (422; `errors.record_ids` for a bad id list,
         `errors.<record id>` for unknown ids when no rule depends on the record; nothing is deleted
@@ -275,8 +279,9 @@ class RecordService(RecordReads):
         (subscribers see at least one)."""
         collection = await self._catalog.by_name(collection_name)
         require_writable(collection)
-        no_bulk_drafts(collection, "bulk-delete")
         ids = check_record_ids(record_ids, (await self._limits()).bulk_max_ids)
+        if collection.drafts:  # both copies; events for the published ones (draft_bulk.py)
+            return await DraftBulk(self._drafted(), self._relations).delete(principal, collection, ids)
         view, delete = check(principal, collection, actions.VIEW), check(principal, collection, actions.DELETE)
         existing = await self._permitted(view, delete, ids, "delete")
         missing = {i: ["Record not found."] for i in ids if i not in existing}
@@ -320,14 +325,14 @@ class RecordService(RecordReads):
 
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
-        stored record emits `create`. See `RecordCsv.import_csv` for the checks and the result. The
+        stored record emits `create` (with drafts: each row a `draft`, no event). See
+        `RecordCsv.import_csv` for the checks and the result. The
         create rule is checked per row (`@request.data` reads the row's values as JSON); refused
         rows are failed rows with `errors._rule`.
         Raises NotFound (collection, also when it is deleted during the import), BadRequest (an
         auth collection), Forbidden (the create rule refuses outright), PayloadTooLarge (over 10
         MiB) or ValidationFailed (the file as a whole is refused; nothing is stored)."""
         collection, epoch = await self.writable_for_new_records(collection_name)
-        no_bulk_drafts(collection, "CSV import")
         limits = await self._limits()
         if collection.rules.create_rule is None:  # admins only: refuse the file as a whole
             check(principal, collection, actions.CREATE).require()
@@ -337,7 +342,8 @@ class RecordService(RecordReads):
             return create.allows(record) and create.refused_field(record_document(record)) is None
 
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
-                                          max_rows=limits.import_max_rows, permitted=permitted)
+                                          max_rows=limits.import_max_rows, permitted=permitted,
+                                          drafts=self._drafted().working if collection.drafts else None)
 
     async def writable_record(self, principal: Principal | None, collection_name: str, record_id: str) -> Collection:
         """The collection `collection_name`, if its view rule lets `principal` see record `record_id`
