@@ -97,3 +97,25 @@ async def test_deleting_a_record_never_published_deletes_its_files(client, admin
     response = await client.delete(records_path("photos", record["id"]), headers=bearer(admin_token))
     assert response.status == 204, await response.text()
     assert await in_storage(config, record["cover"]) == (0, 0)
+
+
+async def test_a_file_replaced_again_in_a_working_copy_is_deleted(client, admin_token, config):
+    """A file uploaded into a working copy and replaced by another before a publish goes at once; the
+    published copy's file stays until a publish replaces it."""
+    await create_collection(client, admin_token, "photos", PHOTOS, drafts=True)
+    record = await created_with_files(client, admin_token, "photos", {"title": "Holidays"},
+                                      ("cover", "beach.jpg", photo(), "image/jpeg"))
+    published = record["cover"]
+    response = await client.post(records_path("photos", record["id"]) + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    covers = []
+    for size in ((32, 32), (48, 48)):
+        response = await change_with_files(client, admin_token, "photos", record["id"], None,
+                                           ("cover", "other.jpg", photo(size), "image/jpeg"))
+        assert response.status == 200, await response.text()
+        covers.append((await response.json())["cover"])
+    assert await in_storage(config, covers[0]) == (0, 0)  # replaced before any publish
+    assert await status_of(client, covers[0], admin_token) == 404
+    assert await in_storage(config, covers[1]) == (1, 1)
+    assert await in_storage(config, published) == (1, 1)  # readers still see it
+    assert await status_of(client, published) == 200

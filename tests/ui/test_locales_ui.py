@@ -176,4 +176,11 @@ def test_publish_one_locale_from_the_drafts_panel(admin_page: BrowserPage, api: 
     assert status == 200 and english["title"] == "Hello" and english["views"] == 1, english
     status, working = api.call("GET", f"{records}/{record_id}?draft=true&locale=*")
     assert working["title"] == {"en": "Hello again", "de": "Hallo wieder"} and working["views"] == 2, working
+
+    page.check("#schedule-locale")  # "only de": a scheduled publish of the de values
+    page.fill("#schedule-at", "2031-01-01T10:30:00")
+    page.click("#schedule-record")
+    expect(page.locator(".flash")).to_contain_text("Publish of the de values scheduled at 2031-01-01")
+    status, working = api.call("GET", f"{records}/{record_id}?draft=true")
+    assert working["scheduled_at"] == "2031-01-01T10:30:00.000Z", working
     admin_page.watch.assert_clean()

@@ -9,7 +9,8 @@ state: a create makes a `draft`, an update changes the working copy (a `publishe
 `changed`), checking types and lengths only; neither emits a record event, so readers, their caches
 and subscribers see nothing of it. `discard` drops a pending working copy; `delete` removes both copies
 (a `delete` event when there was a published one). Once either has dropped a working copy, the hooks of
-`on_dropped` run (the files only it held go: `FileService.on_working_copy_dropped`). Publishing is
+`on_dropped` run (the files only it held go: `FileService.on_working_copy_dropped`), as after an update
+that takes files out of a working copy that the published copy does not hold. Publishing is
 publishing.py, scheduling scheduling.py.
 """
 
@@ -28,6 +29,8 @@ from cms.models import CHANGED, DRAFT, PUBLISHED, Collection, DraftState, Princi
 from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
+from cms.services.content.fields import value_list
+from cms.services.content.file_fields import file_fields
 from cms.services.content.record_writer import RecordWriter
 from cms.services.content.relations import RelationRelease
 from cms.services.delivery.events import EventBus
@@ -88,7 +91,8 @@ class WorkingCopies:
 
     def on_dropped(self, hook: DroppedHook) -> None:
         """Call `hook` after every commit that drops a working copy from now on: a discard (with the
-        published copy's data) and a delete of a record never published (with None). A hook that raises
+        published copy's data), a delete of a record never published (with None) and an edit that takes
+        files out (with what is kept: the working copy's and the published copy's files). A hook that raises
         is logged; the change stays done (files)."""
         self._dropped_hooks.append(hook)
 
@@ -157,7 +161,7 @@ class WorkingCopies:
         """Change the fields of `data` (null clears one) in the working copy of `record_id`, under the
         view and update rules on the working copy: a `published` record becomes `changed`, the
         published copy stays as it is. Types and lengths checked only (localized values are `locale`'s,
-        as an update's); no record event. Raises
+        as an update's); no record event; the files it took out go (`_files_left`). Raises
         ValidationFailed, NotFound / Unauthorized / Forbidden (the rules), BadRequest (kept changing)."""
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
@@ -170,8 +174,22 @@ class WorkingCopies:
             changed = await self.working.edit(collection.id, record_id, {**set_values, "updated": self.writer.clock()},
                                               unset, status=status, revision=state.revision)
             if changed is not None:
+                await self._files_left(collection, working, changed)
                 return changed
         raise kept_changing()
+
+    async def _files_left(self, collection: Collection, before: Record, after: Record) -> None:
+        """After an edit of a working copy (`before` -> `after`): the files it no longer holds, unless the
+        published copy holds them, go (`on_dropped`); inside a caller's transaction (a batch) nothing is
+        done, as it may still abort."""
+        names = [spec.name for spec in file_fields(collection)]
+        if (not self._dropped_hooks or current_session() is not None
+                or all(before.data.get(name) == after.data.get(name) for name in names)):
+            return
+        published = await self.records.get(collection.id, before.id)
+        shown = published.data if published is not None else {}
+        kept = {name: [*value_list(after.data.get(name)), *value_list(shown.get(name))] for name in names}
+        await self.dropped(collection, before.id, before.data, kept)
 
     async def discard(self, principal: Principal | None, collection_name: str, record_id: str) -> Record:
         """Drop the pending working copy of a `changed` record (update rule): it becomes its published

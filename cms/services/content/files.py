@@ -292,10 +292,10 @@ class FileService:
 
     async def on_working_copy_dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
                                       kept: dict[str, Any] | None) -> None:
-        """A working copy (its data `dropped`) was dropped once committed (decisions.md, Drafts, versions
-        and scheduled publishing; `WorkingCopies.on_dropped`): delete the files it held that the record's
-        published copy (its data `kept`) does not hold; `kept` None (a record never published, deleted):
-        every file of the record."""
+        """A working copy (its data `dropped`) was dropped or edited once committed (decisions.md, Drafts,
+        versions and scheduled publishing; `WorkingCopies.on_dropped`): delete the files it held that
+        `kept` (the data whose files stay: the published copy's, and after an edit the working copy's)
+        does not hold; `kept` None (a record never published, deleted): every file of the record."""
         if kept is None:
             deleted = await self._files.delete_for_records([record_id])
             if deleted:
