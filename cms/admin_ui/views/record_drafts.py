@@ -141,14 +141,15 @@ async def _schedule(request: web.Request, principal: Principal, name: str, recor
     """Schedule the publish at the form's `at` (UTC); with the form's `locale` (the box "only <locale>"),
     of that locale's values only."""
     form = await read_form(request)
-    raw, locale = form.get("at"), form.get("locale")
+    raw, asked = form.get("at"), form.get("locale")
+    locale = asked if isinstance(asked, str) and asked else None
     try:
         at = datetime.fromisoformat(str(raw).strip())
     except ValueError:
         raise BadRequest("Choose a date and time (UTC) to publish at") from None
     at = at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
     record = await services(request).drafts.scheduler.schedule(principal, name, record_id, at,
-                                                               locale=str(locale) if locale else None)
+                                                               locale=locale)
     what = f"Publish of the {locale} values" if locale else "Publish"
     return f"{what} scheduled at {record.state.scheduled_at if record.state else at} (UTC)"
 
