@@ -78,6 +78,26 @@ class WorkingCopyRepository(RecordRepository):
             change["$unset"] = {name: "" for name in unset}
         return await self._change(collection_id, record_id, revision, change)
 
+    async def edit_many(self, collection_id: str, edits: Sequence[tuple[str, int, str]], set_values: Mapping[str, Any],
+                        unset: Sequence[str]) -> int:
+        """`edit` for many working copies in one bulk write (a bulk update): `edits` holds (record id,
+        revision, status) of each; each changes only if its revision is still the one given. Returns how
+        many matched (fewer than `edits`: some were changed or deleted meanwhile)."""
+        if not edits:
+            return 0
+        matched = 0
+        for chunk in chunks(list(edits)):
+            requests = []
+            for record_id, revision, status in chunk:
+                change: dict[str, Any] = {"$set": {**set_values, STATUS: status}, "$inc": {REVISION: 1}}
+                if unset:
+                    change["$unset"] = {name: "" for name in unset}
+                requests.append(UpdateOne({"_id": record_id, REVISION: revision}, change))
+            result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=False,
+                                                                      session=current_session())
+            matched += result.matched_count
+        return matched
+
     async def set_state(self, collection_id: str, record_id: str, state: DraftState, *, revision: int,
                         updated: datetime | None = None, scheduled_at: datetime | None = None) -> Record | None:
         """Give one working copy the `status` and `published_at` of `state` (and `updated`, if given)

@@ -119,3 +119,29 @@ async def test_a_file_replaced_again_in_a_working_copy_is_deleted(client, admin_
     assert await in_storage(config, covers[1]) == (1, 1)
     assert await in_storage(config, published) == (1, 1)  # readers still see it
     assert await status_of(client, published) == 200
+
+
+async def test_bulk_changes_of_drafts_delete_the_files_they_drop(client, admin_token, config):
+    """A bulk update clearing a file field deletes the files only the working copies held (a published
+    copy's stay); a bulk delete deletes the files of records never published."""
+    await create_collection(client, admin_token, "photos", PHOTOS, drafts=True)
+    made = [await created_with_files(client, admin_token, "photos", {"title": f"p{n}"},
+                                     ("cover", "beach.jpg", photo((40 + n, 40)), "image/jpeg")) for n in range(3)]
+    response = await client.post(records_path("photos", made[0]["id"]) + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    response = await client.post(records_path("photos") + "/bulk-update", headers=bearer(admin_token),
+                                 json={"record_ids": [m["id"] for m in made[:2]], "data": {"cover": None}})
+    assert response.status == 200, await response.text()
+    assert await in_storage(config, made[0]["cover"]) == (1, 1)  # the published copy holds it
+    assert await status_of(client, made[0]["cover"]) == 200
+    assert await in_storage(config, made[1]["cover"]) == (0, 0)  # only the draft held it
+
+    response = await client.post(records_path("photos") + "/bulk-delete", headers=bearer(admin_token),
+                                 json={"record_ids": [m["id"] for m in made]})
+    assert response.status == 200, await response.text()
+    assert await in_storage(config, made[2]["cover"]) == (0, 0)  # never published: no event, the hook
+
+    async def published_file_gone() -> bool:  # the `delete` event's clean-up
+        return await in_storage(config, made[0]["cover"]) == (0, 0)
+
+    await wait_until(published_file_gone, "the published record's file deleted")

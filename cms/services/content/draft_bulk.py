@@ -21,7 +21,7 @@ from cms.models import CHANGED, DRAFT, PUBLISHED, Collection, DraftState, Princi
 from cms.services import access as actions
 from cms.services.access import Access, check, record_document
 from cms.services.content.bulk_checks import bulk_refused, refused_ids
-from cms.services.content.drafts import MAX_EDIT_ATTEMPTS, WorkingCopies, kept_changing
+from cms.services.content.drafts import MAX_EDIT_ATTEMPTS, DroppedCopy, WorkingCopies, kept_changing
 from cms.services.content.relations import RelationRelease
 from cms.store.transactions import current_session
 
@@ -50,21 +50,27 @@ class DraftBulk:
         if missing:
             raise bulk_refused("updated", missing, len(record_ids))
         change = {**set_values, "updated": copies.writer.clock()}
+        edits = [(i, _state(found[i]).revision, _edited_status(found[i])) for i in record_ids]
+        if await copies.working.edit_many(collection.id, edits, change, unset) == len(edits):
+            await copies.files_left(collection, list(found.values()))
+            return len(edits)
+        # some changed (or went) meanwhile: each again, read afresh and its rules checked again (an edit
+        # made already is made again)
         written = 0
         for record_id in record_ids:
-            working: Record | None = found[record_id]
+            working: Record | None = await copies.current(collection, record_id)
             for _ in range(MAX_EDIT_ATTEMPTS):
-                if working is None:  # deleted meanwhile
+                if working is None or not view.allows(working):  # deleted (or hidden) meanwhile
                     break
-                state = working.state or DraftState(DRAFT)
-                status = CHANGED if state.status == PUBLISHED else state.status
-                if await copies.working.edit(collection.id, record_id, change, unset, status=status,
-                                             revision=state.revision) is not None:
+                update.permit(working)
+                if await copies.working.edit(collection.id, record_id, change, unset, status=_edited_status(working),
+                                             revision=_state(working).revision) is not None:
                     written += 1
                     break
                 working = await copies.current(collection, record_id)  # changed meanwhile: again
             else:
                 raise kept_changing()
+        await copies.files_left(collection, list(found.values()))
         return written
 
     async def delete(self, principal: Principal | None, collection: Collection, record_ids: Sequence[str]) -> int:
@@ -88,9 +94,8 @@ class DraftBulk:
         await copies.schedules.cancel_many(collection.id, record_ids)
         if current_session() is None:  # committed: the drafts never published take their files
             shown = {r.id for r in published}
-            for record_id in record_ids:
-                if record_id not in shown:
-                    await copies.dropped(collection, record_id, found[record_id].data, None)
+            await copies.dropped(collection, [DroppedCopy(i, found[i].data, None)
+                                              for i in record_ids if i not in shown])
         return deleted
 
     async def _editable_all(self, view: Access, change: Access, record_ids: Sequence[str],
@@ -120,3 +125,13 @@ class DraftBulk:
             if name is not None:
                 raise change.field_refusal(name)
         return found
+
+
+def _state(working: Record) -> DraftState:
+    return working.state or DraftState(DRAFT)
+
+
+def _edited_status(working: Record) -> str:
+    """The status of `working` once edited: a `published` record becomes `changed`."""
+    status = _state(working).status
+    return CHANGED if status == PUBLISHED else status

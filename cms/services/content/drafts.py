@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cms.errors import BadRequest, NotFound
@@ -41,9 +41,21 @@ from cms.store.working_copies import WorkingCopyRepository
 
 log = logging.getLogger("cms.drafts")
 
-DroppedHook = Callable[[Collection, str, dict[str, Any], "dict[str, Any] | None"], Awaitable[None]]
-"""Called with (collection, record id, the dropped working copy's data, the published copy's data or None
-for a record never published) once a working copy was dropped (`WorkingCopies.on_dropped`)."""
+
+
+@dataclass(frozen=True)
+class DroppedCopy:
+    """A working copy of record `record_id` dropped or edited, and committed: its data before (`data`)
+    and the data whose files stay (`kept`: the published copy's, with an edit's new values too), or None
+    for a record never published that was deleted (every file of it goes)."""
+
+    record_id: str
+    data: dict[str, Any]
+    kept: dict[str, Any] | None
+
+
+DroppedHook = Callable[[Collection, Sequence[DroppedCopy]], Awaitable[None]]
+"""Called with (collection, the working copies dropped) once committed (`WorkingCopies.on_dropped`)."""
 
 MAX_EDIT_ATTEMPTS = 3
 """Tries of a change of the working state that finds it changed since it was read (its revision)."""
@@ -96,16 +108,15 @@ class WorkingCopies:
         is logged; the change stays done (files)."""
         self._dropped_hooks.append(hook)
 
-    async def dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
-                      kept: dict[str, Any] | None) -> None:
-        """Run the `on_dropped` hooks: the working copy of `record_id` (its data `dropped`) is gone and
-        committed; `kept`: the published copy's data, or None for a record never published."""
-        for hook in self._dropped_hooks:
+    async def dropped(self, collection: Collection, dropped: Sequence[DroppedCopy]) -> None:
+        """Run the `on_dropped` hooks for the working copies `dropped` of `collection` (gone or edited,
+        and committed)."""
+        for hook in self._dropped_hooks if dropped else ():
             try:
-                await hook(collection, record_id, dropped, kept)
+                await hook(collection, dropped)
             except Exception:
-                log.exception("clean-up after the working copy of %s/%s was dropped failed", collection.name,
-                              record_id)
+                log.exception("clean-up after %d working copies of %s were dropped failed", len(dropped),
+                              collection.name)
 
     def atomic(self) -> AbstractAsyncContextManager[None]:
         """An event unit in one transaction where the server has them, whatever the outbox wants: a
@@ -161,7 +172,7 @@ class WorkingCopies:
         """Change the fields of `data` (null clears one) in the working copy of `record_id`, under the
         view and update rules on the working copy: a `published` record becomes `changed`, the
         published copy stays as it is. Types and lengths checked only (localized values are `locale`'s,
-        as an update's); no record event; the files it took out go (`_files_left`). Raises
+        as an update's); no record event; the files it took out go (`files_left`). Raises
         ValidationFailed, NotFound / Unauthorized / Forbidden (the rules), BadRequest (kept changing)."""
         view = check(principal, collection, actions.VIEW)
         update = check(principal, collection, actions.UPDATE, data if isinstance(data, dict) else None)
@@ -174,22 +185,31 @@ class WorkingCopies:
             changed = await self.working.edit(collection.id, record_id, {**set_values, "updated": self.writer.clock()},
                                               unset, status=status, revision=state.revision)
             if changed is not None:
-                await self._files_left(collection, working, changed)
+                await self.files_left(collection, [working], [changed])
                 return changed
         raise kept_changing()
 
-    async def _files_left(self, collection: Collection, before: Record, after: Record) -> None:
-        """After an edit of a working copy (`before` -> `after`): the files it no longer holds, unless the
-        published copy holds them, go (`on_dropped`); inside a caller's transaction (a batch) nothing is
-        done, as it may still abort."""
+    async def files_left(self, collection: Collection, before: Sequence[Record],
+                         after: Sequence[Record] | None = None) -> None:
+        """After edits of working copies of `collection` (`before`: as they were; `after`: as they are
+        now, read here when None): the files each held and no longer holds, unless its published copy
+        holds them, go (`on_dropped`). Nothing inside a caller's transaction (a batch may still abort)."""
         names = [spec.name for spec in file_fields(collection)]
-        if (not self._dropped_hooks or current_session() is not None
-                or all(before.data.get(name) == after.data.get(name) for name in names)):
+        if not names or not before or not self._dropped_hooks or current_session() is not None:
             return
-        published = await self.records.get(collection.id, before.id)
-        shown = published.data if published is not None else {}
-        kept = {name: [*value_list(after.data.get(name)), *value_list(shown.get(name))] for name in names}
-        await self.dropped(collection, before.id, before.data, kept)
+        if after is None:
+            after = await self.working.find_by_ids(collection.id, [r.id for r in before])
+        now = {r.id: r.data for r in after}
+        changed = [r for r in before if any(r.data.get(n) != now.get(r.id, {}).get(n) for n in names)]
+        if not changed:
+            return
+        shown = {r.id: r.data for r in await self.records.find_by_ids(collection.id, [r.id for r in changed])}
+
+        def kept(record_id: str) -> dict[str, Any]:  # the files of the working copy now and of the published copy
+            return {n: [*value_list(now.get(record_id, {}).get(n)), *value_list(shown.get(record_id, {}).get(n))]
+                    for n in names}
+
+        await self.dropped(collection, [DroppedCopy(r.id, r.data, kept(r.id)) for r in changed])
 
     async def discard(self, principal: Principal | None, collection_name: str, record_id: str) -> Record:
         """Drop the pending working copy of a `changed` record (update rule): it becomes its published
@@ -208,7 +228,7 @@ class WorkingCopies:
             kept = replace(published, state=replace(state, status=PUBLISHED))
             restored = await self.working.replace_values(collection.id, kept, revision=state.revision)
             if restored is not None:
-                await self.dropped(collection, record_id, working.data, published.data)
+                await self.dropped(collection, [DroppedCopy(record_id, working.data, published.data)])
                 return restored
         raise kept_changing()
 
@@ -228,4 +248,4 @@ class WorkingCopies:
             await relations.release(plan)
         await self.schedules.cancel(collection.id, record_id)
         if gone is None and current_session() is None:  # never published: no `delete` event takes its files
-            await self.dropped(collection, record_id, working.data, None)
+            await self.dropped(collection, [DroppedCopy(record_id, working.data, None)])

@@ -28,6 +28,7 @@ from cms.models import Collection, FieldSpec, Principal, StoredFile
 from cms.services.access import UPDATE, VIEW, check
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
+from cms.services.content.drafts import DroppedCopy
 from cms.services.content.fields import value_list
 from cms.services.content.file_downloads import FileContent, FileDownloads
 from cms.services.content.file_fields import file_fields
@@ -290,18 +291,18 @@ class FileService:
         log.info("%d files taken out of %s/%s deleted", len(owners), collection.name, record_id)
         return bool(owners)
 
-    async def on_working_copy_dropped(self, collection: Collection, record_id: str, dropped: dict[str, Any],
-                                      kept: dict[str, Any] | None) -> None:
-        """A working copy (its data `dropped`) was dropped or edited once committed (decisions.md, Drafts,
-        versions and scheduled publishing; `WorkingCopies.on_dropped`): delete the files it held that
-        `kept` (the data whose files stay: the published copy's, and after an edit the working copy's)
-        does not hold; `kept` None (a record never published, deleted): every file of the record."""
-        if kept is None:
-            deleted = await self._files.delete_for_records([record_id])
-            if deleted:
-                log.info("%d files of draft %s/%s deleted", deleted, collection.name, record_id)
-        else:
-            deleted = int(await self._delete_taken_out(collection, record_id, dropped, kept))
+    async def on_working_copy_dropped(self, collection: Collection, dropped: Sequence[DroppedCopy]) -> None:
+        """Working copies were dropped or edited, and committed (decisions.md, Drafts, versions and
+        scheduled publishing; `WorkingCopies.on_dropped`): delete the files each held (`data`) that its
+        `kept` data (the published copy's, and after an edit the working copy's) does not hold; `kept`
+        None (a record never published, deleted): every file of the record, one deletion for all."""
+        gone = [d.record_id for d in dropped if d.kept is None]
+        deleted = await self._files.delete_for_records(gone) if gone else 0
+        if deleted:
+            log.info("%d files of %d deleted drafts of %s deleted", deleted, len(gone), collection.name)
+        for copy in dropped:
+            if copy.kept is not None:
+                deleted += int(await self._delete_taken_out(collection, copy.record_id, copy.data, copy.kept))
         if deleted:
             await self._bump([collection.name])
 
