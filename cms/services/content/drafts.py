@@ -29,7 +29,7 @@ from cms.models import CHANGED, DRAFT, PUBLISHED, Collection, DraftState, Princi
 from cms.services import access as actions
 from cms.services.access import Access, check
 from cms.services.caching.catalog import Catalog
-from cms.services.content.fields import value_list
+from cms.services.content.fields import held_values
 from cms.services.content.file_fields import file_fields
 from cms.services.content.record_writer import RecordWriter
 from cms.services.content.relations import RelationRelease
@@ -194,7 +194,8 @@ class WorkingCopies:
         """After edits of working copies of `collection` (`before`: as they were; `after`: as they are
         now, read here when None): the files each held and no longer holds, unless its published copy
         holds them, go (`on_dropped`). Nothing inside a caller's transaction (a batch may still abort)."""
-        names = [spec.name for spec in file_fields(collection)]
+        specs = file_fields(collection)
+        names = [spec.name for spec in specs]
         if not names or not before or not self._dropped_hooks or current_session() is not None:
             return
         if after is None:
@@ -206,8 +207,8 @@ class WorkingCopies:
         shown = {r.id: r.data for r in await self.records.find_by_ids(collection.id, [r.id for r in changed])}
 
         def kept(record_id: str) -> dict[str, Any]:  # the files of the working copy now and of the published copy
-            return {n: [*value_list(now.get(record_id, {}).get(n)), *value_list(shown.get(record_id, {}).get(n))]
-                    for n in names}
+            return {s.name: [*held_values(s, now.get(record_id, {}).get(s.name)),
+                             *held_values(s, shown.get(record_id, {}).get(s.name))] for s in specs}
 
         await self.dropped(collection, [DroppedCopy(r.id, r.data, kept(r.id)) for r in changed])
 

@@ -38,6 +38,8 @@ from cms.services.content.value_fields import (
     StrictNumber,
     check_unicode,
 )
+from cms.services.content.value_fields import held_values as held_values  # re-exported: callers name fields
+from cms.services.content.value_fields import value_list as value_list
 
 # `\Z`, not `$`: `$` also matches before a trailing newline ("posts\n").
 NAME_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,62}\Z")
@@ -100,7 +102,7 @@ def parse_schema(raw: Any, *, auth: bool = False) -> tuple[FieldSpec, ...]:
     ignored elsewhere): bad shape, unknown type, invalid or duplicate
     name, reserved name (`id`, `created`, `updated`; in auth collections also `password`,
     `email`, `verified`), a select without `values`, a relation without `collection_id`, a bad
-    regex pattern, `min` above `max`, or a localized relation or file field.
+    regex pattern, `min` above `max`, or a localized relation field.
     """
     if isinstance(raw, dict):
         if set(raw) - {"fields"}:
@@ -147,8 +149,8 @@ def _to_spec(d: dict[str, Any], where: str) -> FieldSpec:
         raise _schema_error(f"{where}: a relation field needs 'collection_id'")
     if v["unique"] and kind in ("bool", "json"):
         raise _schema_error(f"{where}: {kind} fields cannot be unique")
-    if d["localized"] and kind in ("relation", "file"):  # a record's files are its own, whatever the locale
-        raise _schema_error(f"{where}: a {kind} field cannot be localized")
+    if d["localized"] and kind == "relation":
+        raise _schema_error(f"{where}: a relation field cannot be localized")
     return FieldSpec(
         name=d["name"],
         type=kind,
@@ -211,21 +213,6 @@ def unique_field_names(collection: Collection) -> list[str]:
     each field with `validation.unique`, a localized one as `<name>.<code>` for every configured code."""
     return [path for f in collection.fields if f.validation.unique
             for path in ([f"{f.name}.{code}" for code in collection.locales.codes] if f.localized else [f.name])]
-
-
-def held_values(spec: FieldSpec, value: Any) -> list[Any]:
-    """The values a stored field value holds, as a list (`value_list`); a localized field's object gives
-    the values of every locale."""
-    if spec.localized and isinstance(value, dict):
-        return [item for held in value.values() for item in value_list(held)]
-    return value_list(value)
-
-
-def value_list(value: Any) -> list[Any]:
-    """A field value as a list of values: a list as is, None as [], anything else as [value]."""
-    if value is None:
-        return []
-    return value if isinstance(value, list) else [value]
 
 
 def is_multi(spec: FieldSpec) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 from marshmallow import ValidationError
 
 from cms.models import Collection, FieldSpec
+from cms.services.content.value_fields import held_values, value_list
 from cms.store.files import FileRepository
 
 MAX_FILE_SIZE = 10 * 2**30
@@ -132,7 +133,7 @@ class FileRefs:
         specs = file_fields(collection)
         if not specs:
             return {}
-        wanted = {i for row in rows for spec in specs for i in _ids(row.get(spec.name))}
+        wanted = {i for row in rows for spec in specs for i in row_file_ids(spec, row)}
         if not wanted:
             return {}
         owners: dict[str, Owner] = dict(_VOUCHED.get() or {})
@@ -143,7 +144,7 @@ class FileRefs:
         for index, row in enumerate(rows):
             record_id = record_ids[index] if record_ids is not None and index < len(record_ids) else None
             for spec in specs:
-                ids = _ids(row.get(spec.name))
+                ids = row_file_ids(spec, row)
                 if not ids:
                     continue
                 if record_id is None or any(owners.get(i) != (record_id, spec.name) for i in ids):
@@ -151,7 +152,12 @@ class FileRefs:
         return errors
 
 
-def _ids(value: Any) -> list[str]:
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+def row_file_ids(spec: FieldSpec, row: Mapping[str, Any]) -> list[str]:
+    """The file ids the file field `spec` holds in `row` (record data or an update's `$set`): its
+    value, every locale's of a localized field's object (`held_values`), and for a localized field
+    the values of `<field>.<locale>` keys."""
+    values = held_values(spec, row.get(spec.name))
+    if spec.localized:
+        prefix = f"{spec.name}."
+        values += [v for key, value in row.items() if key.startswith(prefix) for v in value_list(value)]
+    return [str(v) for v in values]

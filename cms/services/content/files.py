@@ -29,7 +29,7 @@ from cms.services.access import UPDATE, VIEW, check
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.content.drafts import DroppedCopy
-from cms.services.content.fields import value_list
+from cms.services.content.fields import held_values
 from cms.services.content.file_downloads import FileContent, FileDownloads
 from cms.services.content.file_fields import file_fields
 from cms.services.content.file_intake import FileIntake, Received
@@ -277,11 +277,12 @@ class FileService:
     async def _delete_taken_out(self, collection: Collection, record_id: str, before: dict[str, Any],
                                 after: dict[str, Any]) -> bool:
         """Delete the files of record `record_id` that its file fields hold in `before` and not in
-        `after` (record data: field name to value); whether any were. Never another record's file (a
+        `after` (record data: field name to value; a localized field's object: every locale's ids, so a
+        file goes only when no locale holds it any more); whether any were. Never another record's file (a
         value stored before ids were checked)."""
         dropped: set[str] = set()
         for spec in file_fields(collection):
-            dropped |= set(value_list(before.get(spec.name))) - set(value_list(after.get(spec.name)))
+            dropped |= set(held_values(spec, before.get(spec.name))) - set(held_values(spec, after.get(spec.name)))
         if not dropped:
             return False
         owners = await self._files.owners(sorted(dropped))

@@ -31,6 +31,7 @@ from cms.services.content.fields import is_multi, value_list
 from cms.services.content.file_fields import vouched
 from cms.services.content.file_parts import FormPart
 from cms.services.content.files import FileService
+from cms.services.content.locales import ALL, localization
 
 if TYPE_CHECKING:
     from cms.services.content.records import RecordService
@@ -91,6 +92,8 @@ class RecordDraft:
         spec = self.collection.field(field_name)
         if spec is None or spec.type != "file":
             raise ValidationFailed("Not a file field", errors={field_name: ["Not a file field of this collection."]})
+        if spec.localized and self._locale == ALL:
+            raise ValidationFailed("Files of a localized field go to one locale", errors={field_name: [ONE_LOCALE]})
         stored = await self._files.store(self.collection, self.record_id, spec, part)
         self._stored.setdefault(field_name, []).append(stored.id)
         if not append:
@@ -132,13 +135,19 @@ class RecordDraft:
         removals: dict[str, list[str]] = {}
         for spec in self.collection.fields:
             if spec.type == "file" and f"{spec.name}-" in values:
+                if spec.localized and self._locale == ALL:
+                    raise ValidationFailed("Files of a localized field go to one locale",
+                                           errors={f"{spec.name}-": [ONE_LOCALE]})
                 removals[spec.name] = _id_list(spec.name, values.pop(f"{spec.name}-"))
         changed = [spec for spec in self.collection.fields
                    if spec.type == "file" and (spec.name in self._stored or spec.name in removals)]
         stored: dict[str, Any] = {}
         if not self._creating and any(s.name not in data and s.name not in self._replacing for s in changed):
-            record = await self._records.get(self.collection.name, self.record_id, principal=self._principal)
+            # localized fields as stored (`*`): a locale's files are its own, never its fallback's
+            record = await self._records.get(self.collection.name, self.record_id, principal=self._principal,
+                                             locale=ALL)
             stored, self._expected = record.data, record.updated  # the write must find it unchanged
+        code = localization(self.collection, self._locale).write_locale
         for spec in changed:
             name = spec.name
             if name in data:
@@ -146,7 +155,8 @@ class RecordDraft:
             elif name in self._replacing or self._creating:
                 base = []
             else:
-                base = value_list(stored.get(name))
+                held = stored.get(name)
+                base = value_list(held.get(code or "") if spec.localized and isinstance(held, dict) else held)
             taken_out = set(removals.get(name, ()))
             ids = [i for i in [*base, *self._stored.get(name, [])] if i not in taken_out]
             if is_multi(spec):
@@ -173,6 +183,9 @@ class RecordDraft:
             await self._files.discard(file_ids)
 
 
+ONE_LOCALE = ("A localized file field takes files for one locale: send them with ?locale=<code>, or name files "
+              "uploaded with POST /api/v1/files in the locales' values.")
+"""Why file parts (and `<field>-`) of a localized field are refused under `?locale=*`."""
 MAX_REMOVED_IDS = 1000
 """Ids one `<field>-` may list."""
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from marshmallow import ValidationError, fields
 
+from cms.models import FieldSpec
+
 MAX_JSON_FIELD_DEPTH = 32
 """Deepest nesting of arrays and objects in the value of a `json` field."""
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -130,3 +132,18 @@ class LocalizedValues(fields.Field[dict[str, Any] | None]):
         if errors:
             raise ValidationError(errors)
         return {code: loaded[code] for code in self.codes if code in loaded} or None
+
+
+def held_values(spec: FieldSpec, value: Any) -> list[Any]:
+    """The values a stored field value holds, as a list (`value_list`); a localized field's object gives
+    the values of every locale."""
+    if spec.localized and isinstance(value, dict):
+        return [item for held in value.values() for item in value_list(held)]
+    return value_list(value)
+
+
+def value_list(value: Any) -> list[Any]:
+    """A field value as a list of values: a list as is, None as [], anything else as [value]."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
