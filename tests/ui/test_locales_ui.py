@@ -16,6 +16,7 @@ from playwright.sync_api import expect
 from tests.ui.conftest import Api, BrowserPage
 from tests.ui.test_audit_ui import readme_screenshot
 from tests.ui.test_collections_ui import collection_named
+from tests.ui.test_media_ui import drop, loaded_width, png
 from tests.ui.test_settings_ui import save
 
 LOCALES = [{"code": "en"}, {"code": "de", "fallback": "en"}, {"code": "de-AT", "fallback": "de"}]
@@ -183,4 +184,47 @@ def test_publish_one_locale_from_the_drafts_panel(admin_page: BrowserPage, api: 
     expect(page.locator(".flash")).to_contain_text("Publish of the de values scheduled at 2031-01-01")
     status, working = api.call("GET", f"{records}/{record_id}?draft=true")
     assert working["scheduled_at"] == "2031-01-01T10:30:00.000Z", working
+    admin_page.watch.assert_clean()
+
+
+def test_a_localized_file_field_follows_the_locale_switcher(admin_page: BrowserPage, api: Api, locales: None):
+    """Issue 40, item 2: the editor shows the edited locale's files, an upload goes to that locale, and a
+    locale without files names its fallback's."""
+    name = f"banners_{uuid.uuid4().hex[:6]}"
+    status, body = api.call("POST", "/api/v1/collections", {"name": name, "schema": [
+        {"name": "title", "type": "text"},
+        {"name": "banner", "type": "file", "localized": True, "mime_types": ["image/*"]}]})
+    assert status == 201, body
+    page = admin_page.page
+    admin_page.goto(f"/_/collections/{name}/records/new")
+    page.fill("#field-title", "Sale")
+    drop(page, "#drop-banner", [("red.png", png((255, 0, 0)), "image/png")])
+    page.click("#save-record")
+    expect(page.locator(".flash")).to_have_text("Record created")
+    record_id = page.locator("#record-id").inner_text()
+    records = f"/api/v1/collections/{name}/records/{record_id}"
+    status, made = api.call("GET", records + "?locale=*")
+    english = made["banner"]["en"]
+    assert status == 200 and made["banner"] == {"en": english}, made
+    assert loaded_width(page, f'li[data-file="{english}"] img.preview') == 100  # loaded before leaving the page
+
+    page.click('#locale-switcher a[data-locale="de"]')
+    page.wait_for_url(f"**/records/{record_id}?locale=de")
+    expect(page.locator(f'li[data-file="{english}"]')).to_have_count(0)  # not de's file
+    expect(page.locator('[data-fallback-for="banner"]')).to_contain_text("shows the en value red.png")
+    drop(page, "#drop-banner", [("blue.png", png((0, 0, 255)), "image/png")])
+    page.click("#save-record")
+    expect(page.locator(".flash")).to_have_text("Record saved")
+    page.wait_for_url(f"**/records/{record_id}?locale=de")
+    status, changed = api.call("GET", records + "?locale=*")
+    german = changed["banner"]["de"]
+    assert changed["banner"] == {"en": english, "de": german} and german != english, changed
+    assert loaded_width(page, f'li[data-file="{german}"] img.preview') == 100
+    expect(page.locator(f'li[data-file="{english}"]')).to_have_count(0)
+    expect(page.locator('[data-fallback-for="banner"]')).to_have_count(0)
+
+    page.click('#locale-switcher a[data-locale="en"]')
+    page.wait_for_url(f"**/records/{record_id}?locale=en")
+    assert loaded_width(page, f'li[data-file="{english}"] img.preview') == 100
+    expect(page.locator(f'li[data-file="{german}"]')).to_have_count(0)
     admin_page.watch.assert_clean()

@@ -227,8 +227,13 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
         else:
             shown_val = list(value)[-1] if value else ""
         files: list[FileShown] = []
-        if spec.type == "file" and stored and record is not None:
-            files = await shown_files(request, collection, str(record["id"]), stored)
+        fallback_text = None if fallback is None else _as_text(shown_value(spec, fallback))
+        if spec.type == "file" and record is not None:
+            if stored:  # a localized field: the edited locale's files, which an upload goes to
+                files = await shown_files(request, collection, str(record["id"]), stored)
+            if fallback is not None:  # the fallback's files by name
+                shown_fallback = await shown_files(request, collection, str(record["id"]), fallback)
+                fallback_text = ", ".join(f.filename or f.id for f in shown_fallback)
         target = targets.get(spec.name)
         labelled: list[Chosen] = []
         if target is not None:
@@ -238,7 +243,7 @@ async def editor_fields(request: web.Request, principal: Principal, collection: 
                                errors=errors.get(spec.name, []) + errors.get(f"data.{spec.name}", []),
                                files=files, multi=is_multi(spec), target=target,
                                chosen=labelled, localized=spec.localized, fallback_locale=fallback_locale,
-                               fallback=None if fallback is None else _as_text(shown_value(spec, fallback))))
+                               fallback=fallback_text))
     return out
 
 
