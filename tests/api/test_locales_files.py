@@ -2,8 +2,9 @@
 issue 40 item 2), end to end over HTTP: a German and an English image on one record, reads with
 `?locale=` (fallbacks, `*`), multipart writes into one locale (`field`, `field+`, `field-`), the files a
 locale no longer holds deleted and the other locales' kept, a file of another record refused in any
-locale, `?locale=*` refusing file parts, the record's deletion taking every locale's files, and a
-per-locale publish keeping the published copy's other locales' files."""
+locale, `?locale=*` refusing file parts, the record's deletion taking every locale's files, and with
+drafts a per-locale publish keeping the published copy's other locales' files, a discard taking only
+the working copy's own."""
 
 from __future__ import annotations
 
@@ -216,8 +217,8 @@ async def test_publishing_one_locale_keeps_the_other_locales_files(client, admin
     await gone(client, admin_token, german)
     assert await status_of(client, english) == 200  # published, English
     assert await status_of(client, new_english, admin_token) == 200  # pending in the working copy
-    response = await client.post(path + "/publish", headers=bearer(admin_token))
-    assert response.status == 200, await response.text()
-    assert (await read(client, path, "*"))["banner"] == {"en": new_english, "de": new_german}
-    await gone(client, admin_token, english)
-    assert await status_of(client, new_german) == 200
+    response = await client.delete(path + "/draft", headers=bearer(admin_token))  # discard: en's new file goes
+    assert response.status == 204, await response.text()
+    await gone(client, admin_token, new_english)
+    assert await status_of(client, english) == 200 and await status_of(client, new_german) == 200
+    assert (await read(client, path, "*"))["banner"] == {"en": english, "de": new_german}
