@@ -222,3 +222,25 @@ async def test_publishing_one_locale_keeps_the_other_locales_files(client, admin
     await gone(client, admin_token, new_english)
     assert await status_of(client, english) == 200 and await status_of(client, new_german) == 200
     assert (await read(client, path, "*"))["banner"] == {"en": english, "de": new_german}
+
+
+async def test_appending_to_a_draft_builds_on_its_working_copy(client, admin_token):
+    """`<field>+` and `<field>-` on a record of a collection with drafts start from the working copy's
+    value of the locale (a record never published has no other)."""
+    await banners(client, admin_token, drafts=True)
+    made = await sent(client, admin_token, "POST", records_path("banners"), "de", {"title": "Draft"},
+                      ("gallery", "a.txt", b"a", "text/plain"))
+    path = records_path("banners", made["id"])
+    first = made["gallery"][0]
+    appended = await sent(client, admin_token, "PATCH", path, "de", None, ("gallery+", "b.txt", b"b", "text/plain"))
+    assert appended["gallery"][0] == first and len(appended["gallery"]) == 2 and appended["status"] == "draft"
+    second = appended["gallery"][1]
+    removed = await sent(client, admin_token, "PATCH", path, "de", {"gallery-": [first]})
+    assert removed["gallery"] == [second]
+    await gone(client, admin_token, first)
+    response = await client.post(path + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    appended = await sent(client, admin_token, "PATCH", path, "de", None, ("gallery+", "c.txt", b"c", "text/plain"))
+    assert appended["gallery"][0] == second and len(appended["gallery"]) == 2 and appended["status"] == "changed"
+    assert (await read(client, path, "*"))["gallery"] == {"de": [second]}  # readers: the published copy
+    assert await status_of(client, second) == 200

@@ -309,15 +309,12 @@ class RecordReads:
         Raises InvalidFilter (unknown field)."""
         return sort_order(access, sort)
 
-    async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None,
-                  locale: str | None = None) -> Record:
-        """One record that the view rule lets `principal` (None: no credentials) see, its localized
-        fields as `locale` answers them (None: the default locale; `*`: objects). Raises NotFound
-        (collection; record, or a record the rule hides), Unauthorized (no credentials, and the rule
-        refuses or depends on the record), Forbidden (refused outright) or BadRequest (a locale not
-        configured)."""
+    async def get(self, collection_name: str, record_id: str, *, principal: Principal | None = None) -> Record:
+        """One record that the view rule lets `principal` (None: no credentials) see. Raises
+        NotFound (collection; record, or a record the rule hides), Unauthorized (no credentials,
+        and the rule refuses or depends on the record) or Forbidden (refused outright)."""
         collection = await self._catalog.by_name(collection_name)
-        view = check(principal, collection, actions.VIEW, locale=locale)
+        view = check(principal, collection, actions.VIEW)
         return view.redact(await self._visible(view, record_id))
 
     async def sight(self, principal: Principal, collection_name: str, record_id: str,

@@ -68,7 +68,7 @@ class RecordDraft:
             self._collection, self._epoch = await self._records.writable_for_new_records(name)
             check(principal, self._collection, actions.CREATE).require()
         else:
-            self._collection = await self._records.writable_record(principal, name, self.record_id)
+            self._collection, _ = await self._records.writable_record(principal, name, self.record_id)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -143,9 +143,9 @@ class RecordDraft:
                    if spec.type == "file" and (spec.name in self._stored or spec.name in removals)]
         stored: dict[str, Any] = {}
         if not self._creating and any(s.name not in data and s.name not in self._replacing for s in changed):
-            # localized fields as stored (`*`): a locale's files are its own, never its fallback's
-            record = await self._records.get(self.collection.name, self.record_id, principal=self._principal,
-                                             locale=ALL)
+            # as stored (with drafts: the working copy), localized fields as objects: a locale's files are
+            # its own, never its fallback's
+            _, record = await self._records.writable_record(self._principal, self.collection.name, self.record_id)
             stored, self._expected = record.data, record.updated  # the write must find it unchanged
         code = localization(self.collection, self._locale).write_locale
         for spec in changed:

@@ -345,17 +345,17 @@ class RecordService(RecordReads):
                                           max_rows=limits.import_max_rows, permitted=permitted,
                                           drafts=self._drafted().working if collection.drafts else None)
 
-    async def writable_record(self, principal: Principal | None, collection_name: str, record_id: str) -> Collection:
-        """The collection `collection_name`, if its view rule lets `principal` see record `record_id`
-        and its update rule lets it change it (the record as stored). Raises NotFound (collection,
-        or a record the caller may not see) or Unauthorized / Forbidden (the rule refuses)."""
+    async def writable_record(self, principal: Principal | None, collection_name: str,
+                              record_id: str) -> tuple[Collection, Record]:
+        """The collection `collection_name` and record `record_id` as stored (with drafts: its working
+        copy; localized fields as objects), if its view rule lets `principal` see the record and its
+        update rule lets it change it. Raises NotFound (collection, or a record the caller may not
+        see) or Unauthorized / Forbidden (the rule refuses)."""
         collection = await self._catalog.by_name(collection_name)
         view, update = check(principal, collection, actions.VIEW), check(principal, collection, actions.UPDATE)
         if collection.drafts:
-            await self._drafted().editable(view, update, record_id)
-        else:
-            await permitted_record(self._records, view, update, record_id)
-        return collection
+            return collection, await self._drafted().editable(view, update, record_id)
+        return collection, await permitted_record(self._records, view, update, record_id)
 
     async def writable_for_new_records(self, collection_name: str) -> tuple[Collection, str | None]:
         """The collection, if records may be created in it through the records API (not an auth
