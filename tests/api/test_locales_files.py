@@ -244,3 +244,27 @@ async def test_appending_to_a_draft_builds_on_its_working_copy(client, admin_tok
     assert appended["gallery"][0] == second and len(appended["gallery"]) == 2 and appended["status"] == "changed"
     assert (await read(client, path, "*"))["gallery"] == {"de": [second]}  # readers: the published copy
     assert await status_of(client, second) == 200
+
+
+async def test_a_localized_protected_or_hidden_files_download_is_as_any_files(client, admin_token, user_token):
+    """A file of a localized field downloads under the record's view rule, its field's `view_rule` and,
+    `protected`, a file token, whichever locale holds it."""
+    await use_locales(client, admin_token, THREE)
+    await create_collection(client, admin_token, "posters", [
+        {"name": "title", "type": "text"},
+        {"name": "scan", "type": "file", "localized": True, "protected": True},
+        {"name": "draft", "type": "file", "localized": True, "view_rule": "@request.auth.role = \"admin\""},
+    ], **PUBLIC)
+    made = await sent(client, admin_token, "POST", records_path("posters"), "de", {"title": "x"},
+                      ("scan", "scan.txt", b"scan", "text/plain"), ("draft", "d.txt", b"d", "text/plain"))
+    scan, hidden = made["scan"], made["draft"]
+    assert await status_of(client, scan, user_token) == 404  # protected: no token
+    response = await client.post(f"{FILES}/token", headers=bearer(user_token))
+    assert response.status == 200, await response.text()
+    token = (await response.json())["token"]
+    response = await client.get(f"{FILES}/{scan}", params={"token": token})
+    assert response.status == 200 and await response.read() == b"scan"
+    assert await status_of(client, hidden, user_token) == 404  # the field's view_rule hides it
+    assert await status_of(client, hidden, admin_token) == 200
+    shown = await client.get(records_path("posters", made["id"]), headers=bearer(user_token), params={"locale": "*"})
+    assert "draft" not in await shown.json()
