@@ -14,7 +14,7 @@ from typing import Any
 
 from pymongo import ReturnDocument
 
-from cms.models import Release, ReleaseItem
+from cms.models import RELEASE_PUBLISHED, Release, ReleaseItem
 from cms.store.client import Database
 from cms.store.repository import Repository
 from cms.store.transactions import current_session
@@ -63,10 +63,12 @@ class ReleaseRepository(Repository[Release]):
         items = [_from_document(d) async for d in cursor]
         return items, await self._mongo_coll.count_documents({})
 
-    async def update(self, release_id: str, changes: Mapping[str, Any], *, scheduled_at: Any = ANY) -> Release | None:
+    async def update(self, release_id: str, changes: Mapping[str, Any], *, scheduled_at: Any = ANY,
+                     unpublished: bool = False) -> Release | None:
         """Set `changes` (attribute names of RELEASE_FIELDS to values; `items` a tuple of ReleaseItem)
-        on the release, only while its `scheduled_at` is `scheduled_at` unless that is ANY. Returns the
-        release as changed, or None (no such release, or its schedule changed)."""
+        on the release, only while its `scheduled_at` is `scheduled_at` unless that is ANY, and, with
+        `unpublished`, only while it is not `published`. Returns the release as changed, or None (no
+        such release, its schedule changed, or it was published)."""
         unknown = set(changes) - RELEASE_FIELDS
         if unknown:
             raise ValueError(f"not release fields: {sorted(unknown)}")
@@ -76,6 +78,8 @@ class ReleaseRepository(Repository[Release]):
         query: dict[str, Any] = {"_id": release_id}
         if scheduled_at is not ANY:
             query["scheduled_at"] = scheduled_at
+        if unpublished:
+            query["status"] = {"$ne": RELEASE_PUBLISHED}
         doc = await self._mongo_coll.find_one_and_update(query, {"$set": values}, return_document=ReturnDocument.AFTER,
                                                          session=current_session())
         return _from_document(doc) if doc else None

@@ -4,6 +4,10 @@ group records of collections with drafts and publish them together, all or nothi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -18,6 +22,7 @@ from cms.services.content.releases import MAX_RELEASE_ITEMS
 from cms.services.delivery.events import RecordEvent
 from cms.wiring import Services, open_services
 from tests.conftest import MovableClock, bearer, create_collection, create_record, error_of, records_path
+from workers.settings import build_worker
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "title", "type": "text", "validation": {"required": True}},
@@ -263,3 +268,59 @@ async def test_a_failing_scheduled_release_leaves_an_error(client, admin_token, 
     assert entries["total"] == 1 and entries["items"][0]["details"]["release_id"] == release["id"]
     assert entries["items"][0]["severity"] == "warning"
     assert await services.drafts.scheduler.run_due() == 0
+
+
+async def test_concurrent_publishes_of_a_release_publish_it_once(client, admin_token, posts, seen):
+    ids = await drafts(client, admin_token, 5)
+    release = await call(client, "POST", RELEASES, admin_token, 201, {"name": "r", "items": items(ids)})
+    path = f"{RELEASES}/{release['id']}/publish"
+    responses = await asyncio.gather(*(client.post(path, headers=bearer(admin_token)) for _ in range(3)))
+    bodies = []
+    for response in responses:
+        assert response.status == 200, await response.text()
+        bodies.append(await response.json())
+    assert {b["status"] for b in bodies} == {"published"} and len({b["published_at"] for b in bodies}) == 1
+    assert sorted((e.event, e.record_id) for e in seen) == sorted(("create", r) for r in ids)  # each once
+
+
+async def test_two_instances_run_each_release_once(client, admin_token, posts, services, config, clock, seen):
+    """Two app instances (each with its own services and event bus) run the due schedules at the same
+    moment: every release, and every record in it, is published once, by one of them."""
+    ids = await drafts(client, admin_token, 12)
+    releases = [(await call(client, "POST", RELEASES, admin_token, 201, {"name": f"r{i}",
+                                                                        "items": items(ids[i::4])}))["id"]
+                for i in range(4)]
+    for release_id in releases:
+        await call(client, "POST", f"{RELEASES}/{release_id}/publish", admin_token, 200, in_minutes(clock, 1))
+    other_seen: list[RecordEvent] = []
+    async with open_services(config, clock=clock) as other:
+        other.events.subscribe(record_events(other_seen))
+        clock.advance(minutes=1)
+        ran = await asyncio.gather(services.drafts.scheduler.run_due(), other.drafts.scheduler.run_due())
+    assert sum(ran) == len(releases)
+    assert sorted(e.record_id for e in [*seen, *other_seen] if e.event == "create") == sorted(ids)
+    for release_id in releases:
+        assert (await call(client, "GET", f"{RELEASES}/{release_id}", admin_token, 200))["status"] == "published"
+
+
+async def test_the_worker_publishes_a_release_within_two_seconds(client, admin_token, posts, services, config,
+                                                                 clock, seen):
+    ids = await drafts(client, admin_token, 2)
+    release = await call(client, "POST", RELEASES, admin_token, 201, {"name": "r", "items": items(ids)})
+    at = clock() + timedelta(seconds=1)
+    await call(client, "POST", f"{RELEASES}/{release['id']}/publish", admin_token, 200, {"at": at.isoformat()})
+    worker = build_worker(config, services=services, handle_signals=False, poll_delay_s=0.05)
+    task = asyncio.create_task(worker.async_run())
+    try:
+        await asyncio.sleep(0.5)  # the worker is up, the schedule is not due yet
+        assert seen == []
+        clock.advance(seconds=1)
+        started = time.monotonic()
+        while len(seen) < len(ids):
+            assert time.monotonic() - started < 2.0, "not published within 2 s of its time"
+            await asyncio.sleep(0.02)
+    finally:
+        worker.handle_sig_wait_for_completion(signal.SIGTERM)
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 20)
+    assert sorted(e.record_id for e in seen) == sorted(ids)

@@ -52,12 +52,14 @@ class LostRace(Exception):
 
 class PublishFailed(Exception):
     """Item `index` (from 0) of a `publish_many` failed with `error`, the CmsError it would have got
-    alone; nothing of the call was published."""
+    alone; nothing of the call was published. `race`: it lost a race with a concurrent write (its
+    working state changed meanwhile, or a transaction's write conflict): trying again may succeed."""
 
-    def __init__(self, index: int, error: CmsError) -> None:
+    def __init__(self, index: int, error: CmsError, *, race: bool = False) -> None:
         super().__init__(f"item {index} failed: {error.detail}")
         self.index = index
         self.error = error
+        self.race = race
 
 
 def actor(principal: Principal | None) -> str | None:
@@ -287,12 +289,12 @@ class Publisher:
         try:
             return await self._write_many(items, workings, results, by=by)
         except LostRace:
-            raise PublishFailed(len(results), kept_changing()) from None
+            raise PublishFailed(len(results), kept_changing(), race=True) from None
         except AlreadyExists as exc:
             raise PublishFailed(len(results), ValidationFailed("The working copy does not validate",
                                                                errors=exc.errors)) from None
         except WriteConflict as exc:
-            raise PublishFailed(len(results), exc) from None
+            raise PublishFailed(len(results), exc, race=True) from None
 
     async def unpublish(self, principal: Principal | None, collection_name: str, record_id: str) -> Record:
         """Turn a published record back into a `draft`, its working copy kept (a `changed` record keeps

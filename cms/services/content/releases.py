@@ -33,7 +33,7 @@ from cms.models import (
     ReleaseItem,
 )
 from cms.services.access import require_admin
-from cms.services.content.drafts import WorkingCopies
+from cms.services.content.drafts import MAX_PUBLISH_ATTEMPTS, WorkingCopies, backoff, kept_changing
 from cms.services.content.publishing import LostRace, Publisher, PublishFailed, actor
 from cms.services.content.scheduling import (
     MAX_RETRY_DELAY_S,
@@ -132,12 +132,20 @@ class ReleaseService:
         item that failed; nothing published, the release `failed` unless it is still scheduled),
         BadRequest (a concurrent write: retry)."""
         require_admin(principal)
-        release = await self._get(release_id)
-        if release.status == RELEASE_PUBLISHED:
-            raise Conflict("This release is published already")
-        published = await self._publish(release, by=actor(principal), scheduled_at=ANY)
-        await self._copies.schedules.cancel(RELEASE_SCHEDULES, release_id)
-        return published
+        for attempt in range(MAX_PUBLISH_ATTEMPTS):
+            release = await self._get(release_id)
+            if release.status == RELEASE_PUBLISHED:
+                if attempt:
+                    return release  # a concurrent publish of it won
+                raise Conflict("This release is published already")
+            try:
+                published = await self._publish(release, by=actor(principal), scheduled_at=ANY)
+            except (LostRace, WriteConflict):  # a concurrent write: read again
+                await backoff(attempt)
+                continue
+            await self._copies.schedules.cancel(RELEASE_SCHEDULES, release_id)
+            return published
+        raise kept_changing()
 
     async def schedule(self, principal: Principal | None, release_id: str, at: datetime) -> Release:
         """Publish the release at `at` (aware; in the future, at most MAX_SCHEDULE_AHEAD away),
@@ -188,8 +196,12 @@ class ReleaseService:
                 "release_publish_failed", user_id=schedule.by, origin=RequestOrigin.from_json(schedule.origin),
                 details={"release_id": release.id, "name": release.name, "scheduled_at": schedule.at.isoformat(),
                          "error": schedule_error(exc), "errors": exc.errors or {}})])
-        except LostRace:  # cancelled or replaced meanwhile
-            return int(await schedules.finish(schedule))
+        except LostRace:  # cancelled or replaced meanwhile, or an item changed: then at once again
+            current = await self._releases.get(release.id)
+            if current is None or current.status != RELEASE_SCHEDULED or current.scheduled_at != schedule.at:
+                return int(await schedules.finish(schedule))
+            await schedules.release(schedule, self._copies.writer.clock())
+            return 0
         except WriteConflict:
             delay_s = min(RETRY_DELAY_S * schedule.attempts, MAX_RETRY_DELAY_S)
             await schedules.release(schedule, self._copies.writer.clock() + timedelta(seconds=delay_s))
@@ -199,7 +211,9 @@ class ReleaseService:
     async def _publish(self, release: Release, *, by: str | None, scheduled_at: Any) -> Release:
         """Publish `release`'s items and mark it `published` in one unit (one transaction where the
         server has them), while its `scheduled_at` is `scheduled_at` (ANY: whatever it is; else
-        LostRace). On an item's failure: the release `failed` with `errors`, ValidationFailed raised."""
+        LostRace). On an item's failure: the release `failed` with `errors`, ValidationFailed raised.
+        Raises LostRace or WriteConflict when a concurrent write got in the way (an item's working
+        state changed, another publish of the release won, its schedule changed): nothing published."""
         now = self._copies.writer.clock()
         try:
             pairs = await self._collections(release.items)
@@ -207,16 +221,19 @@ class ReleaseService:
                 await self._publisher.publish_many(pairs, by=by)
                 done = await self._releases.update(release.id, {
                     "status": RELEASE_PUBLISHED, "published_at": now, "scheduled_at": None, "error": None,
-                    "errors": {}, "updated": now}, scheduled_at=scheduled_at)
+                    "errors": {}, "updated": now}, scheduled_at=scheduled_at, unpublished=True)
                 if done is None:
                     raise LostRace
                 return done
         except PublishFailed as failed:
+            if failed.race:
+                raise LostRace from None
             errors = item_error(failed.index, schedule_error(failed.error))
             changes: dict[str, Any] = {"error": NOTHING_PUBLISHED, "errors": errors, "updated": now}
             if scheduled_at is not ANY or release.status != RELEASE_SCHEDULED:
                 changes.update(status=RELEASE_FAILED, scheduled_at=None)
-            await self._releases.update(release.id, changes, scheduled_at=scheduled_at)
+            if await self._releases.update(release.id, changes, scheduled_at=scheduled_at, unpublished=True) is None:
+                raise LostRace from None  # published, or its schedule changed, meanwhile
             raise ValidationFailed(NOTHING_PUBLISHED, errors=errors) from None
 
     async def _collections(self, items: Sequence[ReleaseItem]) -> list[tuple[Collection, str]]:
