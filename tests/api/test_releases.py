@@ -324,3 +324,16 @@ async def test_the_worker_publishes_a_release_within_two_seconds(client, admin_t
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait_for(task, 20)
     assert sorted(e.record_id for e in seen) == sorted(ids)
+
+
+async def test_items_follow_a_renamed_collection(client, admin_token, posts):
+    ids = await drafts(client, admin_token, 1)
+    release = await call(client, "POST", RELEASES, admin_token, 201, {"name": "r", "items": items(ids)})
+    collection_id = release["items"][0]["collection_id"]
+    await call(client, "PATCH", f"/api/v1/collections/{collection_id}", admin_token, 200, {"name": "articles"})
+    path = f"{RELEASES}/{release['id']}"
+    assert (await call(client, "GET", path, admin_token, 200))["items"][0]["collection"] == "articles"
+    changed = await call(client, "PATCH", path, admin_token, 200, {"items": items(ids, "articles")})
+    assert changed["items"][0]["collection_id"] == collection_id
+    assert (await call(client, "POST", path + "/publish", admin_token, 200))["status"] == "published"
+    assert (await call(client, "GET", records_path("articles", ids[0]), None, 200))["title"] == "post 0"

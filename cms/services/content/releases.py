@@ -16,6 +16,7 @@ leaves `error`/`errors` on the release and an audit entry `release_publish_faile
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -92,7 +93,7 @@ class ReleaseService:
         require_admin(principal)
         per_page = max(1, min(per_page, MAX_PER_PAGE))
         items, total = await self._releases.page((page - 1) * per_page, per_page)
-        return Page(items=items, total=total, page=page, per_page=per_page)
+        return Page(items=[await self._named(r) for r in items], total=total, page=page, per_page=per_page)
 
     async def get(self, principal: Principal | None, release_id: str) -> Release:
         """The release `release_id`. Raises Unauthorized / Forbidden, NotFound."""
@@ -115,7 +116,10 @@ class ReleaseService:
             changes["items"] = await self._resolve(items)
             if release.status == RELEASE_FAILED:
                 changes.update(status=RELEASE_PENDING, error=None, errors={})
-        return await self._changed(await self._releases.update(release_id, changes))
+        changed = await self._releases.update(release_id, changes, unpublished=True)
+        if changed is None and await self._releases.get(release_id) is not None:
+            raise Conflict("This release is published: it does not change any more")
+        return await self._changed(changed)
 
     async def delete(self, principal: Principal | None, release_id: str) -> None:
         """Delete the release and its pending schedule (its published records stay published).
@@ -144,7 +148,7 @@ class ReleaseService:
                 await backoff(attempt)
                 continue
             await self._copies.schedules.cancel(RELEASE_SCHEDULES, release_id)
-            return published
+            return await self._named(published)
         raise kept_changing()
 
     async def schedule(self, principal: Principal | None, release_id: str, at: datetime) -> Release:
@@ -304,8 +308,18 @@ class ReleaseService:
     async def _get(self, release_id: str) -> Release:
         return await self._changed(await self._releases.get(release_id))
 
-    @staticmethod
-    async def _changed(release: Release | None) -> Release:
+    async def _changed(self, release: Release | None) -> Release:
+        """`release` as answered (`_named`). Raises NotFound when it is None."""
         if release is None:
             raise NotFound("Release not found")
-        return release
+        return await self._named(release)
+
+    async def _named(self, release: Release) -> Release:
+        """`release` with each item's `collection` the current name of its collection (the stored one
+        when the collection is gone), so a renamed collection's items still name it."""
+        names: dict[str, str] = {}
+        for item in release.items:
+            if item.collection_id not in names:
+                found = await self._copies.catalog.find_by_id(item.collection_id)
+                names[item.collection_id] = found.name if found is not None else item.collection
+        return replace(release, items=tuple(replace(i, collection=names[i.collection_id]) for i in release.items))
