@@ -15,7 +15,7 @@ from cms.services.representation.base import Representation, Timestamp, dump_one
 class ReleaseItemSchema(Representation):
     """One item of a release: `{collection, collection_id, record_id}`."""
 
-    collection = fields.String(metadata={"description": "the collection's name when the item was added"})
+    collection = fields.String(metadata={"description": "the collection's current name"})
     collection_id = fields.String()
     record_id = fields.String()
 

@@ -10511,7 +10511,7 @@ export interface components {
             name: string;
         };
         ReleaseItem: {
-            /** @description the collection's name when the item was added */
+            /** @description the collection's current name */
             collection: string;
             collection_id: string;
             record_id: string;

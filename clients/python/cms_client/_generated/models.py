@@ -640,7 +640,7 @@ class RegisterResponse(TypedDict, closed=True):
 class ReleaseItem(TypedDict, closed=True):
     collection: str
     """
-    the collection's name when the item was added
+    the collection's current name
     """
     collection_id: str
     record_id: str
