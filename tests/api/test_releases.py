@@ -115,8 +115,8 @@ async def test_bad_items_are_named_by_index(client, admin_token, posts):
     assert "drafts" in failed["errors"]["items.1"][0] and "items.0" in failed["errors"]["items.4"][0]
     assert (await call(client, "GET", RELEASES, admin_token, 200))["total"] == 0
 
-    for wrong in [{"name": "", "items": []}, {"name": "x" * 201, "items": []}, {"items": []},
-                  {"name": "n", "items": [{"collection": "posts"}]}, {"name": "n", "items": "posts"}]:
+    for wrong in [{"name": "", "items": []}, {"name": "   ", "items": []}, {"name": "x" * 201, "items": []},
+                  {"items": []}, {"name": "n", "items": [{"collection": "posts"}]}, {"name": "n", "items": "posts"}]:
         await error_of(await client.post(RELEASES, headers=bearer(admin_token), json=wrong), 422, "validation_error")
 
 

@@ -74,12 +74,10 @@ async def index(request: web.Request, principal: Principal) -> web.StreamRespons
 @admin_page
 async def create(request: web.Request, principal: Principal) -> web.StreamResponse:
     """POST /_/releases: a new empty release called `name`; its page is next."""
-    name = str((await read_form(request)).get("name", "")).strip()
+    name = str((await read_form(request)).get("name", ""))
     releases = services(request).drafts.releases
     try:
-        if not name:
-            raise BadRequest("A release needs a name")
-        release = await releases.create(principal, name[:1000], [])
+        release = await releases.create(principal, name, [])
     except CmsError as exc:
         page = await releases.list_releases(principal, page=1, per_page=PER_PAGE)
         return await render(request, "releases/index.html", status=exc.status, releases=page.items, page=1,

@@ -59,6 +59,15 @@ MAX_PER_PAGE = 100
 NOTHING_PUBLISHED = "The release cannot be published: nothing was published"
 
 
+def checked_name(name: str) -> str:
+    """`name` stripped, once it is 1..MAX_RELEASE_NAME characters. Raises ValidationFailed naming `name`."""
+    name = name.strip()
+    if not 1 <= len(name) <= MAX_RELEASE_NAME:
+        raise ValidationFailed(f"A release's name has 1 to {MAX_RELEASE_NAME} characters",
+                               errors={"name": [f"Length must be between 1 and {MAX_RELEASE_NAME}."]})
+    return name
+
+
 def item_error(index: int, message: str) -> dict[str, list[str]]:
     """The `errors` entry naming item `index` (from 0): `{"items.3": [message]}`."""
     return {f"items.{index}": [message]}
@@ -77,12 +86,12 @@ class ReleaseService:
         scheduler.add_runner(RELEASE_SCHEDULES, self.run_schedule)
 
     async def create(self, principal: Principal | None, name: str, items: Sequence[Mapping[str, str]]) -> Release:
-        """A new `pending` release called `name` (1..MAX_RELEASE_NAME characters, checked by the API
-        schema) of `items` (`{collection, record_id}` each, at most MAX_RELEASE_ITEMS). Raises
-        Unauthorized / Forbidden (not an admin), ValidationFailed (`items.N`: an unknown collection,
-        one without drafts, an unknown record, an item twice)."""
+        """A new `pending` release called `name` (stripped, 1..MAX_RELEASE_NAME characters) of `items`
+        (`{collection, record_id}` each, at most MAX_RELEASE_ITEMS). Raises Unauthorized / Forbidden (not
+        an admin), ValidationFailed (`name`; `items.N`: an unknown collection, one without drafts, an
+        unknown record, an item twice)."""
         require_admin(principal)
-        resolved = await self._resolve(items)
+        name, resolved = checked_name(name), await self._resolve(items)
         now = self._copies.writer.clock()
         release = Release(id=new_id(), name=name, items=resolved, status=RELEASE_PENDING, created=now, updated=now)
         await self._releases.insert(release)
@@ -111,7 +120,7 @@ class ReleaseService:
             raise Conflict("This release is published: it does not change any more")
         changes: dict[str, Any] = {"updated": self._copies.writer.clock()}
         if name is not None:
-            changes["name"] = name
+            changes["name"] = checked_name(name)
         if items is not None:
             changes["items"] = await self._resolve(items)
             if release.status == RELEASE_FAILED:
