@@ -40,6 +40,8 @@ from cms.store.transactions import current_session
 
 Undo = Callable[[], Awaitable[None]]
 """A step that puts back one write of a publish made without a transaction (`publish_in`'s `undo`)."""
+Inside = Callable[[], Awaitable[None]]
+"""What `publish_many` runs after its writes, inside their unit (a release's own change)."""
 PublishHook = Callable[[Collection, Record, "str | None"], Awaitable[None]]
 """Called with (collection, the published copy just stored, who published it: a user id or None for the
 system) inside the publish's unit (`Publisher.on_published`)."""
@@ -246,9 +248,29 @@ class Publisher:
             await self.on_published(collection, record, by)
         return published
 
+    async def _write_bulk(self, items: Sequence[tuple[Collection, str]], workings: Sequence[Record], *,
+                          by: str | None, inside: Inside | None) -> list[Record]:
+        """The writes of `publish_many` in one transaction, a few bulk writes per collection
+        (`publish_all_in`), then `inside`. Raises what those raise (the transaction aborted: nothing
+        written), without telling which item failed."""
+        pending: dict[str, tuple[Collection, list[int]]] = {}
+        for index, ((collection, _), working) in enumerate(zip(items, workings, strict=True)):
+            if working.state is None or working.state.status != PUBLISHED:
+                pending.setdefault(collection.id, (collection, []))[1].append(index)
+        results = list(workings)
+        async with self._copies.atomic():
+            for collection, indexes in pending.values():
+                published = await self.publish_all_in(collection, [workings[i] for i in indexes], by=by,
+                                                      scheduled_at=[None] * len(indexes))
+                for index, record in zip(indexes, published, strict=True):
+                    results[index] = record
+            if inside is not None:
+                await inside()
+        return results
+
     async def _write_many(self, items: Sequence[tuple[Collection, str]], workings: Sequence[Record],
-                          results: list[Record], *, by: str | None) -> list[Record]:
-        """The writes of `publish_many` (its items checked, `workings` their working copies), in one unit,
+                          results: list[Record], *, by: str | None, inside: Inside | None) -> list[Record]:
+        """The writes of `publish_many` item by item (`publish_in`), then `inside`, in one unit,
         appending each item's working copy to `results` as it is written (so its length names the item
         that failed); without a transaction, what was written is put back when one fails."""
         undo: list[Undo] = []  # without a transaction: how to put back the items written so far
@@ -258,21 +280,28 @@ class Publisher:
                     pending = working.state is None or working.state.status != PUBLISHED
                     results.append(await self.publish_in(collection, working, by=by, undo=undo) if pending
                                    else working)
+                if inside is not None:
+                    await inside()
         except BaseException:
             for step in reversed(undo):  # the unit dropped the events; nothing published stays
                 await step()
             raise
         return results
 
-    async def publish_many(self, items: Sequence[tuple[Collection, str]], *, by: str | None) -> list[Record]:
+    async def publish_many(self, items: Sequence[tuple[Collection, str]], *, by: str | None,
+                           inside: Inside | None = None) -> list[Record]:
         """Publish the working copy of every (collection, record id) of `items`, all or nothing, in one
         transaction (a release); items with nothing pending stay as they are. Checks every item
-        first, then writes; without transactions an item that fails while written puts back the items
-        written before it (`publish_in`'s `undo`). Returns the working copies, in order. Raises
-        PublishFailed(index, error) for the first item that fails: a collection without drafts
-        (BadRequest), a missing record (NotFound), a working copy that does not validate
-        (ValidationFailed) or one that changed or clashed meanwhile (BadRequest, ValidationFailed);
-        nothing is published then. Another error (a hook's) publishes nothing too, and propagates."""
+        first, then writes: with transactions a few bulk writes per collection (`publish_all_in`), and
+        when that fails, item by item in a new transaction to name the item that fails; without
+        transactions item by item, an item that fails putting back the items written before it
+        (`publish_in`'s `undo`). `inside`: called after the writes, in the same unit (a release marks
+        itself published there; raising aborts everything). Returns the records, in order (the
+        published copies of those published). Raises PublishFailed(index, error) for the first item
+        that fails: a collection without drafts (BadRequest), a missing record (NotFound), a working
+        copy that does not validate (ValidationFailed) or one that changed or clashed meanwhile
+        (BadRequest, ValidationFailed; `race`); nothing is published then. Another error (a hook's,
+        `inside`'s) publishes nothing too, and propagates."""
         workings: list[Record] = []
         for index, (collection, record_id) in enumerate(items):
             try:
@@ -285,9 +314,14 @@ class Publisher:
             except CmsError as exc:
                 raise PublishFailed(index, exc) from None
             workings.append(working)
+        if self._copies.transactional:
+            try:
+                return await self._write_bulk(items, workings, by=by, inside=inside)
+            except (LostRace, AlreadyExists, WriteConflict):
+                pass  # nothing was written: again item by item, which names the item that fails
         results: list[Record] = []  # its length is the index of the item being written
         try:
-            return await self._write_many(items, workings, results, by=by)
+            return await self._write_many(items, workings, results, by=by, inside=inside)
         except LostRace:
             raise PublishFailed(len(results), kept_changing(), race=True) from None
         except AlreadyExists as exc:

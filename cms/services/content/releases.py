@@ -228,16 +228,20 @@ class ReleaseService:
         Raises LostRace or WriteConflict when a concurrent write got in the way (an item's working
         state changed, another publish of the release won, its schedule changed): nothing published."""
         now = self._copies.writer.clock()
+        marked: list[Release] = []
+
+        async def mark_published() -> None:  # in the publish's unit: both commit, or neither
+            done = await self._releases.update(release.id, {
+                "status": RELEASE_PUBLISHED, "published_at": now, "scheduled_at": None, "error": None,
+                "errors": {}, "updated": now}, scheduled_at=scheduled_at, unpublished=True)
+            if done is None:
+                raise LostRace
+            marked.append(done)
+
         try:
             pairs = await self._collections(release.items)
-            async with self._copies.atomic():
-                await self._publisher.publish_many(pairs, by=by)
-                done = await self._releases.update(release.id, {
-                    "status": RELEASE_PUBLISHED, "published_at": now, "scheduled_at": None, "error": None,
-                    "errors": {}, "updated": now}, scheduled_at=scheduled_at, unpublished=True)
-                if done is None:
-                    raise LostRace
-                return done
+            await self._publisher.publish_many(pairs, by=by, inside=mark_published)
+            return marked[-1]
         except PublishFailed as failed:
             if failed.race:
                 raise LostRace from None
