@@ -15,9 +15,11 @@ has them (`WorkingCopies.atomic`):
 Without transactions a failed step 2 undoes step 1 itself. An unpublish claims the state the same way
 (`draft`), deletes the published copy and emits `delete`.
 
-`publish_in` runs the three steps inside a unit the caller opened, so a release publishes many
-records all or nothing (`publish_many`); without transactions, the items written before the one that
-failed are put back (their published copy and working state as they were; the unit drops the events).
+`publish_in` runs the three steps inside a unit the caller opened, and `publish_all_in` runs them for
+many records of a collection with a few bulk writes, so a release publishes many records all or nothing
+(`publish_many`: bulk writes in one transaction, item by item to name the item that fails); without
+transactions, the items written before the one that failed are put back (their published copy and
+working state as they were; the unit drops the events).
 """
 
 from __future__ import annotations
