@@ -12,6 +12,8 @@ workers, at or after its time (the due index never offers it before); one whose 
 over when its lease ends, and dropped without a second publish if that worker had committed it. A
 working copy that fails validation then changes nothing published: the schedule goes, the record keeps
 `scheduled_at` null and gains `schedule_error`, and the audit log gets `record_publish_failed`.
+Other things scheduled (a release: releases.py) share the store, the claims and the job: their
+schedules carry a `collection_id` no collection has, and their runner (`add_runner`) runs them.
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ class Scheduler:
                 runner = self._runners.get(schedule.collection_id, self._run)
                 ran += await runner(schedule)
             except Exception:
-                log.exception("scheduled publish of record %s (collection %s) failed; retried after its lease",
+                log.exception("scheduled publish of %s (collection %s) failed; retried after its lease",
                               schedule.record_id, schedule.collection_id)
         return ran
 
