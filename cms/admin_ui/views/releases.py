@@ -1,7 +1,8 @@
 """Releases (`/_/releases`; decisions.md, Drafts, versions and scheduled publishing: Releases): the list
 of releases with their status and a form to create one by name; a release's page shows its items (each
 with the error of the last failed publish, if it named that item), a picker of the records of the
-collections with drafts (their newest working copies, PICKER_RECORDS per collection) to add, a Remove
+collections with drafts (their newest working copies, PICKER_RECORDS per collection, or any one by its
+id) to add, a Remove
 button per item, Publish now, Schedule (a UTC date and time), Cancel schedule and Delete. Every action
 calls the same `drafts.releases` service, with the admin's Principal, as `/api/v1/releases`; a refusal
 comes back as the flash message on the release's page."""
@@ -117,11 +118,15 @@ def _action(act: Action) -> Callable[[web.Request], Awaitable[web.StreamResponse
 
 
 async def _add(request: web.Request, principal: Principal, release: Release) -> str:
-    picked = [str(v) for v in (await read_form(request)).getall("item", [])][:MAX_PICKED]
+    form = await read_form(request)
+    picked = [str(v) for v in form.getall("item", [])][:MAX_PICKED]
     added: list[dict[str, Any]] = []
     for value in picked:
         collection, _, record_id = value.partition("/")
         added.append({"collection": collection, "record_id": record_id})
+    typed_id = str(form.get("record_id", "")).strip()
+    if typed_id:  # one record by id, for those the picker does not offer
+        added.append({"collection": str(form.get("collection", "")), "record_id": typed_id})
     if not added:
         raise BadRequest("Pick at least one record to add")
     known = {(i["collection"], i["record_id"]) for i in _items(release)}
