@@ -26,6 +26,7 @@ from cms.admin_ui.views import (
     indexes,
     logs,
     records,
+    releases,
     schema,
     settings,
     slow_queries,
@@ -36,7 +37,7 @@ from cms.admin_ui.views import (
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PREFIX = PREFIX + "/static"
 SCREENS = (dashboard, collections, indexes, records, aggregates, users, webhooks, api_keys, settings, audit, logs,
-           slow_queries, backups, schema)
+           slow_queries, backups, schema, releases)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": ("default-src 'self'; frame-ancestors 'none'; base-uri 'none'; "

@@ -31,8 +31,9 @@ TWO_FACTOR_SEVERITIES = {"mfa_enabled": "info", "mfa_disabled": "warning", "mfa_
                          "mfa_recovery_used": "warning"}
 # added by docs/operations/backups.md (GET /api/v1/backups/{filename})
 README_SEVERITIES = {"backup_downloaded": "warning"}
-# decisions.md, Drafts, versions and scheduled publishing: a scheduled publish that fails validation
-DRAFTS_SEVERITIES = {"record_publish_failed": "warning"}
+# decisions.md, Drafts, versions and scheduled publishing: a scheduled publish (of a record, of a release)
+# that fails validation
+DRAFTS_SEVERITIES = {"record_publish_failed": "warning", "release_publish_failed": "warning"}
 # (event_type, user_id, ip_address), written one clock second apart in this order
 SEEDED = [
     ("login_failed", "u1", "10.0.0.1"),

@@ -275,13 +275,28 @@ async def record_publish_failed(env: Env) -> str | None:
     return env.admin_id
 
 
+async def release_publish_failed(env: Env) -> str | None:
+    """A release scheduled through `agent` fails when it runs (an item without its required title): the
+    entry carries the request that scheduled it."""
+    await call(env.client, "POST", COLLECTIONS, 201, env.admin_token, name="released", drafts=True,
+               schema=[{"name": "title", "type": "text", "validation": {"required": True}}])
+    record = await call(env.client, "POST", f"{COLLECTIONS}/released/records", 201, env.admin_token, data={})
+    release = await call(env.client, "POST", "/api/v1/releases", 201, env.admin_token, name="r",
+                         items=[{"collection": "released", "record_id": record["id"]}])
+    at = (env.clock() + timedelta(minutes=1)).isoformat()
+    await call(env.agent, "POST", f"/api/v1/releases/{release['id']}/publish", 200, env.admin_token, at=at)
+    env.clock.advance(minutes=1)
+    assert await env.services.drafts.scheduler.run_due() == 1
+    return env.admin_id
+
+
 Scenario = Callable[[Env], Awaitable[str | None]]
 ONE_PER_TYPE: tuple[Scenario, ...] = (
     login_success, login_failed, logout, register, email_verified, password_reset_requested,
     password_reset_completed, password_changed, session_revoked, refresh_token_reuse, otp_failed,
     collection_created, collection_updated, collection_deleted, api_key_created, api_key_revoked, setting_changed,
     backup_created, backup_restored, backup_deleted, backup_downloaded, mfa_enabled, mfa_disabled, mfa_failed,
-    mfa_recovery_used, record_publish_failed, schema_applied,
+    mfa_recovery_used, record_publish_failed, release_publish_failed, schema_applied,
 )
 """Each named after the event type it provokes."""
 SCENARIOS: dict[str, tuple[str, Scenario]] = {

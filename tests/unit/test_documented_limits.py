@@ -32,6 +32,7 @@ from cms.services.content import (
     orphans,
     records,
     relations,
+    releases,
     slow_queries,
     slow_query_board,
 )
@@ -63,6 +64,9 @@ LIMITS: dict[str, tuple[Any, Any]] = {
     # decisions.md, Batch writes (the range: docs/concepts/batch.md)
     "batch-50-requests": ((SETTINGS_DEFAULTS["batch_max_requests"][0], batch.DEFAULT_MAX_REQUESTS), (50, 50)),
     "batch-setting-1-to-1000": (SETTINGS_RANGES["batch_max_requests"], (1, 1_000)),
+    # decisions.md, Drafts, versions and scheduled publishing: Releases (the name: docs/concepts/releases.md)
+    "release-1000-items": (releases.MAX_RELEASE_ITEMS, 1_000),
+    "release-name-200-chars": (releases.MAX_RELEASE_NAME, 200),
     # decisions.md, Relations in one request (the parameter length: docs/concepts/expand.md)
     "expand-6-levels": (record_view.MAX_EXPAND_DEPTH, 6),
     "expand-10-paths": (record_view.MAX_EXPAND_PATHS, 10),

@@ -118,6 +118,11 @@ class WorkingCopies:
                 log.exception("clean-up after %d working copies of %s were dropped failed", len(dropped),
                               collection.name)
 
+    @property
+    def transactional(self) -> bool:
+        """Whether `atomic` opens a transaction (the server has them)."""
+        return self._transactions is not None and self._transactions.enabled
+
     def atomic(self) -> AbstractAsyncContextManager[None]:
         """An event unit in one transaction where the server has them, whatever the outbox wants: a
         publish changes the working state and the published copy together (publishing.py)."""
