@@ -100,12 +100,16 @@ class RecordQueries:
     async def get(self, collection_id: str, record_id: str) -> Record | None:
         """The record, or None. Outside a transaction, concurrent gets of one collection are read
         together (`PointReads`: one `$in` query for the gets that arrive while one is in flight)."""
+        doc = await self.read_document(collection_id, record_id)
+        return record_from_document(doc) if doc else None
+
+    async def read_document(self, collection_id: str, record_id: str) -> dict[str, Any] | None:
+        """The stored document of one record, or None: `get`'s read (a point read outside a
+        transaction, else a `find_one` in its session), for the store's own guarded writes."""
         session = current_session()
         if session is not None:
-            doc = await self._mongo_coll(collection_id).find_one({"_id": record_id}, session=session)
-        else:
-            doc = await self.points.get(collection_id, record_id)
-        return record_from_document(doc) if doc else None
+            return await self._mongo_coll(collection_id).find_one({"_id": record_id}, session=session)
+        return await self.points.get(collection_id, record_id)
 
     async def _find_one(self, collection_id: str, record_id: str) -> dict[str, Any] | None:
         """One document by id, outside any transaction (`PointReads`' read on its own)."""

@@ -11,7 +11,7 @@ helpers in bulk.py.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pymongo
@@ -31,6 +31,7 @@ from cms.store.documents import (
     record_to_document,
 )
 from cms.store.errors import translate_errors
+from cms.store.guarded import write_unchanged
 from cms.store.record_indexes import IndexSpec, drop_index_if_there, sync_managed
 from cms.store.record_queries import RecordQueries
 from cms.store.transactions import current_session
@@ -85,19 +86,29 @@ class RecordRepository(RecordQueries):
         """Set and unset fields of one record (`set_values` may stamp `updated`); returns the record
         as it was before the change and as it is after it (`record_after_update`, no second read),
         or None if gone (or, with `expected_updated`, when its `updated` is no longer that: it
-        changed since it was read). Raises AlreadyExists on a unique-index conflict."""
-        change: dict[str, Any] = {"$set": set_values}
-        if unset:
-            change["$unset"] = {name: "" for name in unset}
-        async with translate_errors("record"):
-            doc = await self._mongo_coll(collection_id).find_one_and_update(
-                _one(record_id, expected_updated), change, return_document=ReturnDocument.BEFORE,
-                session=current_session(),
-            )
+        changed since it was read). A stamp of `updated` not after the stored one (two writes in one
+        millisecond) becomes the stored one plus 1 ms, so each write of a record moves `updated`
+        forward, the guard of `guarded.write_unchanged` (read, then `update_one` by `_id` and
+        `updated`, retried on a miss). Raises AlreadyExists on a unique-index conflict, WriteConflict
+        when other writers kept winning (GUARDED_WRITE_ATTEMPTS)."""
+        mongo_coll = self._mongo_coll(collection_id)
+        written = set_values
+
+        async def write(doc: dict[str, Any]) -> bool:
+            nonlocal written
+            written = _forward(set_values, doc.get("updated"))
+            change: dict[str, Any] = {"$set": written}
+            if unset:
+                change["$unset"] = {name: "" for name in unset}
+            async with translate_errors("record"):
+                result = await mongo_coll.update_one(_guard(doc), change, session=current_session())
+            return result.matched_count == 1
+
+        doc = await write_unchanged(lambda: self._current(collection_id, record_id, expected_updated), write)
         if not doc:
             return None
         before = record_from_document(doc)
-        return before, record_after_update(before, set_values, unset)
+        return before, record_after_update(before, written, unset)
 
     async def put(self, collection_id: str, record: Record) -> Record | None:
         """Store `record` whole, replacing the record of its id if there is one (a publish: the
@@ -124,10 +135,24 @@ class RecordRepository(RecordQueries):
     async def delete(self, collection_id: str, record_id: str, *,
                      expected_updated: datetime | None = None) -> Record | None:
         """Remove one record and return it as it was; None if it did not exist (or, with
-        `expected_updated`, changed since it was read)."""
-        doc = await self._mongo_coll(collection_id).find_one_and_delete(_one(record_id, expected_updated),
-                                                                        session=current_session())
+        `expected_updated`, changed since it was read). Read, then `delete_one` by `_id` and `updated`
+        (`guarded.write_unchanged`). Raises WriteConflict when other writers kept winning."""
+        mongo_coll = self._mongo_coll(collection_id)
+
+        async def write(doc: dict[str, Any]) -> bool:
+            return (await mongo_coll.delete_one(_guard(doc), session=current_session())).deleted_count == 1
+
+        doc = await write_unchanged(lambda: self._current(collection_id, record_id, expected_updated), write)
         return record_from_document(doc) if doc else None
+
+    async def _current(self, collection_id: str, record_id: str,
+                       expected_updated: datetime | None) -> dict[str, Any] | None:
+        """The stored document of one record (a point read), or None when it is missing or, with
+        `expected_updated`, its `updated` is no longer that: the read of a guarded write."""
+        doc = await self.read_document(collection_id, record_id)
+        if doc is None or (expected_updated is not None and doc.get("updated") != expected_updated):
+            return None
+        return doc
 
     async def remove_references(self, collection_id: str, field_name: str, record_ids: Sequence[str], *,
                                 multi: bool, now: datetime, skip_ids: Sequence[str] = ()) -> list[str]:
@@ -323,7 +348,17 @@ class RecordRepository(RecordQueries):
         return result.matched_count
 
 
-def _one(record_id: str, expected_updated: datetime | None) -> dict[str, Any]:
-    """The filter of a single-record write: by `_id`, and by `updated` when the writer checked the
-    record as it was then (plain equality, so the `_id` index still serves it)."""
-    return {"_id": record_id} if expected_updated is None else {"_id": record_id, "updated": expected_updated}
+def _guard(doc: dict[str, Any]) -> dict[str, Any]:
+    """The filter of a guarded single-record write (`guarded.write_unchanged`): the record's `_id` and
+    its `updated` as read, which every write of one record stamps; top-level equalities only, so the
+    embedded server writes through its `_id` look-up, not a scan."""
+    return {"_id": doc["_id"], "updated": doc.get("updated")}
+
+
+def _forward(set_values: dict[str, Any], stored: Any) -> dict[str, Any]:
+    """`set_values` with its `updated` stamp moved to 1 ms after `stored` (the record's `updated` as
+    read) when it is not after it (BSON dates have millisecond precision), else as given."""
+    stamp = set_values.get("updated")
+    if isinstance(stamp, datetime) and isinstance(stored, datetime) and stamp <= stored:
+        return {**set_values, "updated": stored + timedelta(milliseconds=1)}
+    return set_values
