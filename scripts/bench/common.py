@@ -208,7 +208,8 @@ end
 
 
 LUA_IDS = """-- every thread cycles over the ids, starting at its own share of them
-local prefix, suffix = {prefix}, {suffix}
+local prefix, suffix, method, body = {prefix}, {suffix}, {method}, {body}
+{headers}
 local ids = {{{ids}}}
 local threads = {threads}
 counter = 0
@@ -222,17 +223,23 @@ function init(args)
 end
 function request()
   counter = counter % #ids + 1
-  return wrk.format("GET", prefix .. ids[counter] .. suffix)
+  return wrk.format(method, prefix .. ids[counter] .. suffix, nil, body)
 end
 """
 
 
-def ids_script(path: Path, prefix: str, ids: list[str], *, threads: int, suffix: str = "") -> Path:
-    """A wrk script GETting `prefix` + id + `suffix`, cycling over `ids` (rotating ids: over a run
-    shorter than one cycle each id is asked about once); each of the `threads` wrk threads starts
-    at its own share of the cycle."""
+def ids_script(path: Path, prefix: str, ids: list[str], *, threads: int, suffix: str = "", method: str = "GET",
+               body: str | None = None, token: str = "") -> Path:
+    """A wrk script sending `method` (GET) to `prefix` + id + `suffix`, cycling over `ids` (rotating
+    ids: over a run shorter than one cycle each id is asked about once); each of the `threads` wrk
+    threads starts at its own share of the cycle. `body`: a JSON body sent with each request (a
+    PATCH); `token`: the Authorization header's value."""
+    headers = [f'wrk.headers["Authorization"] = {lua_quote(token)}'] if token else []
+    if body is not None:
+        headers.append('wrk.headers["Content-Type"] = "application/json"')
     path.write_text(LUA_IDS.format(prefix=lua_quote(prefix), suffix=lua_quote(suffix), threads=threads,
-                                   ids=",".join(lua_quote(i) for i in ids)))
+                                   method=lua_quote(method), body="nil" if body is None else lua_quote(body),
+                                   headers="\n".join(headers), ids=",".join(lua_quote(i) for i in ids)))
     return path
 
 

@@ -160,3 +160,21 @@ async def test_a_record_write_sends_no_find_and_modify(
         assert commands == ["find", "delete"], commands
     finally:
         await monitored.close()
+
+
+async def test_concurrent_edits_of_a_working_copy_all_land(client: Any, admin_token: str) -> None:
+    """A collection with drafts: each PATCH edits the working copy (guarded by its revision, read
+    first, then `update_one`): concurrent edits of different fields land one after the other."""
+    await create_collection(client, admin_token, "posts", FIELDS, drafts=True)
+    record = await create_record(client, admin_token, "posts", {"a": 0, "b": 0})
+    for number in range(1, ROUNDS // 2 + 1):
+        first, second = await asyncio.gather(patch(client, admin_token, record["id"], {"a": number}),
+                                             patch(client, admin_token, record["id"], {"b": number}))
+        working = await (await client.get(records_path("posts", record["id"]) + "?draft=true",
+                                          headers=bearer(admin_token))).json()
+        assert (working["a"], working["b"]) == (number, number)
+        assert [(body["a"], body["b"]) == (number, number) for body in (first, second)].count(True) == 1
+    response = await client.post(records_path("posts", record["id"]) + "/publish", headers=bearer(admin_token))
+    assert response.status == 200, await response.text()
+    published = await (await client.get(records_path("posts", record["id"]), headers=bearer(admin_token))).json()
+    assert (published["a"], published["b"], published["status"]) == (ROUNDS // 2, ROUNDS // 2, "published")
