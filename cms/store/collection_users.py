@@ -12,14 +12,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pymongo import ReturnDocument
 from pymongo.asynchronous.collection import AsyncCollection
 
 from cms.errors import AlreadyExists
 from cms.models import CollectionUser, Record
 from cms.store.client import Database
-from cms.store.documents import record_after_update, record_from_document, record_to_document, records_mongo_name
+from cms.store.documents import record_from_document, record_to_document, records_mongo_name
 from cms.store.errors import translate_errors
+from cms.store.records import update_guarded
 from cms.store.transactions import current_session
 
 EMAIL_INDEX = "auth_email"
@@ -115,16 +115,9 @@ class CollectionUserRepository:
         the user is gone. Joins the transaction open in this task, if one is. Raises AlreadyExists
         (email taken)."""
         await self.ensure_email_index(collection_id)
-        change = {**values, "updated": updated}
-        async with translate_errors("email"):
-            doc = await self._records(collection_id).find_one_and_update(
-                {"_id": user_id}, {"$set": change},
-                return_document=ReturnDocument.BEFORE, session=current_session(),
-            )
-        if not doc:
-            return None
-        before = record_from_document(doc)
-        return before, record_after_update(before, change, ())
+        records = self._records(collection_id)
+        return await update_guarded(records, {**values, "updated": updated}, (), "email",
+                                    lambda: records.find_one({"_id": user_id}, session=current_session()))
 
     async def delete_credentials(self, user_id: str) -> None:
         """Forget a user's credentials (its record is gone)."""

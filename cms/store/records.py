@@ -10,7 +10,7 @@ helpers in bulk.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -91,24 +91,8 @@ class RecordRepository(RecordQueries):
         forward, the guard of `guarded.write_unchanged` (read, then `update_one` by `_id` and
         `updated`, retried on a miss). Raises AlreadyExists on a unique-index conflict, WriteConflict
         when other writers kept winning (GUARDED_WRITE_ATTEMPTS)."""
-        mongo_coll = self._mongo_coll(collection_id)
-        written = set_values
-
-        async def write(doc: dict[str, Any]) -> bool:
-            nonlocal written
-            written = _forward(set_values, doc.get("updated"))
-            change: dict[str, Any] = {"$set": written}
-            if unset:
-                change["$unset"] = {name: "" for name in unset}
-            async with translate_errors("record"):
-                result = await mongo_coll.update_one(_guard(doc), change, session=current_session())
-            return result.matched_count == 1
-
-        doc = await write_unchanged(lambda: self._current(collection_id, record_id, expected_updated), write)
-        if not doc:
-            return None
-        before = record_from_document(doc)
-        return before, record_after_update(before, written, unset)
+        return await update_guarded(self._mongo_coll(collection_id), set_values, unset, "record",
+                                    lambda: self._current(collection_id, record_id, expected_updated))
 
     async def put(self, collection_id: str, record: Record) -> Record | None:
         """Store `record` whole, replacing the record of its id if there is one (a publish: the
@@ -362,3 +346,30 @@ def _forward(set_values: dict[str, Any], stored: Any) -> dict[str, Any]:
     if isinstance(stamp, datetime) and isinstance(stored, datetime) and stamp <= stored:
         return {**set_values, "updated": stored + timedelta(milliseconds=1)}
     return set_values
+
+
+async def update_guarded(mongo_coll: AsyncCollection[dict[str, Any]], set_values: dict[str, Any],
+                         unset: Sequence[str], what: str,
+                         read: Callable[[], Awaitable[dict[str, Any] | None]]) -> tuple[Record, Record] | None:
+    """`RecordRepository.update`'s write, for any holder of records (an auth collection's users too):
+    `read` the record's document (None: missing, or not the one meant), `update_one` it guarded by
+    `_id` and `updated` as read (`_forward` moves the stamp past the stored one), retried on a miss
+    (`guarded.write_unchanged`). Returns (before, after), or None. Raises AlreadyExists naming `what`
+    on a unique-index conflict, WriteConflict when other writers kept winning."""
+    written = set_values
+
+    async def write(doc: dict[str, Any]) -> bool:
+        nonlocal written
+        written = _forward(set_values, doc.get("updated"))
+        change: dict[str, Any] = {"$set": written}
+        if unset:
+            change["$unset"] = {name: "" for name in unset}
+        async with translate_errors(what):
+            result = await mongo_coll.update_one(_guard(doc), change, session=current_session())
+        return result.matched_count == 1
+
+    doc = await write_unchanged(read, write)
+    if not doc:
+        return None
+    before = record_from_document(doc)
+    return before, record_after_update(before, written, unset)
