@@ -1,5 +1,5 @@
 """The hot path of one record (issue 31, item 3): req/s of `GET .../records/{id}` and `POST .../records`
-under `wrk`, the Redis commands each costs, and where the server's time goes (py-spy).
+(and batches of creates) under `wrk`, the Redis commands each costs, and where the server's time goes (py-spy).
 
 Usage:
 
@@ -20,8 +20,9 @@ What it does:
    Redis before and after 50 sequential requests of each, divided by 50.
 4. Runs `wrk` for get by id (`get`: one id, a read-cache hit), first-touch gets (`touch`: rotating over
    every loaded id, after one create that makes every cached read of the collection stale, so each
-   read of a run shorter than one cycle is a miss) and create, interleaved (get, touch, create, get,
-   ...) `--rounds` times (`--scenarios` picks some), and prints each run and the median req/s, p50
+   read of a run shorter than one cycle is a miss), create and, when asked (`--scenarios ...,batch`),
+   `batch` (`POST /api/v1/batch` of BATCH_SIZE creates; its req/s are batches), interleaved (get, touch,
+   create, get, ...) `--rounds` times (`--scenarios` picks some), and prints each run and the median req/s, p50
    and p99 of each scenario; a touch run lasts `--touch-duration` seconds (2), and its line says how
    many times each id was read on average (above 1, the later reads were cache hits). With `--baseline PATH` (a
    checkout of other code, e.g. `git worktree add /tmp/base <commit>`), a second server runs that code
@@ -61,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load_packages import DEFAULT_CSV, Api, Fatal, LoadStats, describe, ensure_collection, produce_rows  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_relations import batch_script  # noqa: E402  # a sibling script, not a package
 from common import free_port, ids_script  # noqa: E402  # a sibling script, not a package
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +73,8 @@ ADMIN_PASSWORD = "hot-admin-password-1"
 USER_EMAIL = "hot-user@example.com"
 USER_PASSWORD = "hot-user-password-1"
 COUNTED_REQUESTS = 50
+BATCH_SIZE = 10
+"""Creates per request of the `batch` scenario (`POST /api/v1/batch`); its req/s are batches a second."""
 START_TIMEOUT_S = 90.0
 
 LUA_CREATE = """wrk.method = "POST"
@@ -224,6 +228,7 @@ class Target:
     post_url: str = ""
     script: Path | None = None
     touch_script: Path | None = None
+    batch_script: Path | None = None
     token: str = ""
 
     def start(self, workers: int) -> None:
@@ -250,15 +255,19 @@ class Target:
         self.token = ids["token"]
         self.touch_script = ids_script(self.work / "touch.lua", f"/api/v1/collections/{COLLECTION}/records/",
                                        ids["ids"], threads=2)
+        item = (f'{{"method":"POST","url":"/api/v1/collections/{COLLECTION}/records","body":{{"data":{{'
+                '"name":"hot-batch-%d-%d-%d-%d","version":"1.0","released":"2026-01-01","popular":false,'
+                '"summary":"created by the benchmark"}}}')
+        self.batch_script = batch_script(self.work / "batch.lua", item, BATCH_SIZE, ids["token"])
         client = redis.Redis(unix_socket_path=str(next((self.work / "data").rglob("redis.sock"))))
         for label, per in asyncio.run(count_commands(client, self.base, self.get_url, ids["token"])).items():
             listed = ", ".join(f"{k} {v:.2f}" for k, v in per.items())
             print(f"{self.label}: Redis commands per {label}: {sum(per.values()):.2f} ({listed})")
 
     def scenarios(self, keys: list[str]) -> list[tuple[str, str, Path | None]]:
-        """(key, URL, wrk script) of each scenario of `keys`, in the order get, touch, create."""
+        """(key, URL, wrk script) of each scenario of `keys`, in the order get, touch, create, batch."""
         every = [("get", self.get_url, None), ("touch", self.base, self.touch_script),
-                 ("create", self.post_url, self.script)]
+                 ("create", self.post_url, self.script), ("batch", f"{self.base}/api/v1/batch", self.batch_script)]
         return [scenario for scenario in every if scenario[0] in keys]
 
     def before(self, key: str) -> None:
@@ -318,7 +327,8 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, default=None,
                         help="a checkout of the code to compare with (e.g. a `git worktree` of the commit before)")
     parser.add_argument("--profile", type=Path, default=None)
-    parser.add_argument("--scenarios", default="get,touch,create", help="of get, touch, create (default: all)")
+    parser.add_argument("--scenarios", default="get,touch,create",
+                        help="of get, touch, create, batch (default: get,touch,create)")
     parser.add_argument("--keep", action="store_true", help="keep the data directories")
     args = parser.parse_args()
     args.scenarios = [key for key in args.scenarios.split(",") if key]
