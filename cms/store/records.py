@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pymongo
-from pymongo import DeleteMany, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne
+from pymongo import DeleteMany, ReplaceOne, UpdateMany, UpdateOne
 from pymongo.asynchronous.collection import AsyncCollection
 from pymongo.errors import BulkWriteError, OperationFailure
 
@@ -97,12 +97,28 @@ class RecordRepository(RecordQueries):
     async def put(self, collection_id: str, record: Record) -> Record | None:
         """Store `record` whole, replacing the record of its id if there is one (a publish: the
         published copy of a collection with drafts). Returns the record it replaced, or None when
-        there was none. Raises AlreadyExists on a unique-index conflict."""
-        async with translate_errors("record"):
-            doc = await self._mongo_coll(collection_id).find_one_and_replace(
-                {"_id": record.id}, record_to_document(record), upsert=True, return_document=ReturnDocument.BEFORE,
-                session=current_session())
-        return record_from_document(doc) if doc else None
+        there was none. Read, then `replace_one` guarded by `_id` and `updated` as read, or, when there
+        was none, an upsert that only inserts (`$setOnInsert`: a copy stored meanwhile is left to the
+        next try), retried on a miss (GUARDED_WRITE_ATTEMPTS, then WriteConflict). Raises
+        AlreadyExists on a unique-index conflict."""
+        doc = record_to_document(record)
+        mongo_coll = self._mongo_coll(collection_id)
+
+        async def read() -> dict[str, Any] | None:
+            return await self.read_document(collection_id, record.id) or {}
+
+        async def write(current: dict[str, Any]) -> bool:
+            async with translate_errors("record"):
+                if current:
+                    return (await mongo_coll.replace_one(_guard(current), doc,
+                                                         session=current_session())).matched_count == 1
+                inserted = await mongo_coll.update_one(
+                    {"_id": record.id}, {"$setOnInsert": {k: v for k, v in doc.items() if k != "_id"}},
+                    upsert=True, session=current_session())
+            return inserted.upserted_id is not None
+
+        replaced = await write_unchanged(read, write)
+        return record_from_document(replaced) if replaced else None
 
     async def put_all(self, collection_id: str, records: Sequence[Record]) -> None:
         """`put` for many records in one bulk write (a batch of publishes, in the caller's transaction).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -178,3 +179,41 @@ async def test_concurrent_edits_of_a_working_copy_all_land(client: Any, admin_to
     assert response.status == 200, await response.text()
     published = await (await client.get(records_path("posts", record["id"]), headers=bearer(admin_token))).json()
     assert (published["a"], published["b"], published["status"]) == (ROUNDS // 2, ROUNDS // 2, "published")
+
+
+async def test_a_publish_stores_the_published_copy_without_find_and_modify(
+        client: Any, admin_token: str, config: Any) -> None:
+    """A publish's `put`: the first stores the published copy (an insert-only upsert: no copy was
+    replaced), a later one replaces it guarded by its `updated` and answers the copy it replaced."""
+    collection = await create_collection(client, admin_token, "posts", FIELDS)
+    record = await create_record(client, admin_token, "posts", {"a": 1})
+    commands: list[str] = []
+
+    class Listener(monitoring.CommandListener):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            commands.append(event.command_name)
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+    assert config.mongodb_url
+    monitored: AsyncMongoClient[dict[str, Any]] = AsyncMongoClient(
+        config.mongodb_url, tz_aware=True, retryWrites=False, event_listeners=[Listener()])
+    try:
+        store = RecordRepository(monitored[config.mongodb_db], Capabilities(text_index=False))
+        stored = await store.get(collection["id"], record["id"])
+        assert stored is not None
+        commands.clear()
+        fresh = replace(stored, id="a-new-id", data={"a": 2})
+        assert await store.put(collection["id"], fresh) is None
+        assert await store.get(collection["id"], "a-new-id") == fresh
+        changed = replace(stored, data={"a": 3, "b": 4})
+        before = await store.put(collection["id"], changed)
+        assert before == stored
+        assert await store.get(collection["id"], record["id"]) == changed
+        assert "findAndModify" not in commands and commands.count("update") == 2, commands
+    finally:
+        await monitored.close()
