@@ -12,10 +12,11 @@ makes one version a point read.
 Numbering (`append`): a version is stored under the number after its record's newest, by an insert that
 the unique `_id` refuses when another writer took that number first; the refused ones read the newest
 again and retry. So numbers count up from 1 without a gap or a repeat however many replicas write one
-record at once (a create's first version is tried as 1 without a read). Inside a transaction (a batch, a
-collection with an active webhook) a refused insert aborts the transaction, so it is answered as a
-conflict instead (400, retry). Trimming deletes, per record, the versions numbered at most the new
-number minus the number kept: concurrent trims delete only older versions, so they cannot race.
+record at once (a create's first version is tried as 1 without a read, except inside a transaction).
+Inside a transaction (a batch, a publish, a collection with an active webhook) a refused insert aborts
+the transaction, so it is answered as a conflict instead (400, retry). Trimming deletes, per record, the
+versions numbered at most the new number minus the number kept: concurrent trims delete only older
+versions, so they cannot race.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ class RecordVersionRepository:
         """Number and insert the versions at the indexes `wave` (one per record) into `numbers`,
         retrying the ones whose number another writer took."""
         pending = list(wave)
-        trust_first = guess_first  # the first try gives a just-created record number 1 unread
+        # the first try gives a just-created record number 1 unread; not inside a transaction, where a
+        # wrong guess cannot be retried (a publish after an unpublish "creates" a record with versions)
+        trust_first = guess_first and current_session() is None
         for _ in range(MAX_NUMBERING_ATTEMPTS):
             read = [i for i in pending if not (trust_first and versions[i].first)]
             for i in pending:

@@ -125,7 +125,8 @@ class RecordCsv:
         stored IMPORT_BATCH_SIZE at a time with one unordered insert_many. Rows that fail
         validation, that `permitted` (the create rule, given the record a row would store) refuses,
         that name a missing relation target or that clash on a unique field are reported in
-        `failed` by 1-based data-row number, with `errors: {field, "_rule" or "_row": [message]}`.
+        `failed` by 1-based data-row number, with `errors: {field, "_rule" or "_row": [message]}`;
+        what `permitted` raises (a field's write_rule) refuses the file before anything is stored.
 
         If the database fails part-way, the import stops there and still answers: the rows that
         were stored are counted in `imported` (a batch in doubt is looked up by its record ids),

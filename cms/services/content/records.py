@@ -326,12 +326,12 @@ class RecordService(RecordReads):
     async def import_csv(self, principal: Principal, collection_name: str, content: bytes) -> ImportResult:
         """Create records from CSV `content` (UTF-8, BOM optional, a header row naming fields); every
         stored record emits `create` (with drafts: each row a `draft`, no event). See
-        `RecordCsv.import_csv` for the checks and the result. The
-        create rule is checked per row (`@request.data` reads the row's values as JSON); refused
-        rows are failed rows with `errors._rule`.
+        `RecordCsv.import_csv` for the checks and the result. The create rule is checked per row
+        (`@request.data` reads the row's values as JSON); refused rows are failed rows with
+        `errors._rule`; a row naming a field whose `write_rule` refuses it refuses the whole file.
         Raises NotFound (collection, also when it is deleted during the import), BadRequest (an
-        auth collection), Forbidden (the create rule refuses outright), PayloadTooLarge (over 10
-        MiB) or ValidationFailed (the file as a whole is refused; nothing is stored)."""
+        auth collection), Forbidden (the create rule refuses outright; a field's write_rule, naming
+        it), PayloadTooLarge (over 10 MiB) or ValidationFailed (the file is refused: nothing stored)."""
         collection, epoch = await self.writable_for_new_records(collection_name)
         limits = await self._limits()
         if collection.rules.create_rule is None:  # admins only: refuse the file as a whole
@@ -339,7 +339,11 @@ class RecordService(RecordReads):
 
         def permitted(record: Record) -> bool:
             create = check(principal, collection, actions.CREATE, represent.record_json(record))
-            return create.allows(record) and create.refused_field(record_document(record)) is None
+            if not create.allows(record):
+                return False
+            if (field := create.refused_field(record_document(record))) is not None:
+                raise create.field_refusal(field)  # all or nothing (decisions.md, Field rules)
+            return True
 
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
                                           max_rows=limits.import_max_rows, permitted=permitted,

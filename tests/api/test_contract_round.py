@@ -1,0 +1,47 @@
+"""Contract audit of the round's features (decisions.md: Field rules; Drafts, versions and scheduled
+publishing): the deviations a hostile review found, each pinned by the request that showed it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.api import test_field_rules
+from tests.api.test_access_rules import listed
+from tests.api.test_csv import form, import_path
+from tests.api.test_field_rules import by_title
+from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+
+people = test_field_rules.people  # fixtures: Ann and Bob, and `notes` with field rules
+notes = test_field_rules.notes
+
+
+async def test_a_csv_import_naming_a_field_its_write_rule_refuses_is_403_and_stores_nothing(
+        client, admin_token, people, notes):
+    """Field rules: a write naming a field whose `write_rule` does not hold is 403 naming the field,
+    and a CSV import is all or nothing (not a per-row failure beside stored rows)."""
+    (ann, ann_auth), _ = people
+    content = f"title,owner,featured\nfine,{ann},\nrefused,{ann},true\n".encode()
+    refused = await error_of(await client.post(import_path("notes"), headers=ann_auth, data=form(content)),
+                             403, "forbidden")
+    assert "'featured'" in refused["detail"]
+    assert set(by_title(await listed(client, "notes", bearer(admin_token)))) == {"ann's", "bob's"}
+    allowed = await client.post(import_path("notes"), headers=ann_auth,
+                                data=form(f"title,owner\nfine,{ann}\n".encode()))
+    assert allowed.status == 200 and (await allowed.json())["imported"] == 1
+
+
+async def test_a_record_published_again_after_an_unpublish_stores_its_next_version(client, admin_token):
+    """Drafts and versions: an unpublished record keeps its versions; publishing it again is a
+    publish like any (200) and stores the next version, not a 400 "retry" on every try."""
+    fields: list[dict[str, Any]] = [{"name": "title", "type": "text"}]
+    await create_collection(client, admin_token, "pages", fields, drafts=True, versions=5)
+    auth = bearer(admin_token)
+    record_id = (await create_record(client, admin_token, "pages", {"title": "one"}))["id"]
+    path = records_path("pages", record_id)
+    assert (await client.post(path + "/publish", headers=auth)).status == 200
+    assert (await client.post(path + "/unpublish", headers=auth)).status == 200
+    again = await client.post(path + "/publish", headers=auth)
+    assert again.status == 200, await again.text()
+    assert (await again.json())["status"] == "published"
+    versions = await (await client.get(path + "/versions", headers=auth)).json()
+    assert [v["version"] for v in versions["items"]] == [2, 1]
