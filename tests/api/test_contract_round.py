@@ -1,18 +1,22 @@
 """Contract audit of the round's features (decisions.md: Field rules; Drafts, versions and scheduled
-publishing): the deviations a hostile review found, each pinned by the request that showed it."""
+publishing; Files in records, thumbnails and file tokens): the deviations a hostile review found, each
+pinned by the request that showed it."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tests.api import test_field_rules
+from tests.api import test_field_rules, test_media_tokens
 from tests.api.test_access_rules import listed
+from tests.api.test_api_keys import api_key, make_key
 from tests.api.test_csv import form, import_path
 from tests.api.test_field_rules import by_title
+from tests.api.test_files import FILES
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
 people = test_field_rules.people  # fixtures: Ann and Bob, and `notes` with field rules
 notes = test_field_rules.notes
+deeds = test_media_tokens.deeds  # fixture: Ann's deed with a scan in a protected file field
 
 
 async def test_a_csv_import_naming_a_field_its_write_rule_refuses_is_403_and_stores_nothing(
@@ -45,3 +49,15 @@ async def test_a_record_published_again_after_an_unpublish_stores_its_next_versi
     assert (await again.json())["status"] == "published"
     versions = await (await client.get(path + "/versions", headers=auth)).json()
     assert [v["version"] for v in versions["items"]] == [2, 1]
+
+
+async def test_a_read_only_api_key_gets_a_file_token_and_reads_a_protected_file(client, deeds, admin_token):
+    """Files: `POST /files/token` takes any credentials; it only reads, so an API key with the `read`
+    scope alone gets one (as a realtime subscription needs `read` only), and a `write`-only key does not."""
+    _, _, deed = deeds
+    reader = await make_key(client, admin_token, ["read"])
+    token = await test_media_tokens.file_token(client, api_key(reader))
+    response = await client.get(f"{FILES}/{deed['scan']}", params={"token": token})
+    assert response.status == 200 and await response.read() == b"%PDF-1.4 deed"
+    writer = await make_key(client, admin_token, ["write"])
+    await error_of(await client.post(f"{FILES}/token", headers=api_key(writer)), 403, "forbidden")

@@ -26,9 +26,13 @@ COLLECTION_TOKEN_ONLY = "Not a token of this collection"
 API_KEY_PATHS = re.compile(r"^/api/v1/(collections/[^/]+/records|collections/[^/]+/aggregate|files|batch|realtime)"
                            r"(/.*)?$")
 """What an API key may reach: records, their aggregations and files (decisions.md), batches of record writes (the
-`write` scope; each request then runs as the key's owner) and realtime subscriptions (reads: the
-`read` scope, whatever the method); anything else under /api is 403."""
+`write` scope; each request then runs as the key's owner), realtime subscriptions and file tokens (reads:
+the `read` scope, whatever the method); anything else under /api is 403."""
 REALTIME_PATH = "/api/v1/realtime"
+FILE_TOKEN_PATH = "/api/v1/files/token"
+READ_POSTS = frozenset({REALTIME_PATH, FILE_TOKEN_PATH})
+"""POSTs that only read: a realtime subscription, and a file token (what reading a protected field's
+files needs; decisions.md, Files in records: "any credentials")."""
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -86,10 +90,10 @@ def require_principal(principal: Principal | None) -> Principal:
 
 def require_api_key_reach(principal: Principal, method: str, path: str) -> None:
     """Raise Forbidden unless an API key `principal` may call `method` on the API `path`: records and
-    files only (API_KEY_PATHS); `read` scope for GET/HEAD, `write` for POST/PATCH/PUT/DELETE."""
+    files only (API_KEY_PATHS); `read` scope for GET/HEAD and READ_POSTS, `write` for POST/PATCH/PUT/DELETE."""
     if not API_KEY_PATHS.match(path):
         raise Forbidden("API keys may be used on records and files only")
-    needed = "read" if method in READ_METHODS or path == REALTIME_PATH else "write"
+    needed = "read" if method in READ_METHODS or path in READ_POSTS else "write"
     if needed not in principal.scopes:
         raise Forbidden(f"This API key lacks the '{needed}' scope")
 
