@@ -61,3 +61,28 @@ async def test_a_read_only_api_key_gets_a_file_token_and_reads_a_protected_file(
     assert response.status == 200 and await response.read() == b"%PDF-1.4 deed"
     writer = await make_key(client, admin_token, ["write"])
     await error_of(await client.post(f"{FILES}/token", headers=api_key(writer)), 403, "forbidden")
+
+
+async def test_the_versions_of_a_record_readers_do_not_see_are_its_editors_only(client, admin_token, user_token):
+    """Drafts: a record never published, or unpublished, does not exist for readers (404 on view), so
+    its versions are 404 to them too, like a missing record's; its editors (the update rule, as
+    `?draft=true`) still read them."""
+    fields: list[dict[str, Any]] = [{"name": "title", "type": "text"}]
+    await create_collection(client, admin_token, "pages", fields, drafts=True, versions=5,
+                            update_rule=None)
+    auth = bearer(admin_token)
+    draft = (await create_record(client, admin_token, "pages", {"title": "never published"}))["id"]
+    unpublished = (await create_record(client, admin_token, "pages", {"title": "once public"}))["id"]
+    assert (await client.post(records_path("pages", unpublished) + "/publish", headers=auth)).status == 200
+    assert (await client.post(records_path("pages", unpublished) + "/unpublish", headers=auth)).status == 200
+    for record_id in (draft, unpublished, "no-such-record"):
+        path = records_path("pages", record_id)
+        await error_of(await client.get(path), 404, "not_found")
+        for headers in ({}, bearer(user_token)):
+            await error_of(await client.get(path + "/versions", headers=headers), 404, "not_found")
+            await error_of(await client.get(path + "/versions/1", headers=headers), 404, "not_found")
+    kept = await (await client.get(records_path("pages", unpublished) + "/versions", headers=auth)).json()
+    assert [v["data"]["title"] for v in kept["items"]] == ["once public"]
+    assert (await client.post(records_path("pages", unpublished) + "/publish", headers=auth)).status == 200
+    public = await (await client.get(records_path("pages", unpublished) + "/versions")).json()
+    assert public["total"] == 2

@@ -3,8 +3,9 @@ Versions): `GET .../records/{id}/versions`, `GET .../versions/{n}` and `POST ...
 The versions are stored by `versions.RecordVersions` (the write side).
 
 Who may read a record's versions is who may view the record now (its view rule, on the record as
-stored: a hidden or missing record is 404 like a view; with drafts, on its working copy, so the
-versions of an unpublished record stay within reach of its editors). Field view rules apply to each version's
+stored: a hidden or missing record is 404 like a view; with drafts, on its working copy, and a record
+readers do not see, never published or unpublished, is its editors' only: the update rule with the view
+rule, as `?draft=true`). Field view rules apply to each version's
 `data` exactly as to a record read (`Access.redact`), decided on the record as that version left it.
 A restore is an update of the record (the update rule, field write rules, validation, unique fields,
 relations: a relation id whose record is gone is 422 like any write to a missing relation), made
@@ -20,7 +21,7 @@ from typing import Any
 from cms.errors import NotFound
 from cms.models import Collection, Page, Principal, Record, RecordVersion
 from cms.services import access as actions
-from cms.services.access import Access, check
+from cms.services.access import Access, check, draft_access
 from cms.services.caching.catalog import Catalog
 from cms.services.content.drafts import WorkingCopies
 from cms.services.content.fields import to_json_value
@@ -90,12 +91,22 @@ class VersionService:
 
     async def _viewed(self, principal: Principal | None, collection_name: str,
                       record_id: str) -> tuple[Collection, Access, Record]:
-        """The collection, the caller's view rule and the record as stored, once that rule shows it."""
+        """The collection, the caller's view rule and the record as stored, once that rule shows it. With
+        drafts, a record readers do not see (never published, or unpublished) is its editors' only, as
+        `?draft=true` is (the update rule with the view rule); to anyone else it is hidden like a missing
+        one (404), so its versions neither leak what it published once nor say that it exists."""
         collection = await self._catalog.by_name(collection_name)
         # a version is the whole record: localized fields as objects (decisions.md, Localized fields)
         view = check(principal, collection, actions.VIEW, locale=ALL)
         if collection.drafts and self._working is not None:
-            return collection, view, await self._working.editable(view, None, record_id)
+            if await self._records.get(collection.id, record_id) is not None:
+                return collection, view, await self._working.editable(view, None, record_id)
+            view.require()
+            editors = draft_access(principal, collection, locale=ALL)
+            record = await self._working.current(collection, record_id)
+            if record is None or editors.refused or not editors.allows(record):
+                raise view.hidden()
+            return collection, editors, record
         return collection, view, await permitted_record(self._records, view, None, record_id)
 
     async def _stored(self, collection: Collection, record_id: str, version: int) -> RecordVersion:
