@@ -1,5 +1,5 @@
 """Contract audit of the round's features (decisions.md: Field rules; Drafts, versions and scheduled
-publishing; Files in records, thumbnails and file tokens): the deviations a hostile review found, each
+publishing; Files in records, thumbnails and file tokens; Schema as code): the deviations a hostile review found, each
 pinned by the request that showed it."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from tests.api.test_api_keys import api_key, make_key
 from tests.api.test_csv import form, import_path
 from tests.api.test_field_rules import by_title
 from tests.api.test_files import FILES
+from tests.api.test_schema_as_code import INVOICES, TOTALS, applied, collection_of, diff, export
 from tests.conftest import bearer, create_collection, create_record, error_of, records_path
 
 people = test_field_rules.people  # fixtures: Ann and Bob, and `notes` with field rules
@@ -86,3 +87,20 @@ async def test_the_versions_of_a_record_readers_do_not_see_are_its_editors_only(
     assert (await client.post(records_path("pages", unpublished) + "/publish", headers=auth)).status == 200
     public = await (await client.get(records_path("pages", unpublished) + "/versions")).json()
     assert public["total"] == 2
+
+
+async def test_changing_or_deleting_a_view_loses_no_data(client, admin_token):
+    """Schema as code: `data_loss` marks changes that lose stored values; a view stores none (its
+    records are computed groups), so dropping one of its aggregates, or the view, is no data loss and
+    applies without `allow_data_loss`."""
+    await create_collection(client, admin_token, "invoices", INVOICES)
+    assert (await client.post("/api/v1/collections", headers=bearer(admin_token), json=TOTALS)).status == 201
+    _, snapshot = await export(client, admin_token)
+    collection_of(snapshot, "invoice_totals")["view"]["aggregates"] = "count()"
+    changes = (await diff(client, admin_token, snapshot))["changes"]
+    assert ("delete", "sum_amount", False) in [(c["op"], c["field"], c["data_loss"]) for c in changes]
+    snapshot = await applied(client, admin_token, snapshot)
+    snapshot["collections"] = [c for c in snapshot["collections"] if c["name"] != "invoice_totals"]
+    changes = (await diff(client, admin_token, snapshot))["changes"]
+    assert [(c["op"], c["collection"], c["data_loss"]) for c in changes] == [("delete", "invoice_totals", False)]
+    await applied(client, admin_token, snapshot)

@@ -13,7 +13,8 @@ One change is `{"op": "create" | "update" | "delete", "collection": <name>, "fie
   deleted ones last;
 - `data_loss` is true for a deleted field and for a field whose stored values may not all survive
   (`loses_data`: its type or whether it holds a list changes, or it stops being localized): values that
-  do not convert losslessly are cleared, which `allow_data_loss` must accept.
+  do not convert losslessly are cleared, which `allow_data_loss` must accept. A view collection stores
+  nothing (its records are computed groups), so no change of one loses data.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cms.models import Collection
+from cms.models import VIEW_TYPE, Collection
 from cms.services.content.fields import is_multi
 from cms.services.content.schema_changes import FieldChange, field_changes
 from cms.services.content.schema_snapshot import entry, field_entries
@@ -98,7 +99,7 @@ def diff(plans: Sequence[CollectionPlan], names_before: Mapping[str, str],
         if before is None:
             changes.append(_change(CREATE, plan.name, None, None, after, False))
         elif after is None:
-            changes.append(_change(DELETE, plan.name, None, before, None, True))
+            changes.append(_change(DELETE, plan.name, None, before, None, _stores(plan.before)))
         else:
             changes += _collection_changes(plan, before, after)
     return changes
@@ -120,7 +121,8 @@ def _collection_changes(plan: CollectionPlan, before: dict[str, Any], after: dic
         new[FIELD_ORDER] = [f["name"] for f in new_fields]
     if old or new:
         changes.append(_change(UPDATE, name, None, old, new, False))
-    converting = {c.name for c in plan.field_changes() if loses_data(c)}
+    stored = _stores(plan.before)
+    converting = {c.name for c in plan.field_changes() if loses_data(c)} if stored else set()
     matched: set[str] = set()
     for spec in new_fields:
         source = plan.renames.get(spec["name"], spec["name"])
@@ -131,9 +133,14 @@ def _collection_changes(plan: CollectionPlan, before: dict[str, Any], after: dic
         matched.add(source)
         if previous != spec:
             changes.append(_change(UPDATE, name, spec["name"], previous, spec, spec["name"] in converting))
-    changes += [_change(DELETE, name, old_name, spec, None, True)
+    changes += [_change(DELETE, name, old_name, spec, None, stored)
                 for old_name, spec in old_fields.items() if old_name not in matched]
     return changes
+
+
+def _stores(collection: Collection | None) -> bool:
+    """Whether `collection` stores records (a view's are computed: changing or deleting it loses none)."""
+    return collection is not None and collection.type != VIEW_TYPE
 
 
 def loses_data(change: FieldChange) -> bool:
