@@ -160,8 +160,9 @@ def openapi_document() -> dict[str, Any]:
     spec.components.security_scheme("bearerAuth", {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"})
     spec.components.security_scheme("apiKeyAuth", {
         "type": "apiKey", "in": "header", "name": "X-API-Key",
-        "description": "An API key (`cms_...`; decisions.md, Identity and tokens): scope `read` for GET, "
-                       "`write` for POST/PATCH/DELETE, on records, files, batch and realtime only"})
+        "description": "An API key (`cms_...`; decisions.md, Identity and tokens): scope `read` for GET and "
+                       "the reads sent as POST (realtime subscriptions, file tokens), `write` for other "
+                       "POST/PATCH/DELETE, on records, files, batch and realtime only"})
     spec.components.schema("Error", schema=ErrorSchema)
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
