@@ -12,10 +12,10 @@ file nor record behind.
 
 The rules are checked before the first byte is stored: a create needs the create rule not to
 refuse outright (and a collection that is not of type auth), a change needs the view and update
-rules to permit the caller on the stored record (as `POST /api/v1/files` does). A create rule that
-reads `@request.data` cannot refuse outright before the values are known: it is checked with them
-(`check_values`) as soon as they come, which a multipart form's `data` part sent first makes before
-any file; files that come first are stored, and deleted again when the save's full check refuses.
+rules to permit the caller on the stored record (as `POST /api/v1/files` does). A create or update
+rule that reads `@request.data` cannot be decided before the values are known: it is checked with
+them (`check_values`) as soon as they come, which a multipart form's `data` part sent first makes
+before any file; files that come first are stored, and deleted again when the save's full check refuses.
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class RecordDraft:
                 check(principal, self._collection, actions.CREATE).require()
         else:
             self._collection, _ = await self._records.writable_record(principal, name, self.record_id)
+            self._values_pending = reads_request_data(self._collection, actions.UPDATE)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -89,12 +90,17 @@ class RecordDraft:
             raise RuntimeError("RecordDraft used outside `async with`")
         return self._collection
 
-    def check_values(self, data: Any) -> None:
-        """The create rule's outright refusal with the submitted `data` known, when entering could not
-        decide it (the rule reads `@request.data`): raises Unauthorized / Forbidden. Nothing otherwise."""
-        if self._values_pending and isinstance(data, dict):
-            self._values_pending = False
+    async def check_values(self, data: Any) -> None:
+        """The create rule's outright refusal, or the update rule on the stored record, with the submitted
+        `data` known, when entering could not decide it (the rule reads `@request.data`): raises NotFound,
+        Unauthorized / Forbidden. Nothing otherwise."""
+        if not self._values_pending or not isinstance(data, dict):
+            return
+        self._values_pending = False
+        if self._creating:
             check(self._principal, self.collection, actions.CREATE, data).require()
+        else:
+            await self._records.writable_record(self._principal, self.collection.name, self.record_id, data)
 
     async def add_file(self, field_name: str, part: FormPart, *, append: bool = False) -> None:
         """Stream the file `part` into GridFS for the file field `field_name` of this record, to
@@ -158,7 +164,7 @@ class RecordDraft:
         if not self._creating and any(s.name not in data and s.name not in self._replacing for s in changed):
             # as stored (with drafts: the working copy), localized fields as objects: a locale's files are
             # its own, never its fallback's
-            _, record = await self._records.writable_record(self._principal, self.collection.name, self.record_id)
+            _, record = await self._records.writable_record(self._principal, self.collection.name, self.record_id, data)
             stored, self._expected = record.data, record.updated  # the write must find it unchanged
         code = localization(self.collection, self._locale).write_locale
         for spec in changed:
