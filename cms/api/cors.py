@@ -32,6 +32,8 @@ MAX_SHOWN_ALLOWED_ORIGINS = 20
 """A refusal's detail lists at most this many allowed origins (then says how many more there are)."""
 EXPOSED_HEADERS = ("X-Request-Id", "Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 """Response headers a cross-origin page may read."""
+PREFLIGHT_MAX_AGE_S = 3600
+"""How long a browser may keep a preflight's answer (`Access-Control-Max-Age`)."""
 
 
 def shown(origin: str) -> str:
@@ -65,7 +67,7 @@ class CorsGate:
         every answer)."""
         options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
             allow_credentials=False, allow_headers="*", expose_headers=EXPOSED_HEADERS,
-            allow_methods="*", max_age=3600,
+            allow_methods="*", max_age=PREFLIGHT_MAX_AGE_S,
         )
         cors = aiohttp_cors.setup(app, defaults={origin: options for origin in self._listed})
         for route in list(app.router.routes()):
