@@ -43,6 +43,8 @@ PAGE = "tutorial/build-a-front-end.md"
 FRONTEND = DOCS / "tutorial" / "frontend"
 ESBUILD = ROOT / "clients" / "js" / "node_modules" / ".bin" / "esbuild"
 CLIENT_ENTRY = ROOT / "clients" / "js" / "src" / "index.ts"
+SCHEDULE_DELAY_S = 6
+"""The page's post is scheduled this far ahead: long enough to see that it is not shown before."""
 WAIT_MS = 20_000
 """How long the browser steps wait for what the page shows (a scheduled publish: its delay, then up to 2 s)."""
 
@@ -146,8 +148,8 @@ def test_the_front_end_in_a_browser(cms, page_port, browser):
 
         # the list: the German title, the author through expand, the cover's 100x100 WebP thumbnail by token
         first = page.locator("#posts li").first
-        expect(first.locator("strong")).to_have_text("Hallo, Welt")
-        expect(first.locator("span")).to_have_text("by Ann")
+        expect(first.locator("strong")).to_have_text("Hallo, Welt", timeout=WAIT_MS)
+        expect(first.locator("span")).to_have_text("by Ann", timeout=WAIT_MS)
         image = first.locator("img")
         page.wait_for_function("img => img.complete && img.naturalWidth === 100 && img.naturalHeight === 100",
                                arg=image.element_handle(), timeout=WAIT_MS)
@@ -164,16 +166,16 @@ def test_the_front_end_in_a_browser(cms, page_port, browser):
         # live: Bob publishes a post "in another terminal"; it appears at the top, by Bob
         run_bash(bash_blocks()[1].replace(DOCUMENTED_BASE, cms.base), cms.log.parent, f"docs/{PAGE} (live)")
         expect(first.locator("strong")).to_have_text("Servus from Bob", timeout=WAIT_MS)
-        expect(first.locator("span")).to_have_text("by Bob")
+        expect(first.locator("span")).to_have_text("by Bob", timeout=WAIT_MS)
 
         # a draft published by schedule: not shown until the worker publishes it
         page.fill("#write input[name=title]", "Geplant")
-        page.fill("#write input[name=delay]", "3")
+        page.fill("#write input[name=delay]", str(SCHEDULE_DELAY_S))
         page.click("#write button")
         expect(page.locator("#scheduled")).to_contain_text('"Geplant" is scheduled for', timeout=WAIT_MS)
         assert "Geplant" not in page.locator("#posts").inner_text()
         expect(first.locator("strong")).to_have_text("Geplant", timeout=WAIT_MS)
-        expect(first.locator("span")).to_have_text("by Ann")
+        expect(first.locator("span")).to_have_text("by Ann", timeout=WAIT_MS)
         assert page.locator("#posts li").count() == 3
         assert problems.seen == []
     except AssertionError as failure:
