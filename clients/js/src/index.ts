@@ -14,14 +14,12 @@ export type { FileUrlOptions } from "./admin.js";
 export { bindFilter, filterLiteral } from "./filter.js";
 export type { FilterValue } from "./filter.js";
 export { BatchError, CmsError, CmsNetworkError } from "./errors.js";
-export { RealtimeService, topicString } from "./realtime.js";
+export { MAX_EVENT_CHARS, RealtimeService, topicString } from "./realtime.js";
 export type { RealtimeCallback, RealtimeEvent, SubscribeOptions, Unsubscribe } from "./realtime.js";
 export { MAX_PER_PAGE, RecordService, recordForm } from "./records.js";
 export type {
   AggregateOptions, ExportOptions, ListOptions, PublishOptions, ReadOptions, RecordData, RecordFiles, ShapeOptions,
   WriteOptions,
 } from "./records.js";
-export { SseParser } from "./sse.js";
-export type { SseEvent } from "./sse.js";
 export type * from "./types.js";
 export type { components, paths } from "./generated/openapi.js";
