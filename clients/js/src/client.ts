@@ -16,6 +16,8 @@ import { bindFilter, type FilterValue } from "./filter.js";
 import type { RequestOptions } from "./request.js";
 import { RealtimeService } from "./realtime.js";
 import { RecordService } from "./records.js";
+import { ReleaseService } from "./releases.js";
+import { SchemaService } from "./schema.js";
 import type { BaseRecord, Health, RecordModel, TokenPair } from "./types.js";
 
 export type { RequestOptions } from "./request.js";
@@ -90,6 +92,10 @@ export class CmsClient {
   readonly settings: SettingsService;
   /** Realtime subscriptions over one server-sent-events stream. */
   readonly realtime: RealtimeService;
+  /** Releases: records published together (admins). */
+  readonly releases: ReleaseService;
+  /** Schema as code: export, diff, apply (admins). */
+  readonly schema: SchemaService;
   /** Called before each request goes out (see `BeforeSendHook`); `undefined`: none. */
   beforeSend: BeforeSendHook | undefined = undefined;
   /** Called with each answer `send` reads (see `AfterSendHook`); `undefined`: none. */
@@ -118,6 +124,8 @@ export class CmsClient {
     this.apiKeys = new ApiKeyService(this);
     this.settings = new SettingsService(this);
     this.realtime = new RealtimeService(this);
+    this.releases = new ReleaseService(this);
+    this.schema = new SchemaService(this);
     this.stopWatchingStore = this.authStore.onChange(() => this.planRefresh(), true);
   }
 

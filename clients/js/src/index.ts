@@ -17,6 +17,9 @@ export { BatchError, CmsError, CmsNetworkError } from "./errors.js";
 export { MAX_EVENT_CHARS, RealtimeService, topicString } from "./realtime.js";
 export type { RealtimeCallback, RealtimeEvent, SubscribeOptions, Unsubscribe } from "./realtime.js";
 export { MAX_PER_PAGE, RecordService, recordForm } from "./records.js";
+export { ReleaseService } from "./releases.js";
+export { SchemaService } from "./schema.js";
+export type { ApplyOptions, SnapshotInput } from "./schema.js";
 export type {
   AggregateOptions, ExportOptions, ListOptions, PublishOptions, ReadOptions, RecordData, RecordFiles, ShapeOptions,
   WriteOptions,

@@ -97,3 +97,24 @@ export type SchemaSnapshot = Schemas["SchemaSnapshot"];
 export type SchemaDiff = Schemas["SchemaDiff"];
 /** One change of a diff: `{op, collection, field (or null), from, to, data_loss}`. */
 export type SchemaChange = Schemas["SchemaChange"];
+/** One item of a release: a record of a collection with drafts. */
+export interface ReleaseItem {
+  collection: string;
+  record_id: string;
+}
+/** What creating a release takes: `{name, items}` (at most 1,000 items). Written by hand from decisions.md
+ * (the releases endpoints are not in the generated OpenAPI types yet). */
+export interface ReleaseInput {
+  name: string;
+  items: ReleaseItem[];
+}
+/** A release as the API answers it: `{id, name, items, created, updated}` and its publishing state
+ * (`scheduled_at`, `published_at`, ... as the service names them). Written by hand from decisions.md. */
+export interface Release extends ReleaseInput {
+  id: string;
+  created?: string;
+  updated?: string;
+  scheduled_at?: string | null;
+  published_at?: string | null;
+  [key: string]: unknown;
+}
