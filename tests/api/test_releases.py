@@ -4,14 +4,20 @@ group records of collections with drafts and publish them together, all or nothi
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
+from cms.app import create_app
+from cms.config import Config
 from cms.errors import AlreadyExists
+from cms.services.delivery.events import RecordEvent
 from cms.services.content.releases import MAX_RELEASE_ITEMS
-from tests.conftest import bearer, create_collection, create_record, error_of, records_path
+from cms.wiring import Services, open_services
+from tests.conftest import MovableClock, bearer, create_collection, create_record, error_of, records_path
 
 FIELDS: list[dict[str, Any]] = [
     {"name": "title", "type": "text", "validation": {"required": True}},
@@ -147,24 +153,52 @@ async def test_publish_is_all_or_nothing(client, admin_token, posts, seen):
     await error_of(await client.patch(path, headers=bearer(admin_token), json={"name": "x"}), 409, "conflict")
 
 
-async def test_a_fault_during_the_writes_publishes_nothing(client, admin_token, posts, services, seen):
+def record_events(into: list[Any]) -> Any:
+    """A subscriber adding the record events it gets to `into`."""
+    async def handler(batch: Sequence[RecordEvent]) -> None:
+        into.extend(batch)
+    return handler
+
+
+@pytest.fixture
+async def standalone(aiohttp_client: Any, config: Config, clock: MovableClock, services: Services
+                     ) -> AsyncIterator[tuple[Any, Services]]:
+    """An app on the test's database that runs as on a server without transactions, and its services."""
+    async with open_services(replace(config), clock=clock, use_transactions=False) as opened:
+        assert opened.records.repository.capabilities.transactions is False
+        yield await aiohttp_client(create_app(config, services=opened)), opened
+
+
+@pytest.mark.parametrize("transactions", [True, False], ids=["transactions", "no-transactions"])
+async def test_a_fault_during_the_writes_publishes_nothing(client, admin_token, posts, services, seen, standalone,
+                                                           transactions):
     """An item failing after earlier items were written (a unique value taken between the checks and the
-    writes, produced here through the publish hook seam) leaves every item as it was."""
-    ids = await drafts(client, admin_token, 3)
+    writes, produced here through the publish hook seam) leaves every item as it was, with transactions
+    (the transaction aborts) and without (the items written are put back)."""
+    old = (await drafts(client, admin_token, 1))[0]
+    await call(client, "POST", records_path("posts", old) + "/publish", admin_token, 200)
+    await call(client, "PATCH", records_path("posts", old), admin_token, 200, {"data": {"title": "changed"}})
+    seen.clear()
+    ids = [old, *await drafts(client, admin_token, 3)]
     release = await call(client, "POST", RELEASES, admin_token, 201, {"name": "r", "items": items(ids)})
+    app, opened = (client, services) if transactions else standalone
 
     async def clash(collection: Any, record: Any, by: str | None) -> None:
         if record.id == ids[2]:
             raise AlreadyExists("A record with this slug already exists", errors={"slug": ["Value must be unique"]})
 
-    services.drafts.publisher.add_hook(clash)
+    opened.drafts.publisher.add_hook(clash)
+    if not transactions:
+        opened.events.subscribe(record_events(seen))
     path = f"{RELEASES}/{release['id']}/publish"
-    failed = await error_of(await client.post(path, headers=bearer(admin_token)), 422, "validation_error")
+    failed = await error_of(await app.post(path, headers=bearer(admin_token)), 422, "validation_error")
     assert list(failed["errors"]) == ["items.2"] and "slug" in failed["errors"]["items.2"][0]
-    assert seen == [] and await published_total(client) == 0
-    for record_id in ids:
-        working = await call(client, "GET", records_path("posts", record_id) + "?draft=true", admin_token, 200)
-        assert working["status"] == "draft" and working["published_at"] is None
+    assert seen == [] and await published_total(client) == 1
+    assert (await call(client, "GET", records_path("posts", old), None, 200))["title"] == "post 0"
+    statuses = [(await call(client, "GET", records_path("posts", r) + "?draft=true", admin_token, 200))["status"]
+                for r in ids]
+    assert statuses == ["changed", "draft", "draft", "draft"]
+    assert (await call(client, "GET", f"{RELEASES}/{release['id']}", admin_token, 200))["status"] == "failed"
 
 
 async def test_a_scheduled_release_runs_once_at_its_time(client, admin_token, posts, services, clock, seen):
