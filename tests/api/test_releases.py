@@ -14,8 +14,8 @@ import pytest
 from cms.app import create_app
 from cms.config import Config
 from cms.errors import AlreadyExists
-from cms.services.delivery.events import RecordEvent
 from cms.services.content.releases import MAX_RELEASE_ITEMS
+from cms.services.delivery.events import RecordEvent
 from cms.wiring import Services, open_services
 from tests.conftest import MovableClock, bearer, create_collection, create_record, error_of, records_path
 
