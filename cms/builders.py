@@ -36,6 +36,7 @@ from cms.services.content.image_pool import ImagePool
 from cms.services.content.index_sync import IndexSync
 from cms.services.content.publishing import Publisher
 from cms.services.content.record_writer import RecordWriter
+from cms.services.content.releases import ReleaseService
 from cms.services.content.scheduling import Scheduler
 from cms.services.content.schema_run import RunDeps
 from cms.services.content.schema_service import SCHEMA_LOCK_TTL_S, SchemaService
@@ -84,6 +85,7 @@ from cms.store.one_time_tokens import OneTimeTokenRepository
 from cms.store.otp_codes import OtpCodeRepository
 from cms.store.record_versions import RecordVersionRepository
 from cms.store.records import RecordRepository
+from cms.store.releases import ReleaseRepository
 from cms.store.scan_line import ScanLine
 from cms.store.schedules import ScheduleRepository
 from cms.store.schema_journal import SchemaJournalRepository
@@ -160,12 +162,14 @@ class Drafts:
     """Drafts and scheduled publishing (decisions.md, Drafts, versions and scheduled publishing): the
     working copies' writes (`copies`, which `RecordService` routes the writes of collections with
     drafts to), the `?draft=true` reads, publishing (`publisher`: `on_published` is the seam of
-    versions, `publish_many` that of releases) and the schedules (`scheduler.run_due`: the worker job)."""
+    versions, `publish_many` that of releases), the schedules (`scheduler.run_due`: the worker job) and
+    the releases (`releases`: many records published together, now or scheduled)."""
 
     copies: WorkingCopies
     reads: DraftReads
     publisher: Publisher
     scheduler: Scheduler
+    releases: ReleaseService
 
 
 @dataclass(frozen=True)
@@ -225,8 +229,11 @@ async def build_content(infra: Infra, platform: Platform) -> Content:
     copies = WorkingCopies(catalog, record_repository, working, writer, schedules, events=platform.events,
                            transactions=transactions)
     publisher = Publisher(copies)
-    drafts = Drafts(copies=copies, reads=DraftReads(catalog, copies), publisher=publisher,
-                    scheduler=Scheduler(copies, publisher, platform.events, batches=transactions.enabled))
+    scheduler = Scheduler(copies, publisher, platform.events, batches=transactions.enabled)
+    release_repository = ReleaseRepository(infra.db)
+    await release_repository.ensure_indexes()
+    drafts = Drafts(copies=copies, reads=DraftReads(catalog, copies), publisher=publisher, scheduler=scheduler,
+                    releases=ReleaseService(release_repository, copies, publisher, scheduler, platform.events))
     return Content(record_repository=record_repository, file_repository=file_repository, transactions=transactions,
                    writer=writer,
                    versions=versions, catalog=catalog, collections=collections, definitions=definitions,

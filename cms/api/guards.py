@@ -18,7 +18,7 @@ from cms.services.origin import origin_scope
 from cms.web.context import CALLER, request_origin, services
 
 if TYPE_CHECKING:
-    from cms.api.routes import Route
+    from cms.api.route import Route
 
 PRINCIPAL_KEY = "principal"
 API_KEY_HEADER = "X-API-Key"

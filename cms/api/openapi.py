@@ -16,7 +16,8 @@ from marshmallow import fields
 
 from cms import __version__
 from cms.api.responses import json_response
-from cms.api.routes import ROUTES, Route
+from cms.api.route import Route
+from cms.api.routes import ROUTES
 from cms.api.schemas import ErrorSchema
 from cms.services.access import API_KEY_PATHS, Policy
 from cms.services.content.value_fields import IsoDateTime

@@ -5,8 +5,6 @@ documents the same table."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from aiohttp import web
 from marshmallow import Schema
@@ -26,6 +24,7 @@ from cms.api import (
     metrics,
     realtime,
     records,
+    releases,
     schema,
     settings,
     slow_queries,
@@ -37,55 +36,16 @@ from cms.api import (
 from cms.api import schemas as s
 from cms.api.guards import ROUTE_TABLE
 from cms.api.ratelimit import RateLimit
+from cms.api.route import Route
 from cms.api.schemas.aggregates import AggregateQuerySchema
 from cms.services.access import Policy
 from cms.services.representation.aggregates import AggregatePageSchema
 from cms.web import schemas as ws
 from cms.web.schema_snapshot import MAX_SNAPSHOT_BYTES, SchemaApplySchema, SnapshotSchema
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-@dataclass(frozen=True)
-class Route:
-    """One endpoint: method, path, handler, who may call it and what the API explorer shows of it.
-
-    `policy`: who may call it (`access.Policy`: PUBLIC, OPTIONAL, PRINCIPAL, ADMIN_USER, COLLECTION_USER,
-    ADMIN), enforced before the handler runs and documented as its `security`; `rate_limit`: GENERAL (the
-    per-IP limit) or EXEMPT (health, docs). The auth endpoints' own limits, keyed on body fields, are
-    counted in their handlers.
-    `body`/`query`/`response` are marshmallow schema classes; `status` is the success status;
-    `upload_field` names the file field of a multipart body, `form_fields` the other (required, text) fields
-    it must carry and `optional_form_fields` those it may; `record_form`: the JSON body may also come as a
-    record's multipart/form-data form (`data` and file parts, decisions.md: Files in records); `produces` the
-    success media type; `failure` the schema of a 400 answer that carries more than the error model (a
-    batch's `failed`); `errors` the error statuses it answers beside the usual ones, with what they mean
-    (409, 413)."""
-
-    method: str
-    path: str
-    handler: Handler
-    summary: str
-    tag: str
-    policy: Policy = Policy.PUBLIC
-    rate_limit: RateLimit = RateLimit.GENERAL
-    body: type[Schema] | None = None
-    query: type[Schema] | None = None
-    response: type[Schema] | None = None
-    many: bool = False
-    status: int = 200
-    in_docs: bool = True
-    upload_field: str | None = None  # multipart/form-data body with this file field
-    form_fields: tuple[str, ...] = ()
-    optional_form_fields: tuple[str, ...] = ()
-    record_form: bool = False  # also takes a record's values and files as multipart/form-data
-    produces: str = "application/json"
-    failure: type[Schema] | None = None
-    errors: tuple[tuple[int, str], ...] = ()
-
-
 V1 = "/api/v1"
 RECORDS = V1 + "/collections/{collection_name}/records"
+RELEASES = V1 + "/releases"
 OPTIONAL, PRINCIPAL = Policy.OPTIONAL, Policy.PRINCIPAL
 ADMIN_USER, COLLECTION_USER, ADMIN = Policy.ADMIN_USER, Policy.COLLECTION_USER, Policy.ADMIN
 COLLECTION_AUTH = V1 + "/collections/{collection_name}/auth"
@@ -267,6 +227,25 @@ ROUTES: tuple[Route, ...] = (
           "Drop the pending working copy (404 when there is none)", "records", policy=OPTIONAL, status=204),
     Route("DELETE", RECORDS + "/{record_id}/schedule", drafts.cancel_schedule,
           "Cancel the pending scheduled publish (404 when there is none)", "records", policy=OPTIONAL, status=204),
+    # --- releases (decisions.md: Drafts, versions and scheduled publishing: Releases); admins only
+    Route("POST", RELEASES, releases.create_release, "Create a release: records of collections with drafts to "
+          "publish together (at most 1,000; a bad item is 422 naming `items.N`)", "releases", policy=ADMIN,
+          body=s.ReleaseCreateSchema, response=s.ReleaseSchema, status=201),
+    Route("GET", RELEASES, releases.list_releases, "List releases, newest first (page, per_page)", "releases",
+          policy=ADMIN, query=s.ReleaseListQuerySchema, response=s.ReleasePageSchema),
+    Route("GET", RELEASES + "/{release_id}", releases.get_release, "Get a release", "releases", policy=ADMIN,
+          response=s.ReleaseSchema),
+    Route("PATCH", RELEASES + "/{release_id}", releases.update_release, "Rename a release or replace its items "
+          "(409 once published)", "releases", policy=ADMIN, body=s.ReleaseUpdateSchema, response=s.ReleaseSchema,
+          errors=((409, "the release is published"),)),
+    Route("DELETE", RELEASES + "/{release_id}", releases.delete_release, "Delete a release (and its schedule)",
+          "releases", policy=ADMIN, status=204),
+    Route("POST", RELEASES + "/{release_id}/publish", releases.publish_release, "Publish every item's working "
+          "copy, all or nothing (422 naming `items.N`: nothing published); with `at`, schedule it instead",
+          "releases", policy=ADMIN, body=s.ReleasePublishSchema, response=s.ReleaseSchema,
+          errors=((409, "the release is published"),)),
+    Route("DELETE", RELEASES + "/{release_id}/schedule", releases.cancel_release_schedule,
+          "Cancel the release's scheduled publish (404 when there is none)", "releases", policy=ADMIN, status=204),
     # --- aggregation (decisions.md: Aggregation and view collections)
     Route("GET", V1 + "/collections/{collection_name}/aggregate", aggregates.aggregate,
           "Groups of the records a list shows the caller (filter, group_by, aggregates, sort, page, per_page): "

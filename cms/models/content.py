@@ -4,7 +4,7 @@ Frozen dataclasses, no I/O; re-exported by `cms.models`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
 from typing import Any, Generic, TypeAlias, TypeVar
@@ -343,3 +343,36 @@ class StoredFile:
     sha256: str
     created: datetime
     field: str | None = None
+
+
+RELEASE_PENDING, RELEASE_SCHEDULED, RELEASE_PUBLISHED, RELEASE_FAILED = "pending", "scheduled", "published", "failed"
+"""A release's `status` (decisions.md, Drafts, versions and scheduled publishing: Releases)."""
+
+
+@dataclass(frozen=True)
+class ReleaseItem:
+    """One record of a release: record `record_id` of collection `collection_id` (its name `collection`
+    when it was added: the answer shows the current name while the collection exists)."""
+
+    collection_id: str
+    collection: str
+    record_id: str
+
+
+@dataclass(frozen=True)
+class Release:
+    """A set of records of collections with drafts published together (docs/concepts/releases.md):
+    `status` one of RELEASE_PENDING, RELEASE_SCHEDULED, RELEASE_PUBLISHED, RELEASE_FAILED; `scheduled_at`
+    its pending scheduled publish; `published_at` when it was published; `error` and `errors` (`{"items.3":
+    [message]}`) why its last publish failed, else None and {}."""
+
+    id: str
+    name: str
+    items: tuple[ReleaseItem, ...]
+    status: str
+    created: datetime
+    updated: datetime
+    scheduled_at: datetime | None = None
+    published_at: datetime | None = None
+    error: str | None = None
+    errors: dict[str, list[str]] = field(default_factory=dict)

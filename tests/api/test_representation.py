@@ -225,6 +225,17 @@ async def test_every_documented_answer_validates_against_the_document(client, se
                              json={"at": (clock() + timedelta(hours=1)).isoformat()})
     assert scheduled["scheduled_at"] is not None
     assert (await c.call("POST", RECORDS + "/{record_id}/unpublish", admin_token, args=page_args))["status"] == "draft"
+    # releases: created, listed, read, changed, scheduled, published
+    release = await c.call("POST", V1 + "/releases", admin_token, json={
+        "name": "r", "items": [{"collection": "pages", "record_id": page["id"]}]})
+    release_args = {"release_id": release["id"]}
+    assert (await c.call("GET", V1 + "/releases", admin_token))["total"] == 1
+    await c.call("GET", V1 + "/releases/{release_id}", admin_token, args=release_args)
+    await c.call("PATCH", V1 + "/releases/{release_id}", admin_token, args=release_args, json={"name": "r2"})
+    await c.call("POST", V1 + "/releases/{release_id}/publish", admin_token, args=release_args,
+                 json={"at": (clock() + timedelta(hours=1)).isoformat()})
+    released = await c.call("POST", V1 + "/releases/{release_id}/publish", admin_token, args=release_args)
+    assert released["status"] == "published" and released["published_at"] is not None
 
     # API keys, audit, settings, health, backups
     await c.call("POST", V1 + "/api-keys", admin_token, json={"name": "ci", "scopes": ["read"]})

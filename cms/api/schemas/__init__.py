@@ -41,6 +41,12 @@ from cms.api.schemas.records import (
     RecordWriteSchema,
     VersionListQuerySchema,
 )
+from cms.api.schemas.releases import (
+    ReleaseCreateSchema,
+    ReleaseListQuerySchema,
+    ReleasePublishSchema,
+    ReleaseUpdateSchema,
+)
 from cms.api.schemas.settings import SettingUpdateSchema
 from cms.api.schemas.webhooks import (
     MAX_DELIVERY_SKIP,
@@ -82,6 +88,7 @@ from cms.services.representation.records import (
     RecordPageSchema,
     RecordSchema,
 )
+from cms.services.representation.releases import ReleasePageSchema, ReleaseSchema
 from cms.services.representation.schema import SchemaDiffSchema, SchemaSnapshotSchema
 from cms.services.representation.versions import RecordVersionPageSchema, RecordVersionSchema
 
@@ -100,6 +107,8 @@ __all__ = [
     "PasswordResetRequestSchema", "RecordExportQuerySchema", "RecordGetQuerySchema", "RecordListQuerySchema",
     "RecordLocaleQuerySchema", "RecordPageSchema", "RecordPublishSchema", "RecordSchema", "RecordVersionPageSchema",
     "RecordVersionSchema", "RecordViewQuerySchema", "RecordWriteSchema", "RecoveryCodesSchema", "RedeliverySchema",
+    "ReleaseCreateSchema", "ReleaseListQuerySchema", "ReleasePageSchema",
+    "ReleasePublishSchema", "ReleaseSchema", "ReleaseUpdateSchema",
     "RefreshSchema",
     "RegisterResponseSchema", "RegisterSchema", "ResetPasswordSchema", "SessionSchema", "SettingSchema",
     "SettingUpdateSchema", "SlowQuerySchema", "TokenBodySchema", "TokenSchema", "TwoFactorCodeSchema",

@@ -16,11 +16,13 @@ Without transactions a failed step 2 undoes step 1 itself. An unpublish claims t
 (`draft`), deletes the published copy and emits `delete`.
 
 `publish_in` runs the three steps inside a unit the caller opened, so a release publishes many
-records all or nothing (`publish_many`).
+records all or nothing (`publish_many`); without transactions, the items written before the one that
+failed are put back (their published copy and working state as they were; the unit drops the events).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -36,6 +38,8 @@ from cms.services.content.unique_clash import clash_answer
 from cms.services.representation import records as represent
 from cms.store.transactions import current_session
 
+Undo = Callable[[], Awaitable[None]]
+"""A step that puts back one write of a publish made without a transaction (`publish_in`'s `undo`)."""
 PublishHook = Callable[[Collection, Record, "str | None"], Awaitable[None]]
 """Called with (collection, the published copy just stored, who published it: a user id or None for the
 system) inside the publish's unit (`Publisher.on_published`)."""
@@ -163,13 +167,16 @@ class Publisher:
         return answer
 
     async def publish_in(self, collection: Collection, working: Record, *, by: str | None,
-                         scheduled_at: datetime | None = None, data: dict[str, Any] | None = None) -> Record:
+                         scheduled_at: datetime | None = None, data: dict[str, Any] | None = None,
+                         undo: list[Undo] | None = None) -> Record:
         """The writes of a publish of `working` (checked by `check`), inside a unit the caller opened
         (`WorkingCopies.atomic`); returns the working copy, now `published` (`changed` when `data`, what
         is published instead of the working copy's values, differs from them: one locale's publish).
         `scheduled_at`: the time of the scheduled publish this is, which the working copy must still show
-        (then cleared). Raises LostRace (the working state, or its schedule, changed since it was read) or
-        AlreadyExists (a unique field, taken meanwhile)."""
+        (then cleared). `undo`: without a transaction, where to add what puts the working state and the
+        published copy back as they were (`publish_many` runs them when a later item fails). Raises
+        LostRace (the working state, or its schedule, changed since it was read) or AlreadyExists (a
+        unique field, taken meanwhile)."""
         copies, now = self._copies, self._copies.writer.clock()
         state = working.state or DraftState(DRAFT)
         values = working.data if data is None else data
@@ -187,12 +194,27 @@ class Publisher:
                 await copies.working.set_state(collection.id, working.id, state, revision=claimed.state.revision,
                                                updated=working.updated)
             raise
+        if undo is not None and current_session() is None and claimed.state is not None:
+            undo.append(functools.partial(self._unpublish_claim, collection, working, claimed.state.revision, before))
         if before is None:
             await copies.writer.emit_created(collection, [published])
         else:
             await copies.writer.emit_updated(collection, [published], [before])
         await self.on_published(collection, published, by)
         return claimed
+
+    async def _unpublish_claim(self, collection: Collection, working: Record, revision: int,
+                               before: Record | None) -> None:
+        """Put back what `publish_in` changed without a transaction: the published copy it replaced
+        (`before`; None: none, so the new one goes) and the working state it claimed (still at
+        `revision`, unless another writer changed it since)."""
+        copies = self._copies
+        if before is None:
+            await copies.records.delete(collection.id, working.id)
+        else:
+            await copies.records.put(collection.id, before)
+        await copies.working.set_state(collection.id, working.id, working.state or DraftState(DRAFT),
+                                       revision=revision, updated=working.updated)
 
     async def publish_all_in(self, collection: Collection, workings: Sequence[Record], *, by: str | None,
                              scheduled_at: Sequence[datetime | None]) -> list[Record]:
@@ -222,13 +244,33 @@ class Publisher:
             await self.on_published(collection, record, by)
         return published
 
+    async def _write_many(self, items: Sequence[tuple[Collection, str]], workings: Sequence[Record],
+                          results: list[Record], *, by: str | None) -> list[Record]:
+        """The writes of `publish_many` (its items checked, `workings` their working copies), in one unit,
+        appending each item's working copy to `results` as it is written (so its length names the item
+        that failed); without a transaction, what was written is put back when one fails."""
+        undo: list[Undo] = []  # without a transaction: how to put back the items written so far
+        try:
+            async with self._copies.atomic():
+                for (collection, _), working in zip(items, workings, strict=True):
+                    pending = working.state is None or working.state.status != PUBLISHED
+                    results.append(await self.publish_in(collection, working, by=by, undo=undo) if pending
+                                   else working)
+        except BaseException:
+            for step in reversed(undo):  # the unit dropped the events; nothing published stays
+                await step()
+            raise
+        return results
+
     async def publish_many(self, items: Sequence[tuple[Collection, str]], *, by: str | None) -> list[Record]:
         """Publish the working copy of every (collection, record id) of `items`, all or nothing, in one
         transaction (a release); items with nothing pending stay as they are. Checks every item
-        first, then writes. Returns the working copies, in order. Raises PublishFailed(index, error)
-        for the first item that fails: a collection without drafts (BadRequest), a missing record
-        (NotFound), a working copy that does not validate (ValidationFailed) or one that changed or
-        clashed meanwhile (BadRequest, ValidationFailed); nothing is published then."""
+        first, then writes; without transactions an item that fails while written puts back the items
+        written before it (`publish_in`'s `undo`). Returns the working copies, in order. Raises
+        PublishFailed(index, error) for the first item that fails: a collection without drafts
+        (BadRequest), a missing record (NotFound), a working copy that does not validate
+        (ValidationFailed) or one that changed or clashed meanwhile (BadRequest, ValidationFailed);
+        nothing is published then. Another error (a hook's) publishes nothing too, and propagates."""
         workings: list[Record] = []
         for index, (collection, record_id) in enumerate(items):
             try:
@@ -243,10 +285,7 @@ class Publisher:
             workings.append(working)
         results: list[Record] = []  # its length is the index of the item being written
         try:
-            async with self._copies.atomic():
-                for (collection, _), working in zip(items, workings, strict=True):
-                    pending = working.state is None or working.state.status != PUBLISHED
-                    results.append(await self.publish_in(collection, working, by=by) if pending else working)
+            return await self._write_many(items, workings, results, by=by)
         except LostRace:
             raise PublishFailed(len(results), kept_changing()) from None
         except AlreadyExists as exc:
@@ -254,7 +293,6 @@ class Publisher:
                                                                errors=exc.errors)) from None
         except WriteConflict as exc:
             raise PublishFailed(len(results), exc) from None
-        return results
 
     async def unpublish(self, principal: Principal | None, collection_name: str, record_id: str) -> Record:
         """Turn a published record back into a `draft`, its working copy kept (a `changed` record keeps

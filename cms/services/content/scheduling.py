@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 from cms.errors import AlreadyExists, CmsError, NotFound, ValidationFailed, WriteConflict
@@ -31,6 +32,10 @@ from cms.services.origin import RequestOrigin, current_origin
 from cms.store.schedules import Schedule
 
 log = logging.getLogger("cms.schedules")
+
+ScheduleRunner = Callable[[Schedule], Awaitable[int]]
+"""Runs one claimed schedule of another kind than a record's publish (a release's: releases.py); answers 1
+when it is finished (`finish` called), 0 when it is left for another claim (`release` called)."""
 
 SCHEDULE_LEASE_S = 10.0
 """Seconds a claimed schedule stays with its worker; a worker that dies holding it loses it after this."""
@@ -70,6 +75,13 @@ class Scheduler:
         self._events = events
         self._batches = batches
         self._running = False
+        self._runners: dict[str, ScheduleRunner] = {}
+
+    def add_runner(self, kind: str, runner: ScheduleRunner) -> None:
+        """Run the schedules whose `collection_id` is `kind` (a name no collection id has, e.g.
+        `~releases`) with `runner` instead of publishing a record: other things scheduled share the
+        schedules' store, claims, leases and worker job."""
+        self._runners[kind] = runner
 
     async def schedule(self, principal: Principal | None, collection_name: str, record_id: str,
                        at: datetime) -> Record:
@@ -141,12 +153,16 @@ class Scheduler:
 
     async def _run_chunk(self, claimed: list[Schedule]) -> int:
         """Run claimed schedules: those that publish plainly together (`_run_batch`), the others one
-        at a time (`_run`). Returns how many were finished."""
-        singles = await self._run_batch(claimed) if self._batches else claimed
-        ran = len(claimed) - len(singles)
-        for schedule in singles:
+        at a time (`_run`), those of another kind by their runner (`add_runner`). Returns how many were
+        finished."""
+        others = [s for s in claimed if s.collection_id in self._runners]
+        records = [s for s in claimed if s.collection_id not in self._runners]
+        singles = await self._run_batch(records) if self._batches else records
+        ran = len(records) - len(singles)
+        for schedule in [*others, *singles]:
             try:
-                ran += await self._run(schedule)
+                runner = self._runners.get(schedule.collection_id, self._run)
+                ran += await runner(schedule)
             except Exception:
                 log.exception("scheduled publish of record %s (collection %s) failed; retried after its lease",
                               schedule.record_id, schedule.collection_id)

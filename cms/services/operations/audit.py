@@ -37,7 +37,7 @@ SEVERITIES: dict[str, str] = {
     "backup_restored": "critical", "backup_deleted": "warning",
     "backup_downloaded": "warning", "schema_applied": "warning",
     "mfa_enabled": "info", "mfa_disabled": "warning", "mfa_failed": "warning", "mfa_recovery_used": "warning",
-    "record_publish_failed": "warning",
+    "record_publish_failed": "warning", "release_publish_failed": "warning",
 }
 SEVERITY_LEVELS = ("info", "warning", "critical")
 SECURITY_SEVERITIES = ("warning", "critical")

@@ -62,6 +62,7 @@ from cms.services.representation.records import (
     record_page,
     record_page_bytes,
 )
+from cms.services.representation.releases import release, release_page
 from cms.services.representation.schema import schema_diff, snapshot_bytes
 from cms.services.representation.versions import record_version, record_version_page
 
@@ -71,7 +72,8 @@ __all__ = [
     "collection_user", "collections", "csv_import", "deliveries", "event_body", "file", "file_token", "health",
     "message",
     "oauth_providers", "read_record", "read_record_page", "record_bytes", "record_json", "record_page",
-    "record_page_bytes", "record_version", "record_version_page", "recovery_codes", "redelivery", "schema_diff",
+    "record_page_bytes", "record_version", "record_version_page", "recovery_codes", "redelivery", "release",
+    "release_page", "schema_diff",
     "sessions", "setting", "settings", "slow_queries", "slow_query", "snapshot_bytes", "token",
     "two_factor_setup", "webhook", "webhooks",
 ]

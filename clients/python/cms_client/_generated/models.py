@@ -637,6 +637,35 @@ class RegisterResponse(TypedDict, closed=True):
     user: AdminUser
 
 
+class ReleaseItem(TypedDict, closed=True):
+    collection: str
+    """
+    the collection's name when the item was added
+    """
+    collection_id: str
+    record_id: str
+
+
+class ReleaseItemInput(TypedDict, closed=True):
+    collection: str
+    record_id: str
+
+
+class ReleasePublish(TypedDict, closed=True):
+    at: NotRequired[str | None]
+    """
+    When to publish (ISO 8601; naive means UTC); must be in the future (422 otherwise). Replaces a pending schedule. Absent or null: publish now
+    """
+
+
+class ReleaseUpdate(TypedDict, closed=True):
+    items: NotRequired[list[ReleaseItemInput] | None]
+    """
+    at most 1,000; each record once; errors name an item by its index (`items.3`)
+    """
+    name: NotRequired[str | None]
+
+
 class ResetPassword(TypedDict, closed=True):
     new_password: str
     """
@@ -980,6 +1009,49 @@ class LoginResponse(TypedDict, closed=True):
     requires_2fa: bool
     token: dict[str, Any] | Token
     user: AdminUser | PendingUser
+
+
+class Release(TypedDict, closed=True):
+    created: str
+    error: str | None
+    """
+    why its last publish failed, or null
+    """
+    errors: dict[str, list[str]]
+    """
+    the item that made its last publish fail, by index: `{"items.3": [message]}`; else {}
+    """
+    id: str
+    items: list[ReleaseItem]
+    name: str
+    published_at: str | None
+    """
+    when it was published, or null
+    """
+    scheduled_at: str | None
+    """
+    its pending scheduled publish, or null
+    """
+    status: Literal['pending', 'scheduled', 'published', 'failed']
+    """
+    pending, scheduled (`scheduled_at` set), published or failed (its last publish failed: `error`, `errors`)
+    """
+    updated: str
+
+
+class ReleaseCreate(TypedDict, closed=True):
+    items: list[ReleaseItemInput]
+    """
+    at most 1,000; each record once; errors name an item by its index (`items.3`)
+    """
+    name: str
+
+
+class ReleasePage(TypedDict, closed=True):
+    items: list[Release]
+    page: int
+    per_page: int
+    total: int
 
 
 class CollectionSchema(TypedDict, closed=True):
