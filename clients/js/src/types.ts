@@ -97,24 +97,14 @@ export type SchemaSnapshot = Schemas["SchemaSnapshot"];
 export type SchemaDiff = Schemas["SchemaDiff"];
 /** One change of a diff: `{op, collection, field (or null), from, to, data_loss}`. */
 export type SchemaChange = Schemas["SchemaChange"];
-/** One item of a release: a record of a collection with drafts. */
-export interface ReleaseItem {
-  collection: string;
-  record_id: string;
-}
-/** What creating a release takes: `{name, items}` (at most 1,000 items). Written by hand from decisions.md
- * (the releases endpoints are not in the generated OpenAPI types yet). */
-export interface ReleaseInput {
-  name: string;
-  items: ReleaseItem[];
-}
-/** A release as the API answers it: `{id, name, items, created, updated}` and its publishing state
- * (`scheduled_at`, `published_at`, ... as the service names them). Written by hand from decisions.md. */
-export interface Release extends ReleaseInput {
-  id: string;
-  created?: string;
-  updated?: string;
-  scheduled_at?: string | null;
-  published_at?: string | null;
-  [key: string]: unknown;
-}
+/** A release: `{id, name, items: [{collection, collection_id, record_id}], status (pending, scheduled,
+ * published, failed), scheduled_at, published_at, error, errors, created, updated}`. */
+export type Release = Schemas["Release"];
+/** One item of a release as answered: the record, its collection's name and id. */
+export type ReleaseItem = Schemas["ReleaseItem"];
+/** What creating a release takes: `{name, items: [{collection, record_id}]}` (at most 1,000 items). */
+export type ReleaseInput = Schemas["ReleaseCreate"];
+/** What changing a release takes: `name` and/or `items` (replacing them). */
+export type ReleaseUpdate = Schemas["ReleaseUpdate"];
+/** One page of releases, newest first: `{items, total, page, per_page}`. */
+export type ReleasePage = Schemas["ReleasePage"];
