@@ -80,6 +80,9 @@ function withShape(path: string, options: Omit<ShapeOptions, "signal" | "request
   if (options.fields) {
     params.set("fields", options.fields);
   }
+  if (options.locale) {
+    params.set("locale", options.locale);
+  }
   const search = params.toString();
   return search ? `${path}?${search}` : path;
 }
