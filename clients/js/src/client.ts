@@ -5,7 +5,9 @@
  * 401 for a spent access token refreshes once and retries once. Refreshing also happens shortly
  * before the access token's `exp`, and there is never more than one refresh in flight: every caller
  * awaits the same promise, because presenting a spent refresh token again revokes the whole session
- * (decisions.md, Identity and tokens).
+ * (decisions.md, Identity and tokens). `beforeSend` and `afterSend` hooks see every request and answer;
+ * a call may be aborted by its `signal` or cancelled by a later call with the same `requestKey`
+ * (auto-cancellation is opt-in: `autoCancellation(true)`).
  */
 import { AuthStore } from "./auth-store.js";
 import { AuthService, CollectionAuthService, authPrefix } from "./auth.js";
@@ -212,8 +214,10 @@ export class CmsClient {
   }
 
   /** Send one request to `path` (e.g. `/api/v1/collections`) and read its answer (see `SendOptions`).
-   * Rejects with `CmsError` (an error answer) or `CmsNetworkError` (no answer). A 401 for an access
-   * token that no longer works is followed by one refresh (shared with concurrent callers) and one retry. */
+   * Rejects with `CmsError` (an error answer) or `CmsNetworkError` (no answer; `isAbort` when aborted or
+   * cancelled). A 401 for an access token that no longer works is followed by one refresh (shared with
+   * concurrent callers) and one retry. A call with a `requestKey` (or a GET under `autoCancellation(true)`)
+   * first cancels the pending call with the same key. */
   async send<T>(path: string, options: SendOptions = {}): Promise<T> {
     const method = (options.method ?? "GET").toUpperCase();
     const key = options.requestKey !== undefined ? options.requestKey
