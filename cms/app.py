@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp_cors
 import swagger_ui_bundle  # type: ignore[import-untyped]
 from aiohttp import web
 
 from cms.admin_ui import PREFIX as ADMIN_UI_PREFIX
 from cms.admin_ui import create_admin_ui
 from cms.api.access_log import CmsAccessLogger
+from cms.api.cors import CorsGate
 from cms.api.guards import principal_middleware
 from cms.api.guide import GUIDE_DIR, add_guide
 from cms.api.http_server import CmsAppRunner
@@ -48,9 +48,13 @@ def create_app(config: Config, *, services: Services | None = None,
     then its own, which answer its failures with HTML pages. The built docs site in `guide_dir` (by
     default the package's `static/guide`) is served at `/docs/guide/` when it is there (cms.api.guide).
     On start-up the record indexes of every collection are synced in the background (`_index_sync_ctx`).
-    With tracing on, a first middleware opens each request's server span (cms.observability.tracing)."""
+    With tracing on, a first middleware opens each request's server span (cms.observability.tracing).
+    Browser origins that `CORS_ORIGINS` does not list are refused before any handler (cms.api.cors)."""
+    cors = CorsGate(config)
+    gate = () if cors.allow_all else (cors.middleware,)
     app = web.Application(
-        middlewares=[*tracing.server_middlewares(), request_middleware, rate_limit_middleware, principal_middleware],
+        middlewares=[*tracing.server_middlewares(), request_middleware, *gate, rate_limit_middleware,
+                     principal_middleware],
         client_max_size=config.max_json_bytes,
     )
     app[HTTP_STATS] = {"active_connections": 0, "requests_total": 0}
@@ -65,7 +69,7 @@ def create_app(config: Config, *, services: Services | None = None,
     app.on_shutdown.append(_close_realtime_streams)
     app.router.add_get("/openapi.json", openapi_json)
     app.router.add_static("/docs/static", Path(swagger_ui_bundle.swagger_ui_path))
-    _add_cors(app, config)
+    cors.install(app)
     add_guide(app, guide_dir)  # after CORS: static pages of the same origin
     app.add_subapp(ADMIN_UI_PREFIX, create_admin_ui())  # after CORS: the admin UI is same-origin only
     return app
@@ -143,33 +147,3 @@ async def _close_realtime_streams(app: web.Application) -> None:
     if services is not None:
         for conn in list(services.realtime.connections.values()):
             conn.close("shutdown")
-
-
-def _add_cors(app: web.Application, config: Config) -> None:
-    """CORS for every route (aiohttp-cors); origins from `CORS_ORIGINS` (default `*`). aiohttp-cors's
-    response hook runs only for requests with an `Origin` header (without one it changes nothing,
-    CORS 6.1.1, but costs a route look-up on every answer)."""
-    options = aiohttp_cors.ResourceOptions(  # type: ignore[no-untyped-call]
-        allow_credentials=False, allow_headers="*",
-        expose_headers=("X-Request-Id", "Retry-After", "X-RateLimit-Limit", "X-RateLimit-Remaining",
-                        "X-RateLimit-Reset"),
-        allow_methods="*", max_age=3600,
-    )
-    cors = aiohttp_cors.setup(app, defaults={origin: options for origin in config.cors_origins})
-    for route in list(app.router.routes()):
-        cors.add(route)
-    hooks = app.on_response_prepare
-    for index, hook in enumerate(hooks):
-        owner = getattr(hook, "__self__", None)
-        if owner is not None and type(owner).__module__.startswith("aiohttp_cors"):
-            hooks[index] = _only_with_origin(hook)
-
-
-def _only_with_origin(hook: Any) -> Any:
-    """`hook` (an `on_response_prepare` handler) called only for requests with an `Origin` header."""
-
-    async def on_response_prepare(request: web.Request, response: web.StreamResponse) -> None:
-        if "Origin" in request.headers:
-            await hook(request, response)
-
-    return on_response_prepare

@@ -15,7 +15,8 @@ and the snake_case `code`; the API middleware renders it as `{"detail", "code"}`
     ├── Unauthorized          401 unauthorized
     │   └── InvalidCredentials 401 invalid_credentials
     ├── Forbidden             403 forbidden
-    │   └── OtpDisabled       403 otp_disabled
+    │   ├── OtpDisabled       403 otp_disabled
+    │   └── CorsRefused       403 cors_origin_not_allowed  (a browser origin CORS_ORIGINS does not list)
     ├── NotFound              404 not_found
     ├── MethodNotAllowed      405 method_not_allowed
     ├── Conflict              409 conflict        (a schema apply against another hash, or beside another)
@@ -109,6 +110,12 @@ class Forbidden(CmsError, status=403, code="forbidden", detail="You do not have 
 
 class OtpDisabled(Forbidden, code="otp_disabled", detail="OTP login is disabled for this collection"):
     """OTP login is switched off for the collection."""
+
+
+class CorsRefused(Forbidden, code="cors_origin_not_allowed",
+                  detail="This origin is not allowed to call the API from a browser"):
+    """A cross-origin request (or its preflight) from an origin that `CORS_ORIGINS` does not list
+    (cms.api.cors): `detail` names the origin and the allowed ones."""
 
 
 class NotFound(CmsError, status=404, code="not_found", detail="Not found"):

@@ -356,6 +356,8 @@ ROUTES: tuple[Route, ...] = (
     # system
     Route("GET", "/health", system.health, "Health of the service and its dependencies", "system",
           response=s.HealthSchema, rate_limit=RateLimit.EXEMPT),
+    Route("GET", V1 + "/health", system.health, "Health, as `/health` (for clients that call only `/api/v1`)",
+          "system", response=s.HealthSchema, rate_limit=RateLimit.EXEMPT),
     Route("GET", V1 + "/stats", system.stats, "Statistics (HTTP and uptime; MongoDB and Redis for admins)",
           "system", policy=OPTIONAL),
     Route("GET", "/docs", system.docs, "API explorer", "system", in_docs=False, rate_limit=RateLimit.EXEMPT),

@@ -116,6 +116,16 @@ async def test_health_ok(client):
     assert body["version"]
 
 
+async def test_health_under_api_v1_answers_as_health(client):
+    """`GET /api/v1/health` is the same handler as `/health` (issue 44: clients that call only /api/v1)."""
+    response = await client.get("/api/v1/health")
+    assert response.status == 200
+    assert await response.json() == await (await client.get("/health")).json()
+    spec = await (await client.get("/openapi.json")).json()
+    paths = spec["paths"]
+    assert paths["/api/v1/health"]["get"]["responses"].keys() == paths["/health"]["get"]["responses"].keys()
+
+
 async def test_health_503_names_redis_when_it_is_down(aiohttp_client, config, tmp_path):
     server = start_redis(tmp_path / "redis-down")
     own = replace(config, redis_url=server.url)
@@ -123,12 +133,13 @@ async def test_health_503_names_redis_when_it_is_down(aiohttp_client, config, tm
         client = await aiohttp_client(create_app(own, services=services))
         assert (await client.get("/health")).status == 200
         server.stop()
-        response = await client.get("/health")
-        assert response.status == 503
-        body = await response.json()
-        assert body["status"] == "unavailable"
-        assert body["mongodb"] == "ok"
-        assert body["redis"].startswith("error")
+        for path in ("/health", "/api/v1/health"):
+            response = await client.get(path)
+            assert response.status == 503
+            body = await response.json()
+            assert body["status"] == "unavailable"
+            assert body["mongodb"] == "ok"
+            assert body["redis"].startswith("error")
 
 
 async def test_stats_for_admins_has_every_figure(client, admin_token):

@@ -251,6 +251,45 @@ async def test_a_refused_value_keeps_none_of_the_files(client, admin_token, conf
     await nothing_stored(config, created["id"])
 
 
+async def test_a_create_rule_that_reads_the_values_is_checked_with_them(client, admin_token, config,
+                                                                       collection_user_token):
+    """A create rule reading `@request.data` is decided with the form's values, not refused before they
+    come (issue 44: the tutorial's posts, whose author must be the caller); a refusal stores nothing,
+    whether the values come before the files or after."""
+    created = await create_collection(client, admin_token, "photos", PHOTOS,
+                                      create_rule='@request.auth.collection = "people" && @request.data.title = "mine"')
+    cover = ("cover", "c.jpg", photo(), "image/jpeg")
+    refused = await create_with_files(client, collection_user_token, "photos", {"title": "theirs"}, cover)
+    await error_of(refused, 403, "forbidden")
+    files_first = aiohttp.FormData(quote_fields=False, default_to_multipart=True)
+    files_first.add_field("cover", photo(), filename="c.jpg", content_type="image/jpeg")
+    files_first.add_field("data", json.dumps({"title": "theirs"}), content_type="application/json")
+    refused = await client.post(records_path("photos"), headers=bearer(collection_user_token), data=files_first)
+    await error_of(refused, 403, "forbidden")
+    await nothing_stored(config, created["id"])
+    record = await created_with_files(client, collection_user_token, "photos", {"title": "mine"}, cover)
+    assert record["title"] == "mine" and record["cover"]
+    anonymous = await client.post(records_path("photos"), data=record_form({"title": "mine"}, cover))
+    await error_of(anonymous, 401, "unauthorized")
+
+
+async def test_an_update_rule_that_reads_the_values_is_checked_with_them(client, admin_token, config,
+                                                                         collection_user_token):
+    """The same for a change: the update rule reading `@request.data` is decided with the form's values."""
+    await create_collection(client, admin_token, "photos", PHOTOS,
+                            update_rule='@request.auth.collection = "people" && @request.data.title = "mine"')
+    record = await create_record(client, admin_token, "photos", {"title": "first"})
+    cover = ("cover", "c.jpg", photo(), "image/jpeg")
+    refused = await change_with_files(client, collection_user_token, "photos", record["id"], {"title": "theirs"}, cover)
+    await error_of(refused, 403, "forbidden")
+    assert "fs.files" not in await stored(config)
+    changed = await change_with_files(client, collection_user_token, "photos", record["id"], {"title": "mine"}, cover)
+    assert changed.status == 200, await changed.text()
+    assert (await changed.json())["cover"]
+    missing = await change_with_files(client, collection_user_token, "photos", "no-such-record", {"title": "mine"})
+    await error_of(missing, 404, "not_found")
+
+
 async def test_a_file_over_max_size_is_422_naming_the_field_and_nothing_is_stored(client, admin_token, config):
     created = await photos(client, admin_token)
     big = photo((1600, 1200), "PNG")

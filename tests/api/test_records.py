@@ -208,6 +208,39 @@ async def test_required_fields(client, admin_token):
     assert record["done"] is False and record["n"] == 0
 
 
+REQUIRED = "Missing data for required field."
+
+
+async def test_a_required_field_left_empty_says_required(client, admin_token):
+    """Empty text, an empty list or null in a required field says "required", not "Shorter than minimum
+    length 1." (issue 44); a minimum the schema sets keeps its own message, and optional fields are as before."""
+    people = await create_collection(client, admin_token, "people", [{"name": "name", "type": "text"}])
+    await create_collection(client, admin_token, "posts", [
+        {"name": "title", "type": "text", "validation": {"required": True}},
+        {"name": "slug", "type": "text", "validation": {"required": True, "min": 3}},
+        {"name": "contact", "type": "email", "validation": {"required": True}},
+        {"name": "tags", "type": "select", "values": ["a", "b"], "max_select": 2, "validation": {"required": True}},
+        {"name": "author", "type": "relation", "collection_id": people["id"], "validation": {"required": True}},
+        {"name": "note", "type": "text", "validation": {"min": 2}},
+    ])
+    empty = {"title": "", "slug": "", "contact": "", "tags": [], "author": "", "note": ""}
+    response = await client.post(records_path("posts"), headers=bearer(admin_token), json={"data": empty})
+    errors = (await error_of(response, 422, "validation_error"))["errors"]
+    assert errors == {"title": [REQUIRED], "slug": ["Shorter than minimum length 3."], "contact": [REQUIRED],
+                      "tags": [REQUIRED], "author": [REQUIRED], "note": ["Shorter than minimum length 2."]}
+    nulls = {"title": None, "slug": None, "contact": None, "tags": None, "author": None, "note": None}
+    response = await client.post(records_path("posts"), headers=bearer(admin_token), json={"data": nulls})
+    errors = (await error_of(response, 422, "validation_error"))["errors"]
+    assert errors == {name: [REQUIRED] for name in ("title", "slug", "contact", "tags", "author")}
+    author = await create_record(client, admin_token, "people", {"name": "Ann"})
+    record = await create_record(client, admin_token, "posts", {"title": "t", "slug": "abc", "contact": "a@b.example",
+                                                                "tags": ["a"], "author": author["id"]})
+    response = await client.patch(records_path("posts", record["id"]), headers=bearer(admin_token),
+                                  json={"data": {"title": "", "tags": []}})
+    errors = (await error_of(response, 422, "validation_error"))["errors"]
+    assert errors == {"title": [REQUIRED], "tags": [REQUIRED]}
+
+
 # --- update -----------------------------------------------------------------------------------
 
 

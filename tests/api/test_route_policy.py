@@ -32,6 +32,8 @@ CASES: list[tuple[str, str, str, dict[str, int]]] = [
      {ANON: 200, BAD: 200, COLLECTION_USER: 200, USER: 200, ADMIN: 200}),
     ("public", "GET", "/health",
      {ANON: 200, BAD: 200, COLLECTION_USER: 200, USER: 200, ADMIN: 200}),
+    ("public", "GET", "/api/v1/health",
+     {ANON: 200, BAD: 200, COLLECTION_USER: 200, USER: 200, ADMIN: 200}),
     ("optional", "GET", "/api/v1/collections/posts/records",
      {ANON: 200, BAD: 401, COLLECTION_USER: 200, USER: 200, ADMIN: 200}),
     ("optional", "GET", "/api/v1/stats",
@@ -145,6 +147,6 @@ async def test_rate_limit_class_comes_from_the_route(client: Client, services: S
     """EXEMPT routes of the table (health, docs) and the docs' files outside it are not counted;
     GENERAL routes are."""
     await services.settings.set("rate_limit_per_minute", 1)
-    for path in ("/health", "/docs", "/openapi.json", "/docs/static/swagger-ui.css"):
+    for path in ("/health", "/api/v1/health", "/docs", "/openapi.json", "/docs/static/swagger-ui.css"):
         assert [(await client.get(path)).status for _ in range(3)] == [200, 200, 200], path
     assert [(await client.get("/api/v1/collections")).status for _ in range(2)] == [200, 429]

@@ -24,6 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +42,9 @@ EXECUTED = frozenset({"bash"})
 CLIENT_LANGUAGES = {"python": "clients/python.md", "ts": "clients/js.md"}
 """Client examples: allowed only on their client's guide, whose test suite runs them."""
 LISTINGS = frozenset({"console", "text", "json", "yaml", "toml", "ini", "dockerfile", "caddy", "nginx", "http",
-                      "csv", "sql", "promql"})
-"""Blocks that are not examples: commands to type (install, serve, deploy), files, outputs."""
+                      "csv", "sql", "promql", "html", "js"})
+"""Blocks that are not examples: commands to type (install, serve, deploy), files, outputs (the front-end
+tutorial's `html` and `js` files are the ones tests/docs/test_tutorial.py runs in a browser)."""
 
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
@@ -107,8 +109,10 @@ def page_blocks(page: str) -> list[Block]:
     return code_blocks(page, (DOCS / page).read_text(encoding="utf-8"))
 
 
-OWN_TEST = {"concepts/schema-as-code.md": "tests/docs/test_schema_guide.py"}
-"""Pages whose examples need more than the one live server (three environments): run by their own test."""
+OWN_TEST = {"concepts/schema-as-code.md": "tests/docs/test_schema_guide.py",
+            "tutorial/build-a-front-end.md": "tests/docs/test_tutorial.py"}
+"""Pages whose examples need more than the one live server (three environments; a server that allows the
+tutorial page's origin, and a browser): run by their own test."""
 PAGES_WITH_EXAMPLES = [page for page in pages() if any(b.language in EXECUTED for b in page_blocks(page))]
 
 
@@ -173,13 +177,14 @@ class LiveServer:
     log: Path
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    data_dir = tmp_path_factory.mktemp("docs-examples")
+@contextmanager
+def live_server(data_dir: Path, **env_extra: str) -> Iterator[LiveServer]:
+    """A `cms serve` (embedded, a free port, `data_dir`, the admin ADMIN, `env_extra` in its environment)
+    with the rate limits switched off, stopped on exit; its output goes to `data_dir/serve.log`."""
     log = data_dir / "serve.log"
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("MONGODB_URL", "REDIS_URL", "SECRET_KEY")}
-    env.update(ADMIN_EMAIL=ADMIN["email"], ADMIN_PASSWORD=ADMIN["password"])
+    env.update(ADMIN_EMAIL=ADMIN["email"], ADMIN_PASSWORD=ADMIN["password"], **env_extra)
     with log.open("wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "cms", "serve", "--port", str(port), "--data-dir", str(data_dir / "data")],
@@ -213,6 +218,23 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
             process.wait()
 
 
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    with live_server(tmp_path_factory.mktemp("docs-examples")) as server:
+        yield server
+
+
+def run_bash(script: str, cwd: Path, what: str, timeout_s: float = 90) -> str:
+    """Run `script` with `bash -euo pipefail` in `cwd`, asserting exit 0 (`what` names it in the
+    failure, with the ends of its output); returns its standard output."""
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, capture_output=True,
+                            text=True, timeout=timeout_s, check=False)
+    assert result.returncode == 0, (
+        f"{what}: exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n"
+        f"--- stderr\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
 def test_bash_is_there():
     assert shutil.which("bash") is not None and shutil.which("curl") is not None
 
@@ -220,9 +242,4 @@ def test_bash_is_there():
 @pytest.mark.parametrize("page", [page for page in PAGES_WITH_EXAMPLES if page not in OWN_TEST])
 def test_page_examples_run(live, page, tmp_path):
     script = "\n".join(b.text for b in page_blocks(page) if b.language in EXECUTED)
-    script = script.replace(DOCUMENTED_BASE, live.base)
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=90, check=False)
-    assert result.returncode == 0, (
-        f"docs/{page}: exit {result.returncode}\n--- stdout\n{result.stdout[-4000:]}\n"
-        f"--- stderr\n{result.stderr[-4000:]}")
+    run_bash(script.replace(DOCUMENTED_BASE, live.base), tmp_path, f"docs/{page}")

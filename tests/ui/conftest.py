@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import threading
 import urllib.error
@@ -33,8 +32,8 @@ from aiohttp import web
 from cms.app import create_app, create_runner
 from cms.config import Config
 from cms.runtime.embedded import free_port
+from tests.browser import chromium
 
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 ADMIN_EMAIL = "ui-admin@example.com"
 ADMIN_PASSWORD = "ui-admin-password-1"
@@ -150,20 +149,8 @@ def api(ui_server: UiServer) -> Api:
 def browser() -> Iterator[Any]:
     """One Chromium for the UI tests. Package-scoped: Playwright's sync API keeps an event loop
     running while it is open, so it must be closed before any other package's async tests run."""
-    if not CHROMIUM.exists():
-        if os.environ.get("CMS_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"{CHROMIUM} is missing and CMS_REQUIRE_BROWSER=1 (apt-get install -y chromium)")
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install -y chromium); set CMS_REQUIRE_BROWSER=1 to fail instead")
-    try:
-        from playwright import sync_api
-    except ImportError:
-        if os.environ.get("CMS_REQUIRE_BROWSER") == "1":
-            raise
-        pytest.skip("playwright is not installed (pip install -e '.[dev]')")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+    with chromium() as launched:
         yield launched
-        launched.close()
 
 
 FAVICON_CUT_SHORT = re.compile(r"^failed: GET \S+/_/static/favicon\.svg net::ERR_ABORTED$")

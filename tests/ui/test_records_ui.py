@@ -91,7 +91,7 @@ def test_add_record_in_the_editor_and_an_invalid_one_is_refused(admin_page: Brow
     admin_page.goto(f"/_/collections/{name}/records/{record_id}")
     ui.fill("#field-title", "")
     ui.click("#save-record")
-    expect(ui.locator('[data-error-for="title"]')).to_have_text("Field may not be null.")
+    expect(ui.locator('[data-error-for="title"]')).to_have_text("Missing data for required field.")
     assert api.call("GET", f"/api/v1/collections/{name}/records/{record_id}")[1]["title"] == "Hello"
     ui.fill("#field-title", "Changed")
     ui.fill("#field-views", "")

@@ -3,9 +3,10 @@
  * settings. Each is a thin set of calls over `CmsClient.send`, shaped as the API answers.
  */
 import type { CmsClient } from "./client.js";
+import { requestOf, type RequestOptions } from "./request.js";
 import { blobName } from "./records.js";
 import type {
-  ApiKey, ApiKeyCreate, ApiKeyCreated, Collection, CollectionCreate, CollectionUpdate, FileModel, FileToken, Setting,
+  ApiKey, ApiKeyCreate, ApiKeyCreated, BaseRecord, Collection, CollectionCreate, CollectionUpdate, FileModel, FileToken, Setting,
   SettingUpdate,
 } from "./types.js";
 
@@ -44,6 +45,13 @@ export class CollectionService {
   }
 }
 
+/** What `files.getURL` takes: a thumbnail size and format, and a file token (see `getURL`). */
+export interface FileUrlOptions {
+  thumb?: string;
+  format?: "webp" | "avif" | "png" | "jpeg";
+  token?: string;
+}
+
 /** Files attached to records: upload (multipart), the URL of one, its bytes, delete. */
 export class FileService {
   private readonly client: CmsClient;
@@ -69,9 +77,29 @@ export class FileService {
   }
 
   /** A file token (`{token, expires}`, 2 minutes, bound to the caller): `?token=` on a file's URL
-   * lets an `<img>` show a file of a `protected` field. */
-  token(): Promise<FileToken> {
-    return this.client.send<FileToken>("/api/v1/files/token", { method: "POST" });
+   * lets an `<img>` show a file of a `protected` field. 401 without credentials. */
+  token(options: RequestOptions = {}): Promise<FileToken> {
+    return this.client.send<FileToken>("/api/v1/files/token", { method: "POST", ...requestOf(options) });
+  }
+
+  /** Just the token string of `token()`: pass it to `getURL(record, fileId, {token})`. */
+  async getToken(options: RequestOptions = {}): Promise<string> {
+    return (await this.token(options)).token;
+  }
+
+  /** The URL of file `fileId` of `record` (an id its file field holds), for `<img src>` or a link; no
+   * request is made. `thumb` asks for a thumbnail (`100x100` or one of the field's `thumbs`, e.g.
+   * `640x0`, `100x100f`), `format` its format (`webp`, `avif`, `png`, `jpeg`), `token` a file token
+   * (`getToken()`), needed for a `protected` field's files since an `<img>` sends no credentials.
+   * `""` when `record` or `fileId` is missing (a field with no file). */
+  getURL(record: BaseRecord | null | undefined, fileId: string | null | undefined,
+    options: FileUrlOptions = {}): string {
+    if (!record || !fileId) {
+      return "";
+    }
+    return this.client.buildUrl(`/api/v1/files/${encodeURIComponent(fileId)}`, {
+      thumb: options.thumb, format: options.format, token: options.token,
+    });
   }
 
   /** The URL that serves file `id` with its `Content-Type` (for `<img src>` when the record is public;

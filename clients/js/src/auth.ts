@@ -8,7 +8,7 @@
 import type { CmsClient } from "./client.js";
 import type {
   AdminUser, AnyLoginResponse, CollectionLoginResponse, CollectionUser, LoginResponse, Message, OAuthProvider,
-  RecoveryCodes, TokenPair, TwoFactorSetup,
+  RecoveryCodes, Session, TokenPair, TwoFactorSetup,
 } from "./types.js";
 
 /** The path prefix of a user system: `/api/v1/auth`, or `/api/v1/collections/{name}/auth` for an auth collection. */
@@ -129,6 +129,73 @@ export class AuthService<L extends AnyLoginResponse = LoginResponse, U = AdminUs
     return this.client.send(`${this.prefix}/register`, { method: "POST", body: data, auth: false });
   }
 
+  /** Email a password-reset link (1 hour, single use) to `email`, a user of this system. The answer is
+   * the same `{message}` whether or not the address exists. 429 past the mail limit per address. */
+  requestPasswordReset(email: string): Promise<Message> {
+    return this.client.send<Message>(`${authPrefix(null)}/request-password-reset`, {
+      method: "POST", body: { email, collection: this.collection ?? undefined }, auth: false,
+    });
+  }
+
+  /** Set a new `password` with the `token` of the emailed reset link (its `?token=`); every session of
+   * that user is revoked. 400 `token_invalid` / `token_expired`; 422 for a password the policy refuses. */
+  confirmPasswordReset(token: string, password: string): Promise<Message> {
+    return this.client.send<Message>(`${authPrefix(null)}/reset-password`, {
+      method: "POST", body: { token, new_password: password }, auth: false,
+    });
+  }
+
+  /** Email the signed-in user a new verification link (older links stop working). Registering sends
+   * the first one. */
+  requestVerification(): Promise<Message> {
+    return this.client.send<Message>(`${this.prefix}/resend-verification`, { method: "POST" });
+  }
+
+  /** Verify an address with the `token` of the emailed link; the user becomes `verified`. 400
+   * `token_invalid` / `token_expired` (24 h). */
+  confirmVerification(token: string): Promise<Message> {
+    return this.client.send<Message>(`${this.prefix}/verify-email`, { method: "POST", body: { token }, auth: false });
+  }
+
+  /** Change the signed-in user's password: the user's other sessions are revoked, this one goes on.
+   * 422 for a wrong `oldPassword` or a new one the policy refuses. */
+  changePassword(oldPassword: string, newPassword: string): Promise<Message> {
+    return this.client.send<Message>(`${this.prefix}/me/change-password`, {
+      method: "POST", body: { old_password: oldPassword, new_password: newPassword },
+    });
+  }
+
+  /** The signed-in user's active sessions, newest first: `[{id, created, last_used, user_agent, ip,
+   * current}]` (`current`: the session of the auth store's token). */
+  listSessions(): Promise<Session[]> {
+    return this.client.send<Session[]>(`${this.prefix}/sessions`);
+  }
+
+  /** Revoke one of the signed-in user's sessions (its tokens stop working at once; 404 when it is not
+   * an active session of the user). Revoking the auth store's own session clears the store. */
+  async revokeSession(id: string): Promise<void> {
+    await this.client.send<void>(`${this.prefix}/sessions/${encodeURIComponent(id)}`, { method: "DELETE" });
+    if (this.client.authStore.claims?.sid === id) {
+      this.client.authStore.clear();
+    }
+  }
+
+  /** Revoke every session of the signed-in user but the auth store's own: how many were revoked. */
+  async revokeOtherSessions(): Promise<number> {
+    const others = (await this.listSessions()).filter((session) => !session.current);
+    for (const session of others) {
+      await this.client.send<void>(`${this.prefix}/sessions/${encodeURIComponent(session.id)}`, { method: "DELETE" });
+    }
+    return others.length;
+  }
+
+  /** Revoke every session of the signed-in user, the auth store's own included (sign out everywhere),
+   * and clear the store. */
+  async revokeAllSessions(): Promise<void> {
+    await this.client.send<void>(`${this.prefix}/sessions/all`, { method: "DELETE" });
+    this.client.authStore.clear();
+  }
+
   /** POST `body` to a login endpoint and keep a complete login in the auth store. */
   protected async login(path: string, body: Record<string, string>): Promise<L> {
     const answer = await this.client.send<L>(`${this.prefix}${path}`, { method: "POST", body, auth: false });
@@ -156,6 +223,23 @@ export class CollectionAuthService extends AuthService<CollectionLoginResponse, 
   /** Sign in with the emailed `code`; saved in the auth store (or `requires_2fa`). 400 `otp_invalid` on a wrong code. */
   authWithOtp(email: string, code: string): Promise<CollectionLoginResponse> {
     return this.login("/otp/verify", { email, code });
+  }
+
+  /** Email a confirmation link to `newEmail` for the signed-in user (`password`: the current one). 400
+   * `already_exists` when the address is taken; 422 for a wrong password. Only auth collections have it. */
+  requestEmailChange(newEmail: string, password: string): Promise<Message> {
+    return this.client.send<Message>(`${this.prefix}/me/request-email-change`, {
+      method: "POST", body: { new_email: newEmail, password },
+    });
+  }
+
+  /** Change the address with the `token` of the emailed link: it is then verified, the old address gets
+   * a notice and every session of the user is revoked (sign in again; a store holding one of them is
+   * cleared by its next refresh). 400 `token_invalid` / `token_expired` / `already_exists`. */
+  confirmEmailChange(token: string): Promise<Message> {
+    return this.client.send<Message>(`${this.prefix}/me/confirm-email-change`, {
+      method: "POST", body: { token }, auth: false,
+    });
   }
 }
 

@@ -24,12 +24,12 @@ export class BatchCollection {
   }
 
   /** Queue a create of `data` (answer: 201 and the record). */
-  create(data: RecordData, options: Omit<ShapeOptions, "signal"> = {}): BatchBuilder {
+  create(data: RecordData, options: Omit<ShapeOptions, "signal" | "requestKey"> = {}): BatchBuilder {
     return this.builder.add({ method: "POST", url: withShape(this.path, options), body: { data } });
   }
 
   /** Queue a change of record `id` (answer: 200 and the record). */
-  update(id: string, data: RecordData, options: Omit<ShapeOptions, "signal"> = {}): BatchBuilder {
+  update(id: string, data: RecordData, options: Omit<ShapeOptions, "signal" | "requestKey"> = {}): BatchBuilder {
     return this.builder.add({ method: "PATCH", url: withShape(`${this.path}/${encodeURIComponent(id)}`, options),
       body: { data } });
   }
@@ -72,13 +72,16 @@ export class BatchBuilder {
   }
 }
 
-function withShape(path: string, options: Omit<ShapeOptions, "signal">): string {
+function withShape(path: string, options: Omit<ShapeOptions, "signal" | "requestKey">): string {
   const params = new URLSearchParams();
   if (options.expand) {
     params.set("expand", options.expand);
   }
   if (options.fields) {
     params.set("fields", options.fields);
+  }
+  if (options.locale) {
+    params.set("locale", options.locale);
   }
   const search = params.toString();
   return search ? `${path}?${search}` : path;

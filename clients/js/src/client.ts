@@ -5,16 +5,24 @@
  * 401 for a spent access token refreshes once and retries once. Refreshing also happens shortly
  * before the access token's `exp`, and there is never more than one refresh in flight: every caller
  * awaits the same promise, because presenting a spent refresh token again revokes the whole session
- * (decisions.md, Identity and tokens).
+ * (decisions.md, Identity and tokens). `beforeSend` and `afterSend` hooks see every request and answer;
+ * a call may be aborted by its `signal` or cancelled by a later call with the same `requestKey`
+ * (auto-cancellation is opt-in: `autoCancellation(true)`).
  */
 import { AuthStore } from "./auth-store.js";
 import { AuthService, CollectionAuthService, authPrefix } from "./auth.js";
 import { BatchBuilder } from "./batch.js";
 import { ApiKeyService, CollectionService, FileService, SettingsService } from "./admin.js";
 import { CmsError, CmsNetworkError } from "./errors.js";
+import { bindFilter, type FilterValue } from "./filter.js";
+import type { RequestOptions } from "./request.js";
 import { RealtimeService } from "./realtime.js";
 import { RecordService } from "./records.js";
+import { ReleaseService } from "./releases.js";
+import { SchemaService } from "./schema.js";
 import type { BaseRecord, Health, RecordModel, TokenPair } from "./types.js";
+
+export type { RequestOptions } from "./request.js";
 
 /** Refresh this long before the access token's `exp` (or at half its remaining life, if sooner). */
 export const DEFAULT_REFRESH_MARGIN_S = 60;
@@ -39,8 +47,17 @@ export interface CmsClientOptions {
   refreshMarginS?: number;
 }
 
+/** `client.beforeSend`: sees (and may replace) each request's absolute `url` and its `RequestInit`
+ * (method, headers as a plain object, body) before it goes out; returning nothing keeps them. */
+export type BeforeSendHook = (url: string, init: RequestInit) =>
+  { url?: string; init?: RequestInit } | void | Promise<{ url?: string; init?: RequestInit } | void>;
+
+/** `client.afterSend`: sees each answer read by `send` (success or error) and its parsed body (JSON
+ * value, text or Blob); what it returns is the body the call resolves with (or the error is built from). */
+export type AfterSendHook = (response: Response, data: unknown) => unknown;
+
 /** Options of one `send`. */
-export interface SendOptions {
+export interface SendOptions extends RequestOptions {
   /** HTTP method; default GET. */
   method?: string;
   /** Query parameters; `undefined`/`null`/`""` values are left out. */
@@ -51,8 +68,6 @@ export interface SendOptions {
   form?: FormData;
   /** Extra request headers. */
   headers?: Record<string, string>;
-  /** Aborts the request; the promise then rejects with `CmsNetworkError`. */
-  signal?: AbortSignal;
   /** `false`: send no credentials and never refresh (login, refresh, register...). Default true. */
   auth?: boolean;
   /** How to read a 2xx answer: `json` (default; 204 gives `undefined`), `text`, `blob`. */
@@ -79,6 +94,14 @@ export class CmsClient {
   readonly settings: SettingsService;
   /** Realtime subscriptions over one server-sent-events stream. */
   readonly realtime: RealtimeService;
+  /** Releases: records published together (admins). */
+  readonly releases: ReleaseService;
+  /** Schema as code: export, diff, apply (admins). */
+  readonly schema: SchemaService;
+  /** Called before each request goes out (see `BeforeSendHook`); `undefined`: none. */
+  beforeSend: BeforeSendHook | undefined = undefined;
+  /** Called with each answer `send` reads (see `AfterSendHook`); `undefined`: none. */
+  afterSend: AfterSendHook | undefined = undefined;
 
   private apiKeyValue: string | null;
   private readonly fetchImpl: typeof fetch;
@@ -87,6 +110,8 @@ export class CmsClient {
   private refreshing: Promise<TokenPair> | null = null;
   private refreshTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly stopWatchingStore: () => void;
+  private autoCancelOn = false;
+  private readonly pending = new Map<string, AbortController>();
 
   /** A client of the service at `baseUrl` (e.g. `http://127.0.0.1:8090`). */
   constructor(baseUrl: string, options: CmsClientOptions = {}) {
@@ -101,6 +126,8 @@ export class CmsClient {
     this.apiKeys = new ApiKeyService(this);
     this.settings = new SettingsService(this);
     this.realtime = new RealtimeService(this);
+    this.releases = new ReleaseService(this);
+    this.schema = new SchemaService(this);
     this.stopWatchingStore = this.authStore.onChange(() => this.planRefresh(), true);
   }
 
@@ -113,6 +140,35 @@ export class CmsClient {
       this.recordServices.set(name, service);
     }
     return service as unknown as RecordService<T>;
+  }
+
+  /** `expr` with each `{:name}` placeholder replaced by `params[name]` written as a literal of the
+   * filter grammar (strings quoted and escaped, numbers, booleans, `null`, a `Date` as ISO 8601), so that
+   * no value can change the expression: `client.filter("title = {:t} && views > {:n}", {t, n: 10})`.
+   * Throws for a placeholder `params` lacks and for a value with no literal (an object, `NaN`). */
+  filter(expr: string, params: Record<string, FilterValue> = {}): string {
+    return bindFilter(expr, params);
+  }
+
+  /** Opt in (`true`) or out (`false`, the default) of auto-cancellation for every GET: each gets the
+   * key `GET <path>`, so a new GET of the same path aborts the one still pending (a list refetched as
+   * the user types). A call's own `requestKey` wins; `requestKey: null` opts one call out. */
+  autoCancellation(enable: boolean): void {
+    this.autoCancelOn = enable;
+  }
+
+  /** Abort the pending call with `requestKey` `key`, if any (it rejects with `isAbort` true). */
+  cancelRequest(key: string): void {
+    this.pending.get(key)?.abort();
+    this.pending.delete(key);
+  }
+
+  /** Abort every pending call that has a request key. */
+  cancelAllRequests(): void {
+    for (const controller of this.pending.values()) {
+      controller.abort();
+    }
+    this.pending.clear();
   }
 
   /** A new batch: queue creates, changes and deletes, then `send()` them as one all-or-nothing request. */
@@ -158,9 +214,37 @@ export class CmsClient {
   }
 
   /** Send one request to `path` (e.g. `/api/v1/collections`) and read its answer (see `SendOptions`).
-   * Rejects with `CmsError` (an error answer) or `CmsNetworkError` (no answer). A 401 for an access
-   * token that no longer works is followed by one refresh (shared with concurrent callers) and one retry. */
+   * Rejects with `CmsError` (an error answer) or `CmsNetworkError` (no answer; `isAbort` when aborted or
+   * cancelled). A 401 for an access token that no longer works is followed by one refresh (shared with
+   * concurrent callers) and one retry. A call with a `requestKey` (or a GET under `autoCancellation(true)`)
+   * first cancels the pending call with the same key. */
   async send<T>(path: string, options: SendOptions = {}): Promise<T> {
+    const method = (options.method ?? "GET").toUpperCase();
+    const key = options.requestKey !== undefined ? options.requestKey
+      : (this.autoCancelOn && method === "GET" ? `GET ${path}` : null);
+    if (key === null) {
+      return this.sendOnce<T>(path, options);
+    }
+    this.cancelRequest(key);
+    const controller = new AbortController();
+    this.pending.set(key, controller);
+    const outer = options.signal;
+    const forward = (): void => controller.abort(outer?.reason);
+    if (outer?.aborted) {
+      forward();
+    }
+    outer?.addEventListener("abort", forward, { once: true });
+    try {
+      return await this.sendOnce<T>(path, { ...options, signal: controller.signal });
+    } finally {
+      outer?.removeEventListener("abort", forward);
+      if (this.pending.get(key) === controller) {
+        this.pending.delete(key);
+      }
+    }
+  }
+
+  private async sendOnce<T>(path: string, options: SendOptions): Promise<T> {
     const withAuth = options.auth !== false;
     const sentToken = withAuth && !this.apiKeyValue ? this.authStore.token : "";
     let response = await this.fetchOnce(path, options, withAuth);
@@ -240,7 +324,7 @@ export class CmsClient {
   }
 
   private async fetchOnce(path: string, options: SendOptions, withAuth: boolean): Promise<Response> {
-    const url = this.buildUrl(path, options.query);
+    let url = this.buildUrl(path, options.query);
     const headers: Record<string, string> = { Accept: "application/json", ...(withAuth ? this.credentialHeaders() : {}) };
     let body: BodyInit | undefined;
     if (options.form) {
@@ -250,45 +334,43 @@ export class CmsClient {
       headers["Content-Type"] = "application/json";
     }
     Object.assign(headers, options.headers);
-    const init: RequestInit = { method: options.method ?? "GET", headers };
+    let init: RequestInit = { method: options.method ?? "GET", headers };
     if (body !== undefined) {
       init.body = body;
     }
     if (options.signal) {
       init.signal = options.signal;
     }
+    if (this.beforeSend) {
+      const changed = await this.beforeSend(url, init);
+      url = changed?.url ?? url;
+      init = changed?.init ?? init;
+    }
     try {
       return await this.fetchImpl(url, init);
     } catch (error) {
-      throw new CmsNetworkError(url, error);
+      throw new CmsNetworkError(url, error, options.signal?.aborted === true);
     }
   }
 
   private async read<T>(response: Response, options: SendOptions): Promise<T> {
-    let text: string | undefined;
+    let parsed: unknown = null;
     try {
       if (response.ok && options.responseType === "blob") {
-        return (await response.blob()) as T;
+        parsed = await response.blob();
+      } else {
+        parsed = parseBody(await response.text(), response, options);
       }
-      text = await response.text();
     } catch (error) {
-      throw new CmsNetworkError(response.url, error);
+      throw new CmsNetworkError(response.url, error, options.signal?.aborted === true);
     }
-    if (response.ok && options.responseType === "text") {
-      return text as T;
-    }
-    let parsed: unknown = null;
-    if (text) {
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = response.ok ? text : null;
-      }
+    if (this.afterSend) {
+      parsed = await this.afterSend(response, parsed);
     }
     if (!response.ok) {
       throw (options.error ?? ((status, errorBody) => new CmsError(status, errorBody)))(response.status, parsed);
     }
-    return (response.status === 204 ? undefined : parsed) as T;
+    return parsed as T;
   }
 
   /** Plan the refresh before the access token's `exp`: at `exp - min(margin, half the time left)`.
@@ -315,6 +397,22 @@ export class CmsClient {
       }
     };
     wake();
+  }
+}
+
+/** An answer's text as the call reads it: as is (`responseType: "text"`), else parsed JSON (a 204 or an
+ * empty body: `undefined` on success, `null` on error; text that is not JSON: kept on success, else `null`). */
+function parseBody(text: string, response: Response, options: SendOptions): unknown {
+  if (response.ok && options.responseType === "text") {
+    return text;
+  }
+  if (!text || response.status === 204) {
+    return response.ok ? undefined : null;
+  }
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    return response.ok ? text : null;
   }
 }
 

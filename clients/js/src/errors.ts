@@ -19,6 +19,8 @@ export class CmsError extends Error {
   readonly errors: Record<string, string[]>;
   /** The parsed answer body as sent (or `null` when it was not JSON). */
   readonly body: unknown;
+  /** Always false: an answer came (see `CmsNetworkError.isAbort`). */
+  readonly isAbort: boolean = false;
 
   /** `status` and the parsed `body` of an error answer; a body that is not the API's error shape
    * gives `code` `http_error` and a `detail` naming the status. */
@@ -56,12 +58,17 @@ export class BatchError extends CmsError {
 export class CmsNetworkError extends Error {
   /** The URL the request went to. */
   readonly url: string;
+  /** True when the request was aborted: by its `signal`, or cancelled by a later call with the same
+   * `requestKey` (`cancelRequest`, `cancelAllRequests`, auto-cancellation). */
+  readonly isAbort: boolean;
 
-  /** The `url` that failed and the platform's `cause`. */
-  constructor(url: string, cause: unknown) {
+  /** The `url` that failed and the platform's `cause`; `aborted`: the request's signal was aborted
+   * (else `isAbort` is whether `cause` is an `AbortError`). */
+  constructor(url: string, cause: unknown, aborted = false) {
     super(`request to ${url} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
     this.name = "CmsNetworkError";
     this.url = url;
+    this.isAbort = aborted || (cause as { name?: unknown } | null)?.name === "AbortError";
   }
 }
 

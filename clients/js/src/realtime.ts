@@ -1,6 +1,6 @@
 /**
  * Realtime subscriptions (decisions.md, Realtime): one server-sent-events stream per client
- * (`GET /api/v1/realtime`, read over `fetch` with `SseParser`), whose `connect` event names the
+ * (`GET /api/v1/realtime`, read over `fetch` and parsed by `eventsource-parser`), whose `connect` event names the
  * `client_id`, and `POST /api/v1/realtime {client_id, subscriptions}` with the client's credentials
  * to set what it receives. The stream is kept up: after a drop it reconnects with exponential backoff
  * and resumes with `?client_id=` and `Last-Event-ID`, so the server replays what was missed (ids
@@ -19,7 +19,7 @@
 import type { CmsClient } from "./client.js";
 import { unrefTimer } from "./client.js";
 import { CmsError, CmsNetworkError } from "./errors.js";
-import { SseParser, type SseEvent } from "./sse.js";
+import { createParser, type EventSourceMessage } from "eventsource-parser";
 import type { BaseRecord, RecordModel } from "./types.js";
 
 /** First reconnect delay; doubled per failed attempt up to `MAX_BACKOFF_MS`, with jitter. */
@@ -32,21 +32,26 @@ export const IDLE_TIMEOUT_MS = 45_000;
 export const CONNECT_TIMEOUT_MS = 15_000;
 /** How many delivered events (id and topic) are remembered to skip a replayed duplicate. */
 export const SEEN_IDS = 1_000;
+/** The most characters the stream parser holds for one unfinished line or event; past it the stream
+ * is dropped (and reopened), so a hostile or broken server cannot fill memory. */
+export const MAX_EVENT_CHARS = 16 * 1024 * 1024;
 
-/** One record event: `action`, the `record` (as it was, for a delete), the `topic` as subscribed and
- * the event's `id`. */
+/** One record event, the same shape in both clients (decisions.md, Clients): the `topic` as subscribed
+ * (with its `?filter=...`), the event's `id`, the `action`, and the `record` (as it was, for a delete). */
 export interface RealtimeEvent<T extends BaseRecord = RecordModel> {
-  action: "create" | "update" | "delete";
-  record: T;
   topic: string;
   id: string;
+  action: "create" | "update" | "delete";
+  record: T;
 }
 
-/** What `subscribe` takes besides the topic: `filter` (only matching records), `expand`, `fields`. */
+/** What `subscribe` takes besides the topic: `filter` (only matching records), `expand`, `fields`, and
+ * `locale` (localized fields in that locale; without it they are objects of locale to value). */
 export interface SubscribeOptions {
   filter?: string;
   expand?: string;
   fields?: string;
+  locale?: string;
 }
 
 /** Called for each event of a subscription. */
@@ -59,7 +64,7 @@ export type Unsubscribe = () => Promise<void>;
  * (values percent-encoded, as the server decodes them). */
 export function topicString(topic: string, options: SubscribeOptions = {}): string {
   const parts: string[] = [];
-  for (const name of ["filter", "expand", "fields"] as const) {
+  for (const name of ["filter", "expand", "fields", "locale"] as const) {
     const value = options[name];
     if (value) {
       parts.push(`${name}=${encodeURIComponent(value)}`);
@@ -147,6 +152,23 @@ export class RealtimeService {
         await this.sync();
       }
     };
+  }
+
+  /** Stop every subscription of `topic`: the topic as given to `subscribe` (`posts/*`, whatever its
+   * options) or as an event names it (`posts/*?filter=...`, that one only); without `topic`, every
+   * subscription (the stream is closed). Resolves once the server's set no longer holds them. Rejects like
+   * `subscribe` when the server refuses the new set. */
+  async unsubscribe(topic?: string): Promise<void> {
+    for (const key of [...this.subscriptions.keys()]) {
+      if (topic === undefined || key === topic || key.startsWith(`${topic}?`)) {
+        this.subscriptions.delete(key);
+      }
+    }
+    if (this.subscriptions.size === 0) {
+      this.stop();
+    } else {
+      await this.sync();
+    }
   }
 
   /** Call `listener` when the server answers a resume with `resync` (events were missed for good:
@@ -254,14 +276,21 @@ export class RealtimeService {
       throw new CmsError(response.status, body);
     }
     let idle = unrefTimer(setTimeout(() => controller.abort(), IDLE_TIMEOUT_MS));
-    const parser = new SseParser((event) => {
-      if (controller.signal.aborted) {
-        return;  // the rest of a chunk of a stream given up (its client id dropped)
-      }
-      if (event.event === "connect") {
-        opened();
-      }
-      this.dispatch(event);
+    let overflow = false;
+    const parser = createParser({
+      maxBufferSize: MAX_EVENT_CHARS,
+      onEvent: (event) => {
+        if (controller.signal.aborted) {
+          return;  // the rest of a chunk of a stream given up (its client id dropped)
+        }
+        if (event.event === "connect") {
+          opened();
+        }
+        this.dispatch(event);
+      },
+      onError: (error) => {
+        overflow ||= error.type === "max-buffer-size-exceeded";  // unknown fields are ignored, as the format says
+      },
     });
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     try {
@@ -272,7 +301,10 @@ export class RealtimeService {
         }
         clearTimeout(idle);
         idle = unrefTimer(setTimeout(() => controller.abort(), IDLE_TIMEOUT_MS));
-        parser.push(value);
+        parser.feed(value);
+        if (overflow) {
+          throw new RangeError(`a server-sent event passed ${MAX_EVENT_CHARS} characters`);
+        }
       }
     } finally {
       clearTimeout(idle);
@@ -280,9 +312,9 @@ export class RealtimeService {
     }
   }
 
-  private dispatch(event: SseEvent): void {
-    if (event.id !== null) {
-      const seenKey = `${event.id}\n${event.event}`;  // a write matching several topics is one id, once per topic
+  private dispatch(event: EventSourceMessage): void {
+    if (event.id !== undefined) {
+      const seenKey = `${event.id}\n${event.event ?? ""}`;  // a write matching several topics is one id, once per topic
       if (this.seen.has(seenKey)) {
         return;  // a replay of an event already delivered
       }
@@ -307,13 +339,14 @@ export class RealtimeService {
       }
       return;
     }
-    const callbacks = this.subscriptions.get(event.event);
+    const topic = event.event ?? "";
+    const callbacks = this.subscriptions.get(topic);
     if (!callbacks) {
       return;
     }
     const payload = JSON.parse(event.data) as Pick<RealtimeEvent, "action" | "record">;
     for (const callback of [...callbacks]) {
-      callback({ action: payload.action, record: payload.record, topic: event.event, id: event.id ?? "" });
+      callback({ topic, id: event.id ?? "", action: payload.action, record: payload.record });
     }
   }
 

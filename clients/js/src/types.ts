@@ -81,3 +81,30 @@ export type Health = Schemas["Health"];
 export type RealtimeSubscribe = Schemas["RealtimeSubscribe"];
 /** The record list's query parameters as the API names them. */
 export type ListQuery = NonNullable<paths["/api/v1/collections/{collection_name}/records"]["get"]["parameters"]["query"]>;
+/** One page of groups of an aggregation: `{items: [{key, count, sum_views, ...}], total (groups), page, per_page}`. */
+export type AggregatePage = Schemas["AggregatePage"];
+/** One group: `key` (group_by name -> value; a date bucket's start as ISO 8601) and the aggregate names. */
+export type AggregateGroup = Schemas["AggregateGroup"];
+/** One kept version of a record: `{version (from 1), created, by (writer id or null), data}`. */
+export type RecordVersion = Schemas["RecordVersion"];
+/** A page of a record's versions, newest first: `{items, total, page, per_page}`. */
+export type RecordVersionPage = Schemas["RecordVersionPage"];
+/** One active session of the caller: `{id, created, last_used, user_agent, ip, current}`. */
+export type Session = Schemas["Session"];
+/** The schema snapshot: `{format: 1, hash (SHA-256 hex), collections: [...]}` (decisions.md, Schema as code). */
+export type SchemaSnapshot = Schemas["SchemaSnapshot"];
+/** What a snapshot would change: `{hash (the current one, to apply against), changes}`. */
+export type SchemaDiff = Schemas["SchemaDiff"];
+/** One change of a diff: `{op, collection, field (or null), from, to, data_loss}`. */
+export type SchemaChange = Schemas["SchemaChange"];
+/** A release: `{id, name, items: [{collection, collection_id, record_id}], status (pending, scheduled,
+ * published, failed), scheduled_at, published_at, error, errors, created, updated}`. */
+export type Release = Schemas["Release"];
+/** One item of a release as answered: the record, its collection's name and id. */
+export type ReleaseItem = Schemas["ReleaseItem"];
+/** What creating a release takes: `{name, items: [{collection, record_id}]}` (at most 1,000 items). */
+export type ReleaseInput = Schemas["ReleaseCreate"];
+/** What changing a release takes: `name` and/or `items` (replacing them). */
+export type ReleaseUpdate = Schemas["ReleaseUpdate"];
+/** One page of releases, newest first: `{items, total, page, per_page}`. */
+export type ReleasePage = Schemas["ReleasePage"];

@@ -57,3 +57,14 @@ test("a request the batch does not allow fails the whole batch as a validation e
   await assert.rejects(batch.send(), (error) => error instanceof BatchError && error.status === 400
     && error.failed?.body.code === "validation_error");
 });
+
+test("a batch request carries its locale: values of localized fields are read and written in it", async () => {
+  const localized = unique("batched_i18n");
+  await client.collections.create({ name: localized, schema: [{ name: "title", type: "text", localized: true }] });
+  const batch = client.batch();
+  batch.collection(localized).create({ title: { en: "Hello" } }, { locale: "*" });
+  batch.collection(localized).create({ title: "Hi" });
+  const answers = await batch.send();
+  assert.deepEqual(answers.map((a) => a.body.title), [{ en: "Hello" }, "Hi"]);
+  assert.equal(batch.requests[0].url, `/api/v1/collections/${localized}/records?locale=*`);
+});

@@ -1,7 +1,8 @@
-// Every ```ts block of docs/clients/js.md runs against the live service: transpiled with the
-// `typescript` package, its `cms-client` import pointed at the built dist/, the example base URL
-// replaced by the live one, run with node; it must exit 0. The page may fence only `ts` (run) and
-// `console` (shell commands, not run).
+// Every ```ts block of docs/clients/js.md and of clients/js/README.md (the helper reference) runs
+// against the live service: transpiled with the `typescript` package, its `cms-client` import pointed
+// at the built dist/, the example base URL replaced by the live one, run with node; it must exit 0, and
+// every block type-checks (strict). The pages may fence only `ts` (run) and `console` (shell commands,
+// not run).
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -13,7 +14,8 @@ import ts from "typescript";
 import { liveServer } from "./helpers.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const PAGE = resolve(here, "../../../docs/clients/js.md");
+const GUIDE = resolve(here, "../../../docs/clients/js.md");
+const README = resolve(here, "../README.md");
 const DIST = pathToFileURL(resolve(here, "../dist/index.js")).href;
 const EXAMPLE_URL = "http://127.0.0.1:8090";
 /** An example that has not exited after this long fails. */
@@ -21,10 +23,16 @@ const EXAMPLE_TIMEOUT_MS = 30_000;
 /** The fence languages the page may use: `ts` blocks are run, `console` blocks are not. */
 const FENCES = new Set(["ts", "console"]);
 
-const page = readFileSync(PAGE, "utf8");
-const fences = [...page.matchAll(/^```(\S*)\n([\s\S]*?)^```$/gm)].map((m) => ({
-  language: m[1], code: m[2], line: page.slice(0, m.index).split("\n").length,
-}));
+/** The fenced blocks of the page at `path`: `{page, language, code, line}`. */
+function fencesOf(path) {
+  const text = readFileSync(path, "utf8");
+  const page = path === GUIDE ? "docs/clients/js.md" : "clients/js/README.md";
+  return [...text.matchAll(/^```(\S*)\n([\s\S]*?)^```$/gm)].map((m) => ({
+    page, language: m[1], code: m[2], line: text.slice(0, m.index).split("\n").length,
+  }));
+}
+const guide = fencesOf(GUIDE);
+const fences = [...guide, ...fencesOf(README)];
 let server;
 let scratch;
 
@@ -34,12 +42,13 @@ before(async () => {
 });
 after(() => rmSync(scratch, { recursive: true, force: true }));
 
-test("the page fences only ts and console blocks, and starts with a first-steps example of at most 20 lines", () => {
-  assert.ok(fences.length > 5);
+test("the pages fence only ts and console blocks; the guide starts with a first-steps example of at most 20 lines", () => {
+  assert.ok(guide.length > 5);
+  assert.ok(fences.length - guide.length > 5, "the README has its examples");
   for (const fence of fences) {
-    assert.ok(FENCES.has(fence.language), `line ${fence.line}: fence language '${fence.language}'`);
+    assert.ok(FENCES.has(fence.language), `${fence.page} line ${fence.line}: fence language '${fence.language}'`);
   }
-  const first = fences[0];
+  const first = guide[0];
   assert.equal(first.language, "ts");
   assert.ok(first.code.trimEnd().split("\n").length <= 20, "the first-steps example is at most 20 lines");
   for (const call of ["authWithPassword", "expand", "subscribe", "upload"]) {
@@ -83,7 +92,7 @@ for (const [index, fence] of fences.entries()) {
   if (fence.language !== "ts") {
     continue;
   }
-  test(`docs/clients/js.md example at line ${fence.line} runs`, async () => {
+  test(`${fence.page} example at line ${fence.line} runs`, async () => {
     const source = fence.code.replaceAll(EXAMPLE_URL, server.url);
     const { outputText, diagnostics } = ts.transpileModule(source, {
       compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022, strict: true },
@@ -96,6 +105,6 @@ for (const [index, fence] of fences.entries()) {
     const file = join(scratch, `example-${index}.mjs`);
     writeFileSync(file, program);
     const { code, signal, output } = await run(file);
-    assert.equal(code, 0, `example at line ${fence.line} exited ${code ?? signal}:\n${output}`);
+    assert.equal(code, 0, `${fence.page} example at line ${fence.line} exited ${code ?? signal}:\n${output}`);
   });
 }

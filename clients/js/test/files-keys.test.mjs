@@ -89,3 +89,34 @@ test("API keys: created with their secret once, listed without it, usable as X-A
   assert.equal(switched.apiKey, created.key);
   await assert.rejects(switched.collection(name).getList(), (error) => error.status === 401);
 });
+
+test("files.getURL builds a thumbnail's URL (a webp is served) and a protected file's URL with getToken", async () => {
+  const albums = unique("gallery");
+  await client.collections.create({ name: albums, list_rule: "", view_rule: "", schema: [
+    { name: "cover", type: "file", mime_types: ["image/*"], thumbs: ["50x0"] },
+    { name: "scan", type: "file", mime_types: ["image/*"], protected: true }] });
+  const album = await client.collection(albums).create({}, { files: {
+    cover: new File([PNG], "cover.png", { type: "image/png" }), scan: new File([PNG], "scan.png", { type: "image/png" }),
+  } });
+  const server = await liveServer();
+  const url = client.files.getURL(album, album.cover, { thumb: "100x100", format: "webp" });
+  assert.equal(url, `${server.url}/api/v1/files/${album.cover}?thumb=100x100&format=webp`);
+  const thumb = await fetch(url);
+  assert.equal(thumb.status, 200);
+  assert.equal(thumb.headers.get("content-type"), "image/webp");
+  const bytes = Buffer.from(await thumb.arrayBuffer());
+  assert.equal(bytes.subarray(0, 4).toString("latin1"), "RIFF");
+  assert.equal(bytes.subarray(8, 12).toString("latin1"), "WEBP");
+  assert.equal((await fetch(client.files.getURL(album, album.cover, { thumb: "50x0" }))).status, 200);
+  assert.equal((await fetch(client.files.getURL(album, album.cover, { thumb: "7x7" }))).status, 400);
+  assert.equal((await fetch(client.files.getURL(album, album.scan))).status, 404);
+  const token = await client.files.getToken();
+  assert.equal(typeof token, "string");
+  const shown = await fetch(client.files.getURL(album, album.scan, { token }));
+  assert.equal(shown.status, 200);
+  assert.deepEqual(new Uint8Array(await shown.arrayBuffer()), PNG);
+  assert.equal(client.files.getURL(album, null), "");
+  assert.equal(client.files.getURL(null, album.cover), "");
+  await assert.rejects(new CmsClient(server.url).files.getToken(), (error) => error instanceof CmsError
+    && error.status === 401);
+});

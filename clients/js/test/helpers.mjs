@@ -84,15 +84,26 @@ export function totp(secret, atMs = Date.now()) {
   return String(number).padStart(6, "0");
 }
 
-/** The newest login code the server logged for `email` after `logOffset` characters (emails without SMTP
- * are logged: subject, recipient, text); polls up to 10 s. */
-export async function loggedOtp(logFile, email, logOffset = 0) {
+/** The first match of `pattern` (its group 1) in the newest email with `subject` the server logged for
+ * `email` after `logOffset` characters (emails without SMTP are logged: subject, recipient, text); polls up
+ * to 10 s. */
+export async function loggedMail(logFile, email, subject, pattern, logOffset = 0) {
   return waitFor(() => {
     const text = readFileSync(logFile, "utf8").slice(logOffset);
-    const marker = `to=${email} subject='Your login code'`;
+    const marker = `to=${email} subject='${subject}'`;
     const at = text.lastIndexOf(marker);
-    return at === -1 ? null : (/\b(\d{6})\b/.exec(text.slice(at + marker.length))?.[1] ?? null);
-  }, 10_000, `the login code for ${email} in the server log`);
+    return at === -1 ? null : (pattern.exec(text.slice(at + marker.length))?.[1] ?? null);
+  }, 10_000, `the email '${subject}' to ${email} in the server log`);
+}
+
+/** The newest login code the server logged for `email` after `logOffset` characters. */
+export async function loggedOtp(logFile, email, logOffset = 0) {
+  return loggedMail(logFile, email, "Your login code", /\b(\d{6})\b/, logOffset);
+}
+
+/** The `?token=` of the link in the newest email with `subject` logged for `email` after `logOffset`. */
+export async function loggedToken(logFile, email, subject, logOffset = 0) {
+  return loggedMail(logFile, email, subject, /[?&]token=([^&\s]+)/, logOffset).then(decodeURIComponent);
 }
 
 /** How many characters the server log holds now (to read only what comes after). */

@@ -84,6 +84,35 @@ test("subscribe receives creates, updates and deletes; a filter narrows them; un
   assert.equal(client.realtime.isConnected, false);
 });
 
+test("an event is {topic, id, action, record}; unsubscribe(topic) stops that topic's subscriptions, unsubscribe() all",
+  async (t) => {
+    const name = await newCollection();
+    const other = await newCollection();
+    const client = await adminClient();
+    t.after(() => client.close());
+    const plain = [];
+    const filtered = [];
+    const elsewhere = [];
+    await client.realtime.subscribe(`${name}/*`, (event) => plain.push(event));
+    await client.realtime.subscribe(`${name}/*`, (event) => filtered.push(event), { filter: "n > 0" });
+    await client.realtime.subscribe(`${other}/*`, (event) => elsewhere.push(event));
+    const made = await writer.collection(name).create({ title: "one", n: 1 });
+    await waitFor(() => plain.length === 1 && filtered.length === 1, 10_000, "both events");
+    assert.deepEqual(Object.keys(plain[0]), ["topic", "id", "action", "record"]);
+    assert.deepEqual([plain[0].topic, plain[0].action, plain[0].record.id], [`${name}/*`, "create", made.id]);
+    assert.match(plain[0].id, /\S/);
+    await client.realtime.unsubscribe(`${name}/*`);  // both of the topic's subscriptions, whatever their filter
+    assert.equal(client.realtime.isConnected, true);
+    await writer.collection(name).create({ title: "two", n: 2 });
+    await writer.collection(other).create({ title: "three", n: 3 });
+    await waitFor(() => elsewhere.length === 1, 10_000, "the other collection's event");
+    assert.equal(plain.length, 1);
+    assert.equal(filtered.length, 1);
+    await client.realtime.unsubscribe();
+    assert.equal(client.realtime.isConnected, false);
+    assert.equal(client.realtime.clientId, "");
+  });
+
 test("a topic on an unknown collection is refused with a typed 422", async () => {
   const client = await adminClient();
   await assert.rejects(client.realtime.subscribe("no_such_collection/*", () => undefined),

@@ -66,6 +66,7 @@ from cms.services.access.records import (
     draft_access,
     fields_rules_filter_by,
     read_only,
+    reads_request_data,
     refused,
     require_writable,
 )
@@ -77,7 +78,7 @@ __all__ = [
     "check_field_rules", "check_rules", "compile_filter", "draft_access", "field_view", "fields_rules_filter_by",
     "manages",
     "metrics_token_matches",
-    "owner_scope", "read_only", "record_document", "refused", "request_context", "require_admin",
+    "owner_scope", "read_only", "reads_request_data", "record_document", "refused", "request_context", "require_admin",
     "require_admin_or_operator", "require_admin_table", "require_api_key_reach", "require_principal",
     "require_writable",
 ]

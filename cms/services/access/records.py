@@ -270,6 +270,14 @@ def check(principal: Principal | None, collection: Collection, action: str,
     return Access(principal, collection, action, condition, field_view(principal, collection), context, asked)
 
 
+def reads_request_data(collection: Collection, action: str) -> bool:
+    """Whether `collection`'s rule for `action` reads `@request.data` (the submitted values): checked
+    before the values are known (a multipart write whose files come first), it would refuse what the
+    values may allow, so such a check waits for them (record_uploads.RecordDraft)."""
+    rule = collection.rules.rule(action)
+    return bool(rule) and "@request.data" in (rule or "")
+
+
 def draft_access(principal: Principal | None, collection: Collection, *, locale: str | None = None) -> Access:
     """Who may see working copies (`?draft=true`, the editors' reads; decisions.md, Drafts, versions and
     scheduled publishing): the update rule with the view rule, on the working copy, the fields as the

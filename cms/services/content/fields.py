@@ -31,12 +31,14 @@ from cms.services.content.file_fields import (
     check_thumb,
 )
 from cms.services.content.value_fields import (
+    REQUIRED_MESSAGE,
     IsoDateTime,
     JsonValue,
     LocalizedValues,
     StrictBoolean,
     StrictNumber,
     check_unicode,
+    filled_first,
 )
 from cms.services.content.value_fields import held_values as held_values  # re-exported: callers name fields
 from cms.services.content.value_fields import value_list as value_list
@@ -277,19 +279,18 @@ def _value_field(spec: FieldSpec) -> fields.Field[Any]:
 
 def record_field(spec: FieldSpec) -> fields.Field[Any]:
     """The marshmallow field validating the value of `spec` in a record's `data`: a list field for
-    a many-value field, required/nullable by `validation.required`."""
+    a many-value field, required/nullable by `validation.required` (a required field null, or empty
+    with no `min` set, says REQUIRED_MESSAGE)."""
     item = _value_field(spec)
     required = spec.validation.required
+    field: fields.Field[Any] = item
     if is_multi(spec):
-        return fields.List(
-            item,
-            required=required,
-            allow_none=not required,
-            validate=validate.Length(min=1 if required else 0, max=spec.max_select),
-        )
-    item.required = required
-    item.allow_none = not required
-    return item
+        field = fields.List(item, validate=validate.Length(min=1 if required else 0, max=spec.max_select))
+    field.required, field.allow_none = required, not required
+    field.error_messages = {**field.error_messages, "null": REQUIRED_MESSAGE}
+    if required and spec.type in MULTI_TYPES | TEXT_TYPES and not spec.validation.min:
+        field.validators = [filled_first(field.validators)]  # empty says "required", not "Shorter than ..."
+    return field
 
 
 DEFAULT_LOCALE, OTHER_LOCALE, ALL_LOCALES = "default", "other", "*"

@@ -66,6 +66,7 @@ async def save_form(records: RecordService, principal: Principal | None, collect
                 if data is not None:
                     raise BadRequest(f"Form part '{DATA_PART}' is given twice")
                 data = await _read_data(part)
+                await draft.check_values(data)  # a rule that reads @request.data: before any file that follows
                 continue
             appending = part.name.endswith(APPEND) and record_id is not None
             name = part.name[:-1] if part.name.endswith(APPEND) else part.name

@@ -12,7 +12,10 @@ file nor record behind.
 
 The rules are checked before the first byte is stored: a create needs the create rule not to
 refuse outright (and a collection that is not of type auth), a change needs the view and update
-rules to permit the caller on the stored record (as `POST /api/v1/files` does).
+rules to permit the caller on the stored record (as `POST /api/v1/files` does). A create or update
+rule that reads `@request.data` cannot be decided before the values are known: it is checked with
+them (`check_values`) as soon as they come, which a multipart form's `data` part sent first makes
+before any file; files that come first are stored, and deleted again when the save's full check refuses.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from cms.clock import new_id
 from cms.errors import ValidationFailed
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
-from cms.services.access import check
+from cms.services.access import check, reads_request_data
 from cms.services.content.fields import is_multi, value_list
 from cms.services.content.file_fields import vouched
 from cms.services.content.file_parts import FormPart
@@ -61,14 +64,18 @@ class RecordDraft:
         self._replacing: set[str] = set()
         self._expected: datetime | None = None
         self._saved = False
+        self._values_pending = False
 
     async def __aenter__(self) -> RecordDraft:
         principal, name = self._principal, self._collection_name
         if self._creating:
             self._collection, self._epoch = await self._records.writable_for_new_records(name)
-            check(principal, self._collection, actions.CREATE).require()
+            self._values_pending = reads_request_data(self._collection, actions.CREATE)
+            if not self._values_pending:
+                check(principal, self._collection, actions.CREATE).require()
         else:
             self._collection, _ = await self._records.writable_record(principal, name, self.record_id)
+            self._values_pending = reads_request_data(self._collection, actions.UPDATE)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -82,6 +89,18 @@ class RecordDraft:
         if self._collection is None:
             raise RuntimeError("RecordDraft used outside `async with`")
         return self._collection
+
+    async def check_values(self, data: Any) -> None:
+        """The create rule's outright refusal, or the update rule on the stored record, with the submitted
+        `data` known, when entering could not decide it (the rule reads `@request.data`): raises NotFound,
+        Unauthorized / Forbidden. Nothing otherwise."""
+        if not self._values_pending or not isinstance(data, dict):
+            return
+        self._values_pending = False
+        if self._creating:
+            check(self._principal, self.collection, actions.CREATE, data).require()
+        else:
+            await self._records.writable_record(self._principal, self.collection.name, self.record_id, data)
 
     async def add_file(self, field_name: str, part: FormPart, *, append: bool = False) -> None:
         """Stream the file `part` into GridFS for the file field `field_name` of this record, to
@@ -145,7 +164,7 @@ class RecordDraft:
         if not self._creating and any(s.name not in data and s.name not in self._replacing for s in changed):
             # as stored (with drafts: the working copy), localized fields as objects: a locale's files are
             # its own, never its fallback's
-            _, record = await self._records.writable_record(self._principal, self.collection.name, self.record_id)
+            _, record = await self._records.writable_record(self._principal, self.collection.name, self.record_id, data)
             stored, self._expected = record.data, record.updated  # the write must find it unchanged
         code = localization(self.collection, self._locale).write_locale
         for spec in changed:

@@ -18,7 +18,7 @@ from typing import Any
 from cms.errors import BadRequest, NotFound
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, record_document, require_writable
+from cms.services.access import Access, check, reads_request_data, record_document, require_writable
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
@@ -349,14 +349,17 @@ class RecordService(RecordReads):
                                           max_rows=limits.import_max_rows, permitted=permitted,
                                           drafts=self._drafted().working if collection.drafts else None)
 
-    async def writable_record(self, principal: Principal | None, collection_name: str,
-                              record_id: str) -> tuple[Collection, Record]:
+    async def writable_record(self, principal: Principal | None, collection_name: str, record_id: str,
+                              data: dict[str, Any] | None = None) -> tuple[Collection, Record]:
         """The collection `collection_name` and record `record_id` as stored (with drafts: its working
         copy; localized fields as objects), if its view rule lets `principal` see the record and its
-        update rule lets it change it. Raises NotFound (collection, or a record the caller may not
-        see) or Unauthorized / Forbidden (the rule refuses)."""
+        update rule lets it change it (`@request.data` reading `data`; with `data` None an update rule
+        that reads it is left to the write: `reads_request_data`). Raises NotFound (collection, or a
+        record the caller may not see) or Unauthorized / Forbidden (the rule refuses)."""
         collection = await self._catalog.by_name(collection_name)
-        view, update = check(principal, collection, actions.VIEW), check(principal, collection, actions.UPDATE)
+        view = check(principal, collection, actions.VIEW)
+        pending = data is None and reads_request_data(collection, actions.UPDATE)
+        update = view if pending else check(principal, collection, actions.UPDATE, data)
         if collection.drafts:
             return collection, await self._drafted().editable(view, update, record_id)
         return collection, await permitted_record(self._records, view, update, record_id)
