@@ -96,6 +96,15 @@ class IsoDateTime(fields.Field[datetime]):
         return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
 
 
+class FileId(fields.String):
+    """The value of a single-value file field (max_select 1): one file id, and `[]` read as null, which
+    clears the field as a list field's `[]` does (decisions.md, Files in records, thumbnails and file
+    tokens); a required field given either says REQUIRED_MESSAGE."""
+
+    def deserialize(self, value: Any, attr: str | None = None, data: Any = None, **kwargs: Any) -> Any:
+        return super().deserialize(None if value == [] else value, attr, data, **kwargs)
+
+
 class JsonValue(fields.Field[Any]):
     """Any JSON value; object keys may not start with `$` or contain `.` or NUL, integers must
     fit in 64 bits (what BSON stores), numbers must be finite (no NaN in JSON output) and text
