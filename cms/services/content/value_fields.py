@@ -102,6 +102,7 @@ class FileId(fields.String):
     tokens); a required field given either says REQUIRED_MESSAGE."""
 
     def deserialize(self, value: Any, attr: str | None = None, data: Any = None, **kwargs: Any) -> Any:
+        """marshmallow's `deserialize`, `[]` read as None first."""
         return super().deserialize(None if value == [] else value, attr, data, **kwargs)
 
 
