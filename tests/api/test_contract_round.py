@@ -206,9 +206,10 @@ async def test_a_405_from_a_view_lists_the_methods_its_path_allows(client, admin
     record_id = (await listed(client, "stats", auth))["items"][0]["id"]
     listing = await client.post(records_path("stats"), headers=auth, json={"data": {"count": 1}})
     one = await client.patch(records_path("stats", record_id), headers=auth, json={"data": {"count": 1}})
+    assert (await client.head(records_path("stats"), headers=auth)).status == 405  # no path serves HEAD
     for response in (listing, one):
         await error_of(response, 405, "method_not_allowed")
-        assert response.headers["Allow"] == "GET, HEAD"
+        assert response.headers["Allow"] == "GET"
     for path, body in [("/bulk-update", {"record_ids": [record_id], "data": {"count": 1}}),
                        ("/bulk-delete", {"record_ids": [record_id]})]:
         response = await client.post(records_path("stats") + path, headers=auth, json=body)
@@ -217,3 +218,26 @@ async def test_a_405_from_a_view_lists_the_methods_its_path_allows(client, admin
     response = await client.post(import_path("stats"), headers=auth, data=form(b"count\n1\n"))
     await error_of(response, 405, "method_not_allowed")
     assert response.headers["Allow"] == ""
+
+
+async def test_a_view_shows_its_rows_by_its_own_rules_and_only_admins_define_views(
+        client, admin_token, user_token, people):
+    """Aggregation and view collections (docs/concepts/aggregation.md): a view may aggregate a field
+    whose `view_rule` hides it from a caller, who cannot aggregate it through `.../aggregate`; the
+    view's own rules decide who sees its rows, and only admins define views."""
+    (ann, ann_auth), (bob, _) = people
+    fields = [{"name": "team", "type": "text"}, {"name": "owner", "type": "text"},
+              {"name": "salary", "type": "number", "view_rule": "owner = @request.auth.id"}]
+    await create_collection(client, admin_token, "staff", fields, list_rule="", view_rule="")
+    for owner, salary in ((ann, 10), (bob, 20)):
+        await create_record(client, admin_token, "staff", {"team": "a", "owner": owner, "salary": salary})
+    await error_of(await client.get("/api/v1/collections/staff/aggregate", headers=ann_auth,
+                                    params={"aggregates": "sum(salary)"}), 400, "invalid_filter")
+    view = {"source": "staff", "group_by": "team", "aggregates": "sum(salary)"}
+    for headers in (ann_auth, bearer(user_token)):
+        await error_of(await client.post("/api/v1/collections", headers=headers,
+                                         json={"name": "team_pay", "type": "view", "view": view}), 403, "forbidden")
+    rule = "@request.auth.id != ''"
+    await make_view(client, admin_token, "team_pay", view, list_rule=rule, view_rule=rule)
+    rows = (await listed(client, "team_pay", ann_auth))["items"]
+    assert [(row["team"], row["sum_salary"]) for row in rows] == [("a", 30)]
