@@ -13,6 +13,7 @@ from tests.api.test_api_keys import api_key, make_key
 from tests.api.test_csv import form, import_path
 from tests.api.test_field_rules import by_title
 from tests.api.test_files import FILES, upload
+from tests.api.test_locales_files import banners, german_and_english, read
 from tests.api.test_media_fields import PHOTOS, created_with_files, photo
 from tests.api.test_record_writes import stored
 from tests.api.test_schema_as_code import INVOICES, TOTALS, applied, collection_of, diff, export
@@ -241,3 +242,16 @@ async def test_a_view_shows_its_rows_by_its_own_rules_and_only_admins_define_vie
     await make_view(client, admin_token, "team_pay", view, list_rule=rule, view_rule=rule)
     rows = (await listed(client, "team_pay", ann_auth))["items"]
     assert [(row["team"], row["sum_salary"]) for row in rows] == [("a", 30)]
+
+
+async def test_an_empty_list_clears_one_locale_of_a_localized_file_field(client, admin_token):
+    """Files in records and Localized fields: with `?locale=*`, a locale's `[]` in a single file field's
+    object clears that locale as its null does (dropped from the object; its file deleted)."""
+    await banners(client, admin_token)
+    record_id, german, english = await german_and_english(client, admin_token)
+    path = records_path("banners", record_id)
+    changed = await client.patch(path, headers=bearer(admin_token), params={"locale": "*"},
+                                 json={"data": {"banner": {"en": english, "de": []}}})
+    assert changed.status == 200, await changed.text()
+    assert (await read(client, path, "*"))["banner"] == {"en": english}
+    assert (await client.get(f"{FILES}/{german}")).status == 404

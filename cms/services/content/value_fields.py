@@ -159,9 +159,12 @@ class LocalizedValues(fields.Field[dict[str, Any] | None]):
                 errors[str(code)[:40]] = [f"Unknown locale; the configured locales are {', '.join(self.codes)}."]
             elif item is not None:
                 try:
-                    loaded[code] = self.inner.deserialize(item)
+                    value = self.inner.deserialize(item)
                 except ValidationError as exc:
                     errors[code] = exc.messages
+                else:
+                    if value is not None:  # a single file field's `[]` is null too (FileId)
+                        loaded[code] = value
         if self.default_required and loaded.get(self.default) is None and self.default not in errors:
             errors[self.default] = ["Missing data for required field (the default locale's value is required)."]
         if errors:
