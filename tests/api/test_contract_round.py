@@ -255,3 +255,22 @@ async def test_an_empty_list_clears_one_locale_of_a_localized_file_field(client,
     assert changed.status == 200, await changed.text()
     assert (await read(client, path, "*"))["banner"] == {"en": english}
     assert (await client.get(f"{FILES}/{german}")).status == 404
+
+
+async def test_publishing_now_with_nothing_pending_still_cancels_the_schedule(client, admin_token, services, clock):
+    """Scheduled publishing: a publish now of a record with nothing pending changes nothing published
+    but still ends its pending schedule, which would otherwise publish a later edit."""
+    fields: list[dict[str, Any]] = [{"name": "title", "type": "text"}]
+    await create_collection(client, admin_token, "pages", fields, drafts=True)
+    auth = bearer(admin_token)
+    path = records_path("pages", (await create_record(client, admin_token, "pages", {"title": "one"}))["id"])
+    assert (await client.post(path + "/publish", headers=auth)).status == 200
+    at = (clock() + timedelta(minutes=5)).isoformat()
+    assert (await (await client.post(path + "/publish", headers=auth, json={"at": at})).json())["scheduled_at"]
+    now = await client.post(path + "/publish", headers=auth)
+    assert now.status == 200 and (await now.json())["scheduled_at"] is None, await now.text()
+    assert (await client.patch(path, headers=auth, json={"data": {"title": "two"}})).status == 200
+    assert (await (await client.get(path, headers=auth, params={"draft": "true"})).json())["scheduled_at"] is None
+    clock.advance(minutes=6)
+    assert await services.drafts.scheduler.run_due() == 0
+    assert (await (await client.get(path)).json())["title"] == "one"

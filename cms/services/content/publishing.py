@@ -109,10 +109,10 @@ class Publisher:
         for attempt in range(MAX_PUBLISH_ATTEMPTS):
             working = await self._copies.editable(view, update, record_id)
             if working.state is not None and working.state.status == PUBLISHED:
-                return working
+                return await self._unscheduled(collection, working)
             target = working if code is None else await self.one_locale(collection, working, code)
             if target is None:
-                return working  # nothing of that locale is pending
+                return await self._unscheduled(collection, working)  # nothing of that locale is pending
             await self.check(collection, target, update)
             try:
                 async with self._copies.atomic():
@@ -127,6 +127,16 @@ class Publisher:
                     await self._copies.schedules.cancel(collection.id, record_id, working.state.scheduled_at)
                 return published
         raise kept_changing()
+
+    async def _unscheduled(self, collection: Collection, working: Record) -> Record:
+        """`working` with its pending schedule, if any, ended (`scheduled_at` null, the schedule dropped):
+        a publish now with nothing to publish ends it too, as one that publishes does."""
+        state = working.state
+        if state is None or state.scheduled_at is None:
+            return working
+        await self._copies.working.end_schedule(collection.id, working.id, state.scheduled_at, state.schedule_error)
+        await self._copies.schedules.cancel(collection.id, working.id, state.scheduled_at)
+        return replace(working, state=replace(state, scheduled_at=None))
 
     async def one_locale(self, collection: Collection, working: Record, code: str) -> Record | None:
         """What a publish of `working`'s `code` values publishes: the published copy's data (none for a
