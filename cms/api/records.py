@@ -19,6 +19,7 @@ from cms.api.schemas import (
 from cms.errors import BadRequest
 from cms.services import representation as represent
 from cms.services.caching.read_cache import CachedBody
+from cms.services.content.locales import MAX_CODE_LENGTH
 from cms.services.representation.record_view import RecordView, view_of
 from cms.web.context import REQUEST_ID, client_ip, parse_body, parse_query, services
 from cms.web.files import etag_matches
@@ -89,11 +90,19 @@ async def get_record(request: web.Request) -> web.StreamResponse:
 def record_view(request: web.Request) -> RecordView:
     """The view the `expand`, `fields` and `locale` query parameters ask for (`FULL` without them; read
     straight from the query, so a read without them costs no schema load). Raises InvalidFilter, or
-    BadRequest for a `locale` over 100 characters."""
+    BadRequest as `query_locale` does."""
+    return view_of(request.query.get("expand"), request.query.get("fields"), query_locale(request))
+
+
+def query_locale(request: web.Request) -> str | None:
+    """The `?locale=` asked (None: not given), for `localization` to check against the configured
+    locales (decisions.md, Localized fields). Raises BadRequest (400 `bad_request`, as any unknown
+    locale) for one over MAX_LOCALE_PARAMETER characters, which no configured code is."""
     locale = request.query.get("locale")
     if locale is not None and len(locale) > MAX_LOCALE_PARAMETER:
-        raise BadRequest(f"locale: at most {MAX_LOCALE_PARAMETER} characters")
-    return view_of(request.query.get("expand"), request.query.get("fields"), locale)
+        raise BadRequest(f"Unknown locale '{locale[:MAX_CODE_LENGTH]}...' (a locale code has at most "
+                         f"{MAX_CODE_LENGTH} characters)")
+    return locale
 
 
 def cached_response(request: web.Request, cached: CachedBody) -> web.Response:

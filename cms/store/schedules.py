@@ -77,9 +77,13 @@ class ScheduleRepository:
              "attempts": 0, "by": by, "origin": origin, "locale": locale}, upsert=True)
         return schedule
 
-    async def cancel(self, collection_id: str, record_id: str) -> bool:
-        """Drop the record's pending schedule. Returns False when there was none."""
-        result = await self._mongo_coll.delete_one({"_id": schedule_id(collection_id, record_id)})
+    async def cancel(self, collection_id: str, record_id: str, at: datetime | None = None) -> bool:
+        """Drop the record's pending schedule (with `at`: only if it is still the one for that time, not
+        one that replaced it). Returns False when there was none."""
+        query: dict[str, Any] = {"_id": schedule_id(collection_id, record_id)}
+        if at is not None:
+            query["at"] = at
+        result = await self._mongo_coll.delete_one(query)
         return result.deleted_count == 1
 
     async def cancel_many(self, collection_id: str, record_ids: Sequence[str]) -> int:

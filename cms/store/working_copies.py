@@ -101,17 +101,21 @@ class WorkingCopyRepository(RecordRepository):
         return matched
 
     async def set_state(self, collection_id: str, record_id: str, state: DraftState, *, revision: int,
-                        updated: datetime | None = None, scheduled_at: datetime | None = None) -> Record | None:
+                        updated: datetime | None = None, scheduled_at: datetime | None = None,
+                        end_schedule: bool = False) -> Record | None:
         """Give one working copy the `status` and `published_at` of `state` (and `updated`, if given)
         and raise its revision, if its revision is still `revision` (a publish's claim, an unpublish,
         an undone claim). `scheduled_at`: a scheduled publish's time, which the working copy must
-        still show (not cancelled or replaced meanwhile); it is cleared with the claim. Returns the
+        still show (not cancelled or replaced meanwhile); it is cleared with the claim. `end_schedule`:
+        clear whatever scheduled time it shows (a publish now ends a pending schedule). Returns the
         working copy after, or None."""
         values: dict[str, Any] = {STATUS: state.status, PUBLISHED_AT: state.published_at}
         if updated is not None:
             values["updated"] = updated
         if scheduled_at is not None:
             values.update({SCHEDULED_AT: None, SCHEDULE_ERROR: None})
+        elif end_schedule:
+            values[SCHEDULED_AT] = None
         return await self._change(collection_id, record_id, revision, {"$set": values, "$inc": {REVISION: 1}},
                                   scheduled_at=scheduled_at)
 

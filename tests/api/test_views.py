@@ -282,7 +282,7 @@ async def test_writes_to_a_view_are_405_for_everyone(client, admin_token, posts,
         for attempt in attempts:
             response = await attempt
             await error_of(response, 405, "method_not_allowed")
-            assert response.headers["Allow"] == "GET, HEAD"
+            assert response.headers["Allow"] == "GET"  # the paths serve no HEAD
     for path, body in [("/bulk-update", {"record_ids": [record_id], "data": {"count": 1}}),
                        ("/bulk-delete", {"record_ids": [record_id]})]:
         await error_of(await client.post(records_path("stats") + path, headers=bearer(admin_token), json=body), 405,

@@ -3,14 +3,16 @@ answer's shape is `cms.services.representation.aggregates`."""
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields, validate
+from marshmallow import fields, validate
 
+from cms.api.schemas.records import RecordLocaleQuerySchema
 from cms.filters.grouping import MAX_AGGREGATES, MAX_GROUP_FIELDS, MAX_PARAMETER_LENGTH
 from cms.services.content.aggregates import DEFAULT_PER_PAGE, MAX_PER_PAGE
 
 
-class AggregateQuerySchema(Schema):
-    """Query of `GET .../aggregate`: filter, group_by, aggregates, sort, page (1-based), per_page."""
+class AggregateQuerySchema(RecordLocaleQuerySchema):
+    """Query of `GET .../aggregate`: filter, group_by, aggregates, sort, page (1-based), per_page, and
+    `locale` (what a `filter` on a localized field reads, as in a list; unknown: 400)."""
 
     filter = fields.String(load_default=None, metadata={
         "description": "which records (the filter grammar, under the list rule and field rules)",

@@ -25,8 +25,7 @@ LOCALE_DESCRIPTION = ("decisions.md, Localized fields: the locale localized fiel
 class RecordLocaleQuerySchema(Schema):
     """`?locale=` (decisions.md, Localized fields)."""
 
-    locale = fields.String(load_default=None, validate=validate.Length(max=100),
-                           metadata={"description": LOCALE_DESCRIPTION, "example": "de"})
+    locale = fields.String(load_default=None, metadata={"description": LOCALE_DESCRIPTION, "example": "de"})
 
 
 class RecordViewQuerySchema(RecordLocaleQuerySchema):

@@ -292,7 +292,8 @@ WRITES = frozenset({CREATE, UPDATE, DELETE})
 
 def read_only(collection: Collection) -> MethodNotAllowed:
     """The refusal of a write to the records of a view collection (decisions.md, Aggregation and view
-    collections): 405 `method_not_allowed` with `Allow: GET, HEAD`."""
+    collections): 405 `method_not_allowed` with `Allow: GET, HEAD`, which the API narrows to the methods
+    of the request's path (`api.middlewares`)."""
     error = MethodNotAllowed(f"'{collection.name}' is a view: its records are read-only")
     error.headers["Allow"] = "GET, HEAD"
     return error

@@ -42,14 +42,17 @@ class AggregateReads:
     async def aggregate_body(self, collection_name: str, *, principal: Principal | None = None,
                              filter_expr: str | None = None, group_by: str | None = None,
                              aggregates: str | None = None, sort: str | None = None, page: int = 1,
-                             per_page: int = DEFAULT_PER_PAGE, client_ip: str | None = None) -> CachedBody:
+                             per_page: int = DEFAULT_PER_PAGE, locale: str | None = None,
+                             client_ip: str | None = None) -> CachedBody:
         """The answer `{items: [{key: {name: value}, <aggregate name>: value}], total, page, per_page}`
         as JSON bytes: the groups of the records the list rule lets `principal` see that match
         `filter_expr`, keyed by `group_by`, with `aggregates`, in `sort` order (default: the keys
-        ascending), page `page` (1-based) of `per_page` (clamped to MAX_PER_PAGE); `total` is the number
-        of groups. Without `group_by`, one group whose key is `{}` (over no records: `count` 0, `sum` 0,
-        the others null). Raises NotFound (collection), BadRequest (a view: aggregate its source),
-        Unauthorized / Forbidden (the list rule refuses outright), InvalidFilter (400: syntax, unknown
+        ascending), page `page` (1-based) of `per_page` (clamped to MAX_PER_PAGE), a filter on a
+        localized field reading `locale` (None: the default locale; decisions.md, Localized fields);
+        `total` is the number of groups. Without `group_by`, one group whose key is `{}` (over no
+        records: `count` 0, `sum` 0, the others null). Raises NotFound (collection), BadRequest (a view:
+        aggregate its source; a locale not configured, as a list does: `check`), Unauthorized /
+        Forbidden (the list rule refuses outright), InvalidFilter (400: syntax, unknown
         field, a field with a view rule, `sum` / `avg` of a non-number, a date unit on a non-date,
         a field holding a list or JSON), ValidationFailed (422: too many keys or aggregates),
         ServiceUnavailable (503: the scan line is full, or the time limit passed)."""
@@ -60,7 +63,7 @@ class AggregateReads:
             if collection.view is not None:
                 raise BadRequest(f"'{collection.name}' is a view: list its records, or aggregate its source "
                                  f"'{collection.view.source}'")
-            access = check(principal, collection, actions.LIST)
+            access = check(principal, collection, actions.LIST, locale=locale)
             query = aggregate_query(access, filter_expr=filter_expr, group_by=group_by, aggregates=aggregates,
                                     sort=sort)
             parts: list[Any] = [collection.id, query.key_parts(), page, per_page, access.fields.key_parts()]

@@ -32,6 +32,7 @@ from cms.services.content.file_fields import (
 )
 from cms.services.content.value_fields import (
     REQUIRED_MESSAGE,
+    FileId,
     IsoDateTime,
     JsonValue,
     LocalizedValues,
@@ -273,8 +274,8 @@ def _value_field(spec: FieldSpec) -> fields.Field[Any]:
         return JsonValue()
     if kind == "select":
         return fields.String(validate=validate.OneOf(spec.values or ()))
-    # relation and file: ids
-    return fields.String(validate=[validate.Length(min=1, max=64), check_unicode])
+    id_field = FileId if kind == "file" else fields.String  # relation and file: ids
+    return id_field(validate=[validate.Length(min=1, max=64), check_unicode])
 
 
 def record_field(spec: FieldSpec) -> fields.Field[Any]:

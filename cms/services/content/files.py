@@ -101,7 +101,8 @@ class FileService:
         Raises ValidationFailed (422: `errors.file` no file part, or a refused image;
         `errors.collection` missing or unknown, `errors.record_id` missing, no such record, or one
         the view rule hides; `errors.field` not a file field; `errors.<field>` a type or size the
-        field refuses), Unauthorized / Forbidden (the update rule refuses the caller),
+        field refuses), Unauthorized / Forbidden (the update rule, or the `write_rule` of `field`, refuses
+        the caller),
         PayloadTooLarge (413: the file passed `max_upload_mb`, or the other fields 64 KiB; raised
         as soon as the limit is passed) or BadRequest (two files, malformed multipart). On any
         failure nothing is stored."""
@@ -176,8 +177,10 @@ class FileService:
     async def _target(self, principal: Principal | None, values: dict[str, str]) -> tuple[Collection, FieldSpec | None]:
         """The collection of the record named by the form, once checked (the record exists, the
         view rule shows it to `principal`, the update rule lets it change it), and the file field
-        `field` names (None when absent). Raises ValidationFailed (422) naming the value at fault
-        (also for a record the caller may not see), Unauthorized / Forbidden (a rule refuses)."""
+        `field` names (None when absent). An upload naming a field writes that field: its `write_rule`
+        must hold as for a write whose `data` names it (decisions.md, Field rules). Raises ValidationFailed
+        (422) naming the value at fault (also for a record the caller may not see), Unauthorized /
+        Forbidden (a rule refuses; a field's write_rule: 403 naming the field)."""
         name, record_id = (values.get(n, "").strip() for n in TARGET_FIELDS[:2])
         missing = {n: [f"Missing: send the form field '{n}'."]
                    for n, v in zip(TARGET_FIELDS[:2], (name, record_id), strict=True) if not v}
@@ -194,8 +197,9 @@ class FileService:
             raise ValidationFailed(f"'{field_name}' is not a file field of '{collection.name}'",
                                    errors={"field": [f"No file field named '{field_name}'."]})
         try:
-            await permitted_record(self._records, check(principal, collection, VIEW),
-                                   check(principal, collection, UPDATE), record_id)
+            await permitted_record(self._records, check(principal, collection, VIEW),  # `field`: its write_rule too
+                                   check(principal, collection, UPDATE, {spec.name: None} if spec else None),
+                                   record_id)
         except NotFound:
             raise ValidationFailed("Record not found", errors={
                 "record_id": [f"No record with this id in '{collection.name}' that you may change."]}) from None

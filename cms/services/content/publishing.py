@@ -109,20 +109,34 @@ class Publisher:
         for attempt in range(MAX_PUBLISH_ATTEMPTS):
             working = await self._copies.editable(view, update, record_id)
             if working.state is not None and working.state.status == PUBLISHED:
-                return working
+                return await self._unscheduled(collection, working)
             target = working if code is None else await self.one_locale(collection, working, code)
             if target is None:
-                return working  # nothing of that locale is pending
+                return await self._unscheduled(collection, working)  # nothing of that locale is pending
             await self.check(collection, target, update)
             try:
                 async with self._copies.atomic():
-                    return await self.publish_in(collection, working, by=actor(principal),
-                                                 data=None if target is working else target.data)
+                    published = await self.publish_in(collection, working, by=actor(principal), ends_schedule=True,
+                                                      data=None if target is working else target.data)
             except (LostRace, WriteConflict):
                 await backoff(attempt)
             except AlreadyExists as exc:  # a concurrent write took a unique value first
                 raise await self._unique_answer(collection, working, update, exc) from None
+            else:
+                if working.state is not None and working.state.scheduled_at is not None:
+                    await self._copies.schedules.cancel(collection.id, record_id, working.state.scheduled_at)
+                return published
         raise kept_changing()
+
+    async def _unscheduled(self, collection: Collection, working: Record) -> Record:
+        """`working` with its pending schedule, if any, ended (`scheduled_at` null, the schedule dropped):
+        a publish now with nothing to publish ends it too, as one that publishes does."""
+        state = working.state
+        if state is None or state.scheduled_at is None:
+            return working
+        await self._copies.working.end_schedule(collection.id, working.id, state.scheduled_at, state.schedule_error)
+        await self._copies.schedules.cancel(collection.id, working.id, state.scheduled_at)
+        return replace(working, state=replace(state, scheduled_at=None))
 
     async def one_locale(self, collection: Collection, working: Record, code: str) -> Record | None:
         """What a publish of `working`'s `code` values publishes: the published copy's data (none for a
@@ -174,13 +188,15 @@ class Publisher:
 
     async def publish_in(self, collection: Collection, working: Record, *, by: str | None,
                          scheduled_at: datetime | None = None, data: dict[str, Any] | None = None,
-                         undo: list[Undo] | None = None) -> Record:
+                         undo: list[Undo] | None = None, ends_schedule: bool = False) -> Record:
         """The writes of a publish of `working` (checked by `check`), inside a unit the caller opened
         (`WorkingCopies.atomic`); returns the working copy, now `published` (`changed` when `data`, what
         is published instead of the working copy's values, differs from them: one locale's publish).
         `scheduled_at`: the time of the scheduled publish this is, which the working copy must still show
-        (then cleared). `undo`: without a transaction, where to add what puts the working state and the
-        published copy back as they were (`publish_many` runs them when a later item fails). Raises
+        (then cleared). `ends_schedule`: a publish now (`publish`), which ends a pending schedule in the
+        same unit (`scheduled_at` null; the schedule, no longer shown, is then dropped unrun). `undo`:
+        without a transaction, where to add what puts the working state and the published copy back as
+        they were (`publish_many` runs them when a later item fails). Raises
         LostRace (the working state, or its schedule, changed since it was read) or AlreadyExists (a
         unique field, taken meanwhile)."""
         copies, now = self._copies, self._copies.writer.clock()
@@ -188,7 +204,8 @@ class Publisher:
         values = working.data if data is None else data
         status = PUBLISHED if values == working.data else CHANGED
         claimed = await copies.working.set_state(collection.id, working.id, DraftState(status, now),
-                                                 revision=state.revision, updated=now, scheduled_at=scheduled_at)
+                                                 revision=state.revision, updated=now, scheduled_at=scheduled_at,
+                                                 end_schedule=ends_schedule)
         if claimed is None:
             raise LostRace
         published = Record(id=working.id, created=working.created, updated=now, data=values,
@@ -199,6 +216,9 @@ class Publisher:
             if current_session() is None and claimed.state is not None:  # no transaction to abort: undo the claim
                 await copies.working.set_state(collection.id, working.id, state, revision=claimed.state.revision,
                                                updated=working.updated)
+                if ends_schedule and state.scheduled_at is not None:  # the schedule it ended stands again
+                    await copies.working.set_schedule(collection.id, working.id, state.scheduled_at,
+                                                      state.schedule_error)
             raise
         if undo is not None and current_session() is None and claimed.state is not None:
             undo.append(functools.partial(self._unpublish_claim, collection, working, claimed.state.revision, before))

@@ -96,6 +96,16 @@ class IsoDateTime(fields.Field[datetime]):
         return parsed.replace(microsecond=parsed.microsecond // 1000 * 1000)
 
 
+class FileId(fields.String):
+    """The value of a single-value file field (max_select 1): one file id, and `[]` read as null, which
+    clears the field as a list field's `[]` does (decisions.md, Files in records, thumbnails and file
+    tokens); a required field given either says REQUIRED_MESSAGE."""
+
+    def deserialize(self, value: Any, attr: str | None = None, data: Any = None, **kwargs: Any) -> Any:
+        """marshmallow's `deserialize`, `[]` read as None first."""
+        return super().deserialize(None if value == [] else value, attr, data, **kwargs)
+
+
 class JsonValue(fields.Field[Any]):
     """Any JSON value; object keys may not start with `$` or contain `.` or NUL, integers must
     fit in 64 bits (what BSON stores), numbers must be finite (no NaN in JSON output) and text
@@ -149,9 +159,12 @@ class LocalizedValues(fields.Field[dict[str, Any] | None]):
                 errors[str(code)[:40]] = [f"Unknown locale; the configured locales are {', '.join(self.codes)}."]
             elif item is not None:
                 try:
-                    loaded[code] = self.inner.deserialize(item)
+                    value = self.inner.deserialize(item)
                 except ValidationError as exc:
                     errors[code] = exc.messages
+                else:
+                    if value is not None:  # a single file field's `[]` is null too (FileId)
+                        loaded[code] = value
         if self.default_required and loaded.get(self.default) is None and self.default not in errors:
             errors[self.default] = ["Missing data for required field (the default locale's value is required)."]
         if errors:
