@@ -3340,6 +3340,8 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
+                    /** @description decisions.md, Localized fields: the locale localized fields answer (their value there, else the first value along its fallback chain, else null; default: the default locale), or `*` for objects of locale code to value; on writes, the locale the values are for (`*`: objects that replace the stored ones). Filters, sorts and searches read the same values. A locale that is not configured is 400 `bad_request`; the answer's `Content-Language` names the locale */
+                    locale?: string | null;
                     /** @description which records (the filter grammar, under the list rule and field rules) */
                     filter?: string | null;
                     /** @description comma-separated fields (at most 10); a date field may add :year, :month, :day or :hour (the key is the bucket's start, UTC). None: one group with the key {} */
