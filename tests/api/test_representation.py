@@ -248,6 +248,7 @@ async def test_every_documented_answer_validates_against_the_document(client, se
     await c.call("GET", V1 + "/settings", admin_token)
     await c.call("POST", V1 + "/settings", admin_token, json={"key": "password_min_length", "value": "8"})
     await c.call("GET", "/health")
+    await c.call("GET", V1 + "/health")
     backup = await c.call("POST", V1 + "/backups", admin_token)
     await c.call("GET", V1 + "/backups", admin_token)
     await c.call("POST", V1 + "/backups/{filename}/restore", admin_token, args={"filename": backup["filename"]})

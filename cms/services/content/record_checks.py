@@ -3,8 +3,12 @@ Access rules): the record looked up by id once the view rule shows it and the ch
 
 from __future__ import annotations
 
-from cms.models import Record
-from cms.services.access import Access
+from collections.abc import Callable
+
+from cms.models import Collection, Principal, Record
+from cms.services import access as actions
+from cms.services.access import Access, check, record_document
+from cms.services.representation import records as represent
 from cms.store.records import RecordRepository
 
 
@@ -33,3 +37,20 @@ async def permitted_record(records: RecordRepository, view: Access, change: Acce
         change.permit(record)
     return record
 
+
+
+def row_permission(principal: Principal | None, collection: Collection) -> Callable[[Record], bool]:
+    """The create rule of `collection` for `principal`, decided per imported row (`@request.data`
+    reads the row's values as JSON): the check answers False for a row the rule refuses (a failed
+    row), and raises `field_refusal` (Forbidden naming the field) for a row naming a field whose
+    `write_rule` refuses it, which refuses the whole file (decisions.md, Field rules: all or nothing)."""
+
+    def permitted(record: Record) -> bool:
+        create = check(principal, collection, actions.CREATE, represent.record_json(record))
+        if not create.allows(record):
+            return False
+        if (field := create.refused_field(record_document(record))) is not None:
+            raise create.field_refusal(field)
+        return True
+
+    return permitted

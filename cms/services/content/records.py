@@ -34,7 +34,7 @@ from cms.services.content.drafts import WorkingCopies
 from cms.services.content.file_parts import FormPart
 from cms.services.content.files import FileService
 from cms.services.content.locales import unique_writes
-from cms.services.content.record_checks import checked_record, permitted_record
+from cms.services.content.record_checks import checked_record, permitted_record, row_permission
 from cms.services.content.record_csv import CsvExport, RecordCsv
 from cms.services.content.record_events import emit_changed, emit_deleted
 from cms.services.content.record_forms import save_form
@@ -43,7 +43,6 @@ from cms.services.content.record_uploads import RecordDraft
 from cms.services.content.record_writer import MAX_RULE_ATTEMPTS, RecordWriter
 from cms.services.content.relations import RelationRelease
 from cms.services.operations.settings import RecordLimits, SettingsService
-from cms.services.representation import records as represent
 from cms.store.documents import record_after_update
 from cms.store.records import RecordRepository
 
@@ -337,16 +336,9 @@ class RecordService(RecordReads):
         if collection.rules.create_rule is None:  # admins only: refuse the file as a whole
             check(principal, collection, actions.CREATE).require()
 
-        def permitted(record: Record) -> bool:
-            create = check(principal, collection, actions.CREATE, represent.record_json(record))
-            if not create.allows(record):
-                return False
-            if (field := create.refused_field(record_document(record))) is not None:
-                raise create.field_refusal(field)  # all or nothing (decisions.md, Field rules)
-            return True
-
         return await self._csv.import_csv(collection, content, epoch=epoch, max_bytes=limits.import_max_bytes,
-                                          max_rows=limits.import_max_rows, permitted=permitted,
+                                          max_rows=limits.import_max_rows,
+                                          permitted=row_permission(principal, collection),
                                           drafts=self._drafted().working if collection.drafts else None)
 
     async def writable_record(self, principal: Principal | None, collection_name: str, record_id: str,
