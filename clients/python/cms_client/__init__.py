@@ -17,7 +17,11 @@ from cms_client._async import (
     AsyncCollectionAuth,
     AsyncCollections,
     AsyncFiles,
+    AsyncReleases,
+    AsyncSchema,
+    EventHooks,
 )
+from cms_client._filter import FilterValue, bind_filter, filter_literal
 from cms_client._records import BatchCollection
 from cms_client._sync import (
     CmsClient,
@@ -28,16 +32,19 @@ from cms_client._sync import (
     SyncCollectionAuth,
     SyncCollections,
     SyncFiles,
+    SyncReleases,
+    SyncSchema,
 )
 from cms_client.auth_store import ADMIN_AUTH_PATH, AuthStore, token_claims
 from cms_client.errors import BatchError, CmsError, CmsNetworkError
-from cms_client.realtime import AsyncRealtime, RealtimeEvent, topic_string
+from cms_client.realtime import AsyncRealtime, RealtimeEvent, SyncRealtime, topic_string
 from cms_client.shapes import Record, RecordPage
 
 __all__ = [
     "ADMIN_AUTH_PATH", "AsyncApiKeys", "AsyncAuth", "AsyncBatch", "AsyncCmsClient", "AsyncCollection",
-    "AsyncCollectionAuth", "AsyncCollections", "AsyncFiles", "AsyncRealtime", "AuthStore", "BatchCollection",
-    "BatchError", "CmsClient", "CmsError", "CmsNetworkError", "RealtimeEvent", "Record", "RecordPage", "SyncApiKeys",
-    "SyncAuth", "SyncBatch", "SyncCollection", "SyncCollectionAuth", "SyncCollections", "SyncFiles", "token_claims",
-    "topic_string",
+    "AsyncCollectionAuth", "AsyncCollections", "AsyncFiles", "AsyncRealtime", "AsyncReleases", "AsyncSchema",
+    "AuthStore", "BatchCollection", "BatchError", "CmsClient", "CmsError", "CmsNetworkError", "EventHooks",
+    "FilterValue", "RealtimeEvent", "Record", "RecordPage", "SyncApiKeys", "SyncAuth", "SyncBatch", "SyncCollection",
+    "SyncCollectionAuth", "SyncCollections", "SyncFiles", "SyncRealtime", "SyncReleases", "SyncSchema",
+    "bind_filter", "filter_literal", "token_claims", "topic_string",
 ]

@@ -9,7 +9,7 @@ from urllib.parse import quote
 from cms_client._core import Call, Flow, ask, segment
 from cms_client.auth_store import AuthStore, token_claims
 from cms_client.errors import CmsError
-from cms_client.shapes import AuthAnswer, Message, OAuthProvider, RecoveryCodes, Token, TwoFactorSetup
+from cms_client.shapes import AuthAnswer, Message, OAuthProvider, RecoveryCodes, Session, Token, TwoFactorSetup
 
 
 def remember(store: AuthStore, answer: AuthAnswer, auth_path: str) -> AuthAnswer:
@@ -107,3 +107,51 @@ def oauth2_callback_body(provider: OAuthProvider, code: str, state: str, redirec
         raise ValueError("OAuth2 state mismatch: the redirect does not belong to this sign-in")
     return {"provider": provider["name"], "code": code, "state": state, "code_verifier": provider["code_verifier"],
             "redirect_uri": redirect_uri}
+
+
+RESET_PATH = "/api/v1/auth"
+"""Password resets of both user systems go through the admin table's endpoints (`collection` in the body)."""
+
+
+def request_password_reset(email: str, collection: str | None) -> Flow[Message]:
+    """Email a password-reset link (1 hour, single use) to `email` among the admin table's users, or `collection`'s;
+    the same answer whether or not the address exists."""
+    body: dict[str, Any] = {"email": email, **({"collection": collection} if collection else {})}
+    return (yield from message(RESET_PATH, "request-password-reset", body, auth=False))
+
+
+def confirm_password_reset(token: str, password: str, password_confirm: str | None) -> Flow[Message]:
+    """Set a new password with the emailed reset token (any user system); every session of that user is revoked.
+    CmsError 400 `token_invalid` / `token_expired`, 422 (policy, confirmation)."""
+    body: dict[str, Any] = {"token": token, "new_password": password}
+    if password_confirm is not None:
+        body["password_confirm"] = password_confirm
+    return (yield from message(RESET_PATH, "reset-password", body, auth=False))
+
+
+def list_sessions(auth_path: str) -> Flow[list[Session]]:
+    """The signed-in user's active sessions."""
+    return (yield from ask(Call[list[Session]]("GET", f"{auth_path}/sessions")))
+
+
+def revoke_session(store: AuthStore, auth_path: str, session_id: str) -> Flow[None]:
+    """Revoke one of the signed-in user's sessions; revoking the store's own clears the store."""
+    own = token_claims(store.token).get("sid") == session_id if store.token else False
+    yield from ask(Call[None]("DELETE", f"{auth_path}/sessions/{segment(session_id)}", expect="none"))
+    if own:
+        store.clear()
+
+
+def revoke_all_sessions(store: AuthStore, auth_path: str) -> Flow[None]:
+    """Revoke every session of the signed-in user, the store's own included (then the store is cleared)."""
+    yield from ask(Call[None]("DELETE", f"{auth_path}/sessions/all", expect="none"))
+    store.clear()
+
+
+def revoke_other_sessions(auth_path: str) -> Flow[int]:
+    """Revoke every session of the signed-in user but the store's own (the one `current` in the list); how many."""
+    sessions = yield from list_sessions(auth_path)
+    others = [session["id"] for session in sessions if not session["current"]]
+    for session_id in others:
+        yield from ask(Call[None]("DELETE", f"{auth_path}/sessions/{segment(session_id)}", expect="none"))
+    return len(others)

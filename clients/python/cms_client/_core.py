@@ -76,18 +76,24 @@ def auth_headers(call: Call[Any], store: AuthStore, api_key: str | None) -> dict
     return {}
 
 
-def build_request(base_url: str, call: Call[Any], store: AuthStore, api_key: str | None) -> httpx.Request:
-    """The httpx request of `call` against `base_url` (no trailing slash), with the current credentials."""
+def build_request(base_url: str, call: Call[Any], store: AuthStore, api_key: str | None,
+                  timeout_s: float | None = None) -> httpx.Request:
+    """The httpx request of `call` against `base_url` (no trailing slash), with the current credentials;
+    `timeout_s` (seconds, for each of connect, read, write and pool) replaces the HTTP client's time-out."""
     params = {key: _param(value) for key, value in (call.params or {}).items() if value is not None}
     headers = {"Accept": "application/json", **call.headers, **auth_headers(call, store, api_key)}
     if call.files is not None:
-        return httpx.Request(call.method, base_url + call.path, params=params, headers=headers,
-                             files=list(call.files.items()) if isinstance(call.files, Mapping) else list(call.files),
-                             data=dict(call.form or {}))
-    if call.json_body is not None:
-        return httpx.Request(call.method, base_url + call.path, params=params, headers=headers,
-                             json=call.json_body)
-    return httpx.Request(call.method, base_url + call.path, params=params, headers=headers)
+        request = httpx.Request(call.method, base_url + call.path, params=params, headers=headers,
+                                files=list(call.files.items()) if isinstance(call.files, Mapping)
+                                else list(call.files), data=dict(call.form or {}))
+    elif call.json_body is not None:
+        request = httpx.Request(call.method, base_url + call.path, params=params, headers=headers,
+                                json=call.json_body)
+    else:
+        request = httpx.Request(call.method, base_url + call.path, params=params, headers=headers)
+    if timeout_s is not None:
+        request.extensions["timeout"] = httpx.Timeout(timeout_s).as_dict()
+    return request
 
 
 def _param(value: str | int | bool) -> str:

@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 
 from cms_client._core import Call, FileArg, Flow, Params, ask, segment
 from cms_client.errors import BatchError, CmsError
-from cms_client.shapes import BatchAnswer, BulkDeleted, BulkUpdated, CsvImportResult, Record, RecordPage
+from cms_client.shapes import AggregatePage, BatchAnswer, BulkDeleted, BulkUpdated, CsvImportResult, Record, RecordPage
 
 FULL_LIST_PER_PAGE = 100
 """Records per request of `get_full_list` (the service's MAX_PER_PAGE)."""
@@ -25,35 +25,68 @@ def records_path(collection: str, record_id: str | None = None) -> str:
 
 def get_list(collection: str, page: int = 1, per_page: int = 30, *, filter: str | None = None,
              sort: str | None = None, search: str | None = None, expand: str | None = None,
-             fields: str | None = None, skip_total: bool = False, locale: str | None = None) -> Flow[RecordPage]:
+             fields: str | None = None, skip_total: bool = False, locale: str | None = None,
+             draft: bool = False) -> Flow[RecordPage]:
     """One page (1-based; `per_page` 1..100, more is clamped) of the records the caller may list; localized
-    fields in `locale` (with its fallbacks; `*`: objects of locale to value; None: the default locale)."""
+    fields in `locale` (with its fallbacks; `*`: objects of locale to value; None: the default locale); with
+    `draft`, the working copies of the records the caller may update (decisions.md, Drafts, versions and
+    scheduled publishing)."""
     params: Params = {"page": page, "per_page": per_page, "filter": filter, "sort": sort, "search": search,
-                      "expand": expand, "fields": fields, "skip_total": skip_total or None, "locale": locale}
+                      "expand": expand, "fields": fields, "skip_total": skip_total or None, "locale": locale,
+                      "draft": draft or None}
     return (yield from ask(Call[RecordPage]("GET", records_path(collection), params=params)))
 
 
 def get_full_list(collection: str, *, filter: str | None = None, sort: str | None = None,
                   search: str | None = None, expand: str | None = None, fields: str | None = None,
-                  per_page: int = FULL_LIST_PER_PAGE, locale: str | None = None) -> Flow[list[Record]]:
+                  per_page: int = FULL_LIST_PER_PAGE, locale: str | None = None,
+                  draft: bool = False) -> Flow[list[Record]]:
     """Every matching record, paging through (`per_page` per request, no counting) until a short page."""
     records: list[Record] = []
     page = 1
     while True:
         answer = yield from get_list(collection, page, per_page, filter=filter, sort=sort, search=search,
-                                     expand=expand, fields=fields, skip_total=True, locale=locale)
+                                     expand=expand, fields=fields, skip_total=True, locale=locale, draft=draft)
         records.extend(answer["items"])
         if len(answer["items"]) < answer["per_page"]:
             return records
         page += 1
 
 
+def get_first_list_item(collection: str, filter: str, *, sort: str | None = None, expand: str | None = None,
+                        fields: str | None = None, locale: str | None = None, draft: bool = False) -> Flow[Record]:
+    """The first record `filter` matches (in `sort` order). CmsError 404 `not_found` when none does (as a view
+    of a missing record answers)."""
+    answer = yield from get_list(collection, 1, 1, filter=filter, sort=sort, expand=expand, fields=fields,
+                                 skip_total=True, locale=locale, draft=draft)
+    if not answer["items"]:
+        raise CmsError(404, "not_found", f"No record of {collection} matches the filter")
+    return answer["items"][0]
+
+
 def get_one(collection: str, record_id: str, *, expand: str | None = None,
-            fields: str | None = None, locale: str | None = None) -> Flow[Record]:
-    """The record `record_id` (localized fields in `locale`, as `get_list`). CmsError 404 when it does not exist
-    or the view rule hides it."""
-    params: Params = {"expand": expand, "fields": fields, "locale": locale}
+            fields: str | None = None, locale: str | None = None, draft: bool = False) -> Flow[Record]:
+    """The record `record_id` (localized fields in `locale`, as `get_list`; `draft`: its working copy, 403 without
+    the update right). CmsError 404 when it does not exist or the view rule hides it."""
+    params: Params = {"expand": expand, "fields": fields, "locale": locale, "draft": draft or None}
     return (yield from ask(Call[Record]("GET", records_path(collection, record_id), params=params)))
+
+
+def aggregate(collection: str, *, group_by: str | Sequence[str] | None = None,
+              aggregates: str | Sequence[str] | None = None, filter: str | None = None, sort: str | None = None,
+              page: int = 1, per_page: int = 30) -> Flow[AggregatePage]:
+    """Groups of the records a list shows the caller (decisions.md, Aggregation and view collections): `group_by`
+    fields (`placed:month` buckets a date), `aggregates` such as `count()`, `sum(views)`; a list is joined with
+    commas. `{items: [{key, count, sum_views, ...}], total (groups), page, per_page}`. CmsError 400
+    `invalid_filter` (an unknown field or function, a non-numeric field in sum/avg)."""
+    params: Params = {"group_by": _joined(group_by), "aggregates": _joined(aggregates), "filter": filter,
+                      "sort": sort, "page": page, "per_page": per_page}
+    path = f"/api/v1/collections/{segment(collection)}/aggregate"
+    return (yield from ask(Call[AggregatePage]("GET", path, params=params)))
+
+
+def _joined(value: str | Sequence[str] | None) -> str | None:
+    return value if value is None or isinstance(value, str) else ",".join(value)
 
 
 RecordFiles = Mapping[str, FileArg | Sequence[FileArg]]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import urlencode
 
 from cms_client._core import Call, Flow, ask, segment
-from cms_client.shapes import ApiKey, ApiKeyCreated, Collection, File, FileToken
+from cms_client.shapes import ApiKey, ApiKeyCreated, Collection, File, FileToken, Record, SchemaDiff, SchemaSnapshot
 
 
 def collections_list() -> Flow[list[Collection]]:
@@ -43,6 +44,17 @@ def files_path(file_id: str) -> str:
     return f"/api/v1/files/{segment(file_id)}"
 
 
+def files_url(base_url: str, record: Record | None, file_id: str, *, thumb: str | None = None,
+              format: str | None = None, token: str | None = None) -> str:
+    """The absolute URL of a file of `record` (files are addressed by id; `record` only names whose file it is,
+    as the JS client's `getURL(record, fileId)`): `thumb` (`100x100` or a size of the field's `thumbs`), `format`
+    (`webp`, `avif`, `png`, `jpeg`), `token` (a file token: a protected field's file without headers). Makes no
+    request."""
+    del record  # the URL does not depend on it
+    query = {key: value for key, value in (("thumb", thumb), ("format", format), ("token", token)) if value}
+    return base_url + files_path(file_id) + ("?" + urlencode(query) if query else "")
+
+
 def files_download(file_id: str) -> Flow[bytes]:
     """A file's bytes (visible like its record)."""
     return (yield from ask(Call[bytes]("GET", files_path(file_id), headers={"Accept": "*/*"}, expect="bytes")))
@@ -75,6 +87,28 @@ def realtime_subscribe(client_id: str, topics: Sequence[str]) -> Flow[None]:
     """Set the realtime client's subscriptions (replacing the previous set) with the caller's credentials (204)."""
     body = {"client_id": client_id, "subscriptions": list(topics)}
     return (yield from ask(Call[None]("POST", "/api/v1/realtime", json_body=body, expect="none")))
+
+
+def schema_export() -> Flow[SchemaSnapshot]:
+    """The schema snapshot (admins): `{format, hash, collections}` (decisions.md, Schema as code)."""
+    return (yield from ask(Call[SchemaSnapshot]("GET", "/api/v1/schema")))
+
+
+def schema_diff(snapshot: Mapping[str, Any]) -> Flow[SchemaDiff]:
+    """The changes `snapshot` would make: `{hash (the current one), changes: [{op, collection, field, from, to,
+    data_loss}]}`."""
+    return (yield from ask(Call[SchemaDiff]("POST", "/api/v1/schema/diff", json_body=dict(snapshot))))
+
+
+def schema_apply(snapshot: Mapping[str, Any], hash: str | None = None,
+                 allow_data_loss: bool = False) -> Flow[SchemaSnapshot]:
+    """Apply `snapshot`, all or nothing, against `hash` (a diff's; None: diff first and use the current hash, which
+    gives up the check that nobody changed the schema since you looked); the new snapshot. CmsError 409
+    `conflict` (the hash is not current), 422 (changes losing data without `allow_data_loss`, a bad snapshot)."""
+    if hash is None:
+        hash = (yield from schema_diff(snapshot))["hash"]
+    body = {"hash": hash, "snapshot": dict(snapshot), "allow_data_loss": allow_data_loss}
+    return (yield from ask(Call[SchemaSnapshot]("POST", "/api/v1/schema/apply", json_body=body)))
 
 
 def health() -> Flow[dict[str, Any]]:

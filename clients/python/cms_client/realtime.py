@@ -1,7 +1,8 @@
 """Realtime for the async client (decisions.md, Realtime): one server-sent event stream (httpx-sse) per client,
 subscriptions posted with the client's credentials, resume with `Last-Event-ID` after a drop (backoff 0.1 s
 doubling to 5 s), subscriptions re-posted when the service knows the client under a new id or the
-credentials change (a refresh, a login, a logout), and `resync` handed to `on_resync` listeners.
+credentials change (a refresh, a login, a logout), and `resync` handed to `on_resync` listeners. The blocking
+client's `SyncRealtime` runs the same `AsyncRealtime` on an event loop of its own thread.
 
 The service binds a client id to the principal of its first POST with credentials and refuses (403 `forbidden`)
 a POST of anyone else, anonymous included. When a re-post after a login as another user or a logout is refused,
@@ -14,21 +15,21 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, Protocol, TypedDict, TypeVar
 from urllib.parse import quote, urlencode
 
 import httpx
 from httpx_sse import EventSource, ServerSentEvent
 
 from cms_client import _resources
-from cms_client._core import Call, build_request, error_from
+from cms_client._core import Call, Flow, build_request, error_from
 from cms_client.auth_store import AuthStore
 from cms_client.errors import CmsError, CmsNetworkError
 
-if TYPE_CHECKING:
-    from cms_client._async import AsyncTransport
+T = TypeVar("T")
 
 log = logging.getLogger("cms_client.realtime")
 
@@ -45,10 +46,38 @@ SEEN_IDS = 10_000
 
 
 class RealtimeEvent(TypedDict):
-    """One record event: `action` (`create`, `update`, `delete`) and the `record` as the subscriber may see it."""
+    """One record event, the same in both clients: the `topic` as subscribed (`posts/*?filter=...`), the event
+    `id` (increasing per stream), `action` (`create`, `update`, `delete`) and the `record` as the subscriber may
+    see it."""
 
+    topic: str
+    id: str
     action: str
     record: dict[str, Any]
+
+
+class RealtimeTransport(Protocol):
+    """What realtime needs of a client: its URL, auth store, an `httpx.AsyncClient` for the stream and a way to
+    run a flow (the subscription POST) with the client's credentials and refresh."""
+
+    base_url: str
+    store: AuthStore
+    http: httpx.AsyncClient
+
+    async def run(self, flow: Flow[T], timeout: float | None = None) -> T:
+        """Drive `flow` to its result."""
+        ...
+
+
+class BlockingTransport(Protocol):
+    """What the blocking client's transport offers realtime (`SyncTransport`)."""
+
+    base_url: str
+    store: AuthStore
+
+    def run(self, flow: Flow[T], timeout: float | None = None) -> T:
+        """Drive `flow` to its result."""
+        ...
 
 
 Callback = Callable[[RealtimeEvent], Awaitable[None] | None]
@@ -70,7 +99,7 @@ class AsyncRealtime:
     """`client.realtime`: subscribe callbacks to topics over one stream, opened on the first subscription and
     closed with the last `unsubscribe` (or `close`)."""
 
-    def __init__(self, transport: AsyncTransport) -> None:
+    def __init__(self, transport: RealtimeTransport) -> None:
         self._t = transport
         self._callbacks: dict[str, list[Callback]] = {}
         self._resync_listeners: list[ResyncListener] = []
@@ -85,7 +114,7 @@ class AsyncRealtime:
         """The client id was dropped for another principal's: tell `on_resync` once the new set is in force."""
         self._background: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
-        transport.store.on_change(self._credentials_changed)
+        self._stop_listening = transport.store.on_change(self._credentials_changed)
 
     @property
     def client_id(self) -> str | None:
@@ -111,6 +140,17 @@ class AsyncRealtime:
             await self._remove(key, callback)
 
         return unsubscribe
+
+    async def unsubscribe(self, topic: str | None = None) -> None:
+        """Drop every callback of `topic`, as subscribed (`posts/*?filter=...`) or by its bare topic (`posts/*`
+        drops it with every filter); None: every topic. The stream closes with the last one."""
+        if topic is not None:
+            for key in [key for key in self._callbacks if topic in (key, key.split("?", 1)[0])]:
+                self._callbacks.pop(key, None)
+        if topic is None or not self._callbacks:
+            await self.close()
+        elif self._connected.is_set():
+            await self._post_subscriptions()
 
     def on_resync(self, listener: ResyncListener) -> Callable[[], None]:
         """Call `listener()` when the service sends `resync` (events were missed and cannot be replayed: reload
@@ -264,7 +304,9 @@ class AsyncRealtime:
             for listener in list(self._resync_listeners):
                 await _call(listener)
         else:
-            payload: RealtimeEvent = event.json()
+            data = event.json()
+            payload: RealtimeEvent = {"topic": event.event, "id": event.id, "action": data["action"],
+                                      "record": data["record"]}
             for callback in list(self._callbacks.get(event.event, [])):
                 await _call(callback, payload)
 
@@ -277,3 +319,101 @@ async def _call(function: Callable[..., Awaitable[None] | None], *args: Any) -> 
             await result
     except Exception:
         log.exception("realtime: a callback failed")
+
+
+async def _awaited(work: Awaitable[T]) -> T:
+    return await work
+
+
+class _ThreadedTransport:
+    """A `RealtimeTransport` over the blocking client's transport: the subscription POST runs in a worker thread
+    through it, so refreshes stay one at a time (its lock) whichever thread asks."""
+
+    def __init__(self, blocking: BlockingTransport, http: httpx.AsyncClient) -> None:
+        self._blocking = blocking
+        self.base_url = blocking.base_url
+        self.store = blocking.store
+        self.http = http
+
+    async def run(self, flow: Flow[T], timeout: float | None = None) -> T:
+        """Drive `flow` in a worker thread with the blocking transport."""
+        return await asyncio.to_thread(self._blocking.run, flow, timeout)
+
+
+class SyncRealtime:
+    """`client.realtime` of the blocking client: the `AsyncRealtime` protocol run on an event loop in a daemon
+    thread (`cms-client-realtime`), started by the first `subscribe` and stopped by `close`. Callbacks run in
+    that thread: keep them short (hand events to a `queue.Queue`), and do not call realtime from them
+    (RuntimeError)."""
+
+    def __init__(self, transport: BlockingTransport) -> None:
+        self._blocking = transport
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._realtime: AsyncRealtime | None = None
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def client_id(self) -> str | None:
+        """The id the service knows this client by (None before the first `connect`)."""
+        return self._realtime.client_id if self._realtime is not None else None
+
+    def subscribe(self, topic: str, callback: Callable[[RealtimeEvent], None], *, filter: str | None = None,
+                  expand: str | None = None, fields: str | None = None) -> Callable[[], None]:
+        """Call `callback(event)` (in the realtime thread) for each event of `topic`, as `AsyncRealtime.subscribe`:
+        returns once the subscription is in force; the returned function unsubscribes. CmsError 422,
+        CmsNetworkError (no stream within 30 s)."""
+        realtime = self._start()
+        unsubscribe = self._wait(realtime.subscribe(topic, callback, filter=filter, expand=expand, fields=fields))
+
+        def stop() -> None:
+            if self._realtime is realtime:  # after `close`, nothing is left to stop
+                self._wait(unsubscribe())
+
+        return stop
+
+    def unsubscribe(self, topic: str | None = None) -> None:
+        """Drop every callback of `topic` (see `AsyncRealtime.unsubscribe`); None: every topic."""
+        if self._realtime is not None:
+            self._wait(self._realtime.unsubscribe(topic))
+
+    def on_resync(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call `listener()` (in the realtime thread) when events were missed or the principal changed (see
+        `AsyncRealtime.on_resync`) until `close`; returns the function that stops it."""
+        return self._start().on_resync(listener)
+
+    def close(self) -> None:
+        """Close the stream, forget every subscription and stop the thread."""
+        with self._lock:
+            realtime, loop, thread, http = self._realtime, self._loop, self._thread, self._http
+            self._realtime = self._loop = self._thread = self._http = None
+        if realtime is None or loop is None or thread is None or http is None:
+            return
+        realtime._stop_listening()
+        asyncio.run_coroutine_threadsafe(realtime.close(), loop).result()
+        asyncio.run_coroutine_threadsafe(http.aclose(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
+    def _start(self) -> AsyncRealtime:
+        with self._lock:
+            if self._realtime is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="cms-client-realtime", daemon=True)
+                thread.start()
+                http = httpx.AsyncClient()
+                realtime = AsyncRealtime(_ThreadedTransport(self._blocking, http))
+                self._loop, self._thread, self._http, self._realtime = loop, thread, http, realtime
+            return self._realtime
+
+    def _wait(self, work: Awaitable[T]) -> T:
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or threading.current_thread() is thread:
+            if inspect.iscoroutine(work):
+                work.close()
+            if loop is None or thread is None:
+                raise CmsNetworkError("realtime is closed")
+            raise RuntimeError("realtime: call subscribe/unsubscribe from another thread than its callbacks'")
+        return asyncio.run_coroutine_threadsafe(_awaited(work), loop).result()

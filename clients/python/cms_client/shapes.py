@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Any, TypeAlias, TypedDict
 
 from cms_client._generated.models import (
+    AggregateGroup,
+    AggregatePage,
     ApiKey,
     ApiKeyCreated,
     BatchAnswer,
@@ -23,7 +25,11 @@ from cms_client._generated.models import (
     LoginResponse,
     Message,
     OAuthProvider,
+    RecordVersion,
+    RecordVersionPage,
     RecoveryCodes,
+    SchemaDiff,
+    SchemaSnapshot,
     Session,
     Token,
     TwoFactorSetup,
@@ -36,6 +42,11 @@ AuthAnswer: TypeAlias = LoginResponse | CollectionLoginResponse
 """A login's answer (`{user, token, message, requires_2fa, mfa_token?}`), of either user system."""
 
 
+Release: TypeAlias = dict[str, Any]
+"""A release (decisions.md, Drafts, versions and scheduled publishing): `{id, name, items: [{collection, record_id}],
+...}` as the service answers it."""
+
+
 class RecordPage(TypedDict):
     """One page of records: `items` in order, `total` matches (-1 with `skip_total`), 1-based `page`, `per_page`."""
 
@@ -46,8 +57,10 @@ class RecordPage(TypedDict):
 
 
 __all__ = [
-    "ApiKey", "ApiKeyCreated", "AuthAnswer", "BatchAnswer", "BulkDeleted", "BulkUpdated", "Collection",
+    "AggregateGroup", "AggregatePage", "ApiKey", "ApiKeyCreated", "AuthAnswer", "BatchAnswer", "BulkDeleted",
+    "BulkUpdated", "Collection",
     "CollectionLoginResponse", "CsvImportResult", "File", "FileToken",
     "LoginResponse", "Message", "OAuthProvider", "Record",
-    "RecordPage", "RecoveryCodes", "Session", "Token", "TwoFactorSetup",
+    "RecordPage", "RecordVersion", "RecordVersionPage", "RecoveryCodes", "Release", "SchemaDiff", "SchemaSnapshot",
+    "Session", "Token", "TwoFactorSetup",
 ]

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import threading
+from pathlib import Path
 from typing import get_type_hints
 
 import httpx
@@ -13,6 +15,9 @@ import cms_client
 from cms_client import CmsClient, CmsError
 from cms_client._generated import models
 from cms_client.shapes import RecordPage
+
+PACKAGE = Path(cms_client.__file__).resolve().parent
+SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
 
 
 def test_sync_client_records_batch_and_errors(service: Service, blog: Blog) -> None:
@@ -72,9 +77,26 @@ def _public_methods(cls: type) -> dict[str, list[str]]:
     (cms_client.AsyncCollections, cms_client.SyncCollections),
     (cms_client.AsyncFiles, cms_client.SyncFiles),
     (cms_client.AsyncApiKeys, cms_client.SyncApiKeys),
-], ids=["collection", "auth", "collection_auth", "batch", "collections", "files", "api_keys"])
+    (cms_client.AsyncReleases, cms_client.SyncReleases),
+    (cms_client.AsyncSchema, cms_client.SyncSchema),
+    (cms_client.AsyncRealtime, cms_client.SyncRealtime),
+], ids=["collection", "auth", "collection_auth", "batch", "collections", "files", "api_keys", "releases", "schema",
+        "realtime"])
 def test_sync_classes_mirror_the_async_ones(async_cls: type, sync_cls: type) -> None:
     assert _public_methods(sync_cls) == _public_methods(async_cls)
+
+
+def test_committed_sync_module_is_the_rewrite_of_the_async_one() -> None:
+    """`_sync.py` is generated (scripts/unasync_client.py): a hand edit, or an `_async.py` change without
+    regenerating, fails here."""
+    spec = importlib.util.spec_from_file_location("unasync_client", SCRIPTS / "unasync_client.py")
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    source = (PACKAGE / "_async.py").read_text()
+    assert (PACKAGE / "_sync.py").read_text() == generator.unasync(source), \
+        "run `python scripts/unasync_client.py` and commit cms_client/_sync.py"
+    assert "await " not in generator.unasync(source) and "async def" not in generator.unasync(source)
 
 
 def test_client_classes_mirror_each_other() -> None:
@@ -96,7 +118,7 @@ async def test_client_objects_mirror_each_other_and_the_js_surface() -> None:
     async with cms_client.AsyncCmsClient("http://127.0.0.1:9") as async_client:
         with CmsClient("http://127.0.0.1:9") as sync_client:
             async_attributes = _public_attributes(async_client)
-            assert async_attributes.pop("realtime") == "Realtime"  # realtime is async-only
+            assert async_attributes["realtime"] == "Realtime" and async_attributes["releases"] == "Releases"
             assert async_attributes == _public_attributes(sync_client)
             assert async_attributes["auth"] == "Auth" and "admins" not in async_attributes
             for collection in (async_client.collection("members"), sync_client.collection("members")):
