@@ -9,7 +9,9 @@ and stopped after. It is kept as `docs/api/openapi.json` (the docs site's API re
 it), and each client's generator (issue 29; well-kept generators, not ours) reads that file:
 
 - `clients/js/src/generated/openapi.ts` by openapi-typescript (`clients/js` needs `npm ci` first);
-- `clients/python/cms_client/_generated/models.py` by datamodel-code-generator.
+- `clients/python/cms_client/_generated/models.py` by datamodel-code-generator;
+- `clients/python/cms_client/_sync.py`, the blocking client, rewritten from `_async.py` by
+  `scripts/unasync_client.py` (no service needed; checked here too).
 
 `check` regenerates into a temporary directory and compares byte for byte, so a changed route,
 schema or generator version fails CI (`.ci/run`) until `generate` is run and the result committed.
@@ -31,6 +33,8 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import unasync_client  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENT = Path("docs/api/openapi.json")
@@ -137,6 +141,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["generate", "check"])
     command = parser.parse_args().command
+    sync_fresh = unasync_client.unasync(unasync_client.SOURCE.read_text())
+    if command == "generate":
+        unasync_client.TARGET.write_text(sync_fresh)
+        print(f"wrote {unasync_client.TARGET.relative_to(ROOT)}")
+    elif unasync_client.TARGET.read_text() != sync_fresh:
+        print("drift: clients/python/cms_client/_sync.py is not the rewrite of _async.py "
+              "(run: python scripts/unasync_client.py)")
+        return 1
     with service_url() as url:
         document_bytes = fetch_document(url)
     if command == "generate":

@@ -155,6 +155,21 @@ def emailed_code(service: Service, email: str, since: int, timeout_s: float = 20
     return str(wait_for(find, timeout_s, f"an email to {email} in the server log"))
 
 
+def emailed_token(service: Service, email: str, since: int, timeout_s: float = 20.0) -> str:
+    """The `token` of the link in the latest email to `email` the server logged after byte `since` of its log
+    (a verification, password-reset or email-change link)."""
+    if service.log_path is None:
+        pytest.skip("reading emailed links needs the run's own server (its log)")
+
+    def find() -> str | None:
+        text = service.log_text()[since:]
+        at = text.rfind(f"to={email} ")
+        match = re.search(r"[?&]token=([A-Za-z0-9_\-.]+)", text[at:]) if at >= 0 else None
+        return match.group(1) if match else None
+
+    return str(wait_for(find, timeout_s, f"an emailed link to {email} in the server log"))
+
+
 @dataclass
 class Blog:
     """Two related collections made for the run: `authors` {name} and `posts` {title, views, author -> authors}."""

@@ -27,7 +27,8 @@ HOSTILE = [
 
 
 def test_filter_writes_the_grammar_literals() -> None:
-    assert bind_filter("title = {:t} && views > {:n}", {"t": 'say "hi"', "n": 10}) == 'title = "say \\"hi\\"" && views > 10'
+    bound = bind_filter("title = {:t} && views > {:n}", {"t": 'say "hi"', "n": 10})
+    assert bound == 'title = "say \\"hi\\"" && views > 10'
     assert bind_filter("a = {:a} && b = {:b} && c = {:c} && d = {:d}", {"a": True, "b": None, "c": 2.5, "d": -0.0}) \
         == "a = true && b = null && c = 2.5 && d = 0"
     moment = datetime(2026, 1, 2, 4, 5, 6, tzinfo=timezone(timedelta(hours=1)))

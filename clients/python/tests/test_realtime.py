@@ -234,3 +234,36 @@ async def test_a_login_as_another_user_and_a_logout_move_the_subscriptions_to_a_
         assert await round_of("3") == ["3 all"]
         assert 403 in answers  # the service refused a re-post on the old client id
     await http.aclose()
+
+
+async def test_events_carry_topic_and_id_and_unsubscribe_by_topic(service: Service, blog: Blog) -> None:
+    """An event is `{topic, id, action, record}`; `unsubscribe(topic)` drops that topic (with every filter) and
+    keeps the others; `unsubscribe()` drops all and closes the stream."""
+    tag = unique("unsub")
+    async with AsyncCmsClient(service.url) as writer, AsyncCmsClient(service.url) as client:
+        await writer.auth.auth_with_password(service.admin_email, service.admin_password)
+        posts: list[RealtimeEvent] = []
+        filtered: list[RealtimeEvent] = []
+        authors: list[RealtimeEvent] = []
+        await client.realtime.subscribe(f"{blog.posts}/*", posts.append)
+        await client.realtime.subscribe(f"{blog.posts}/*", filtered.append, filter=f'title~"{tag}"')
+        await client.realtime.subscribe(f"{blog.authors}/*", authors.append)
+        post = await writer.collection(blog.posts).create({"title": f"{tag} 1"})
+        await eventually(lambda: len(posts) == 1 and len(filtered) == 1)
+        assert set(posts[0]) == {"topic", "id", "action", "record"}
+        assert posts[0]["topic"] == f"{blog.posts}/*" and posts[0]["action"] == "create"
+        assert posts[0]["record"]["id"] == post["id"] and posts[0]["id"]
+        assert filtered[0]["topic"] == topic_string(f"{blog.posts}/*", filter=f'title~"{tag}"')
+
+        await client.realtime.unsubscribe(f"{blog.posts}/*")
+        await writer.collection(blog.posts).create({"title": f"{tag} 2"})
+        author = await writer.collection(blog.authors).create({"name": tag})
+        await eventually(lambda: len(authors) == 1)
+        assert authors[0]["record"]["id"] == author["id"]
+        assert len(posts) == 1 and len(filtered) == 1  # the posts' event came before the author's, had it come
+
+        await client.realtime.unsubscribe()
+        assert client.realtime.client_id is None
+        await writer.collection(blog.authors).create({"name": f"{tag} after"})
+        await asyncio.sleep(0.5)
+        assert len(authors) == 1

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import queue
 import threading
 from pathlib import Path
 from typing import get_type_hints
@@ -12,7 +13,7 @@ from conftest import Blog, Service, unique
 from test_auth import expired_copy
 
 import cms_client
-from cms_client import CmsClient, CmsError
+from cms_client import CmsClient, CmsError, RealtimeEvent
 from cms_client._generated import models
 from cms_client.shapes import RecordPage
 
@@ -130,3 +131,31 @@ async def test_client_objects_mirror_each_other_and_the_js_surface() -> None:
 
 def test_record_page_has_the_generated_keys() -> None:
     assert set(get_type_hints(RecordPage)) == set(get_type_hints(models.RecordPage))
+
+
+def test_sync_realtime_calls_back_in_its_thread_and_unsubscribes(service: Service, blog: Blog) -> None:
+    tag = unique("sync live")
+    events: queue.Queue[RealtimeEvent] = queue.Queue()
+    threads: list[str] = []
+
+    def on_event(event: RealtimeEvent) -> None:
+        threads.append(threading.current_thread().name)
+        events.put(event)
+
+    with CmsClient(service.url) as writer, CmsClient(service.url) as client:
+        writer.auth.auth_with_password(service.admin_email, service.admin_password)
+        client.auth.auth_with_password(service.admin_email, service.admin_password)
+        unsubscribe = client.realtime.subscribe(f"{blog.posts}/*", on_event, filter=f'title~"{tag}"')
+        assert client.realtime.client_id
+        post = writer.collection(blog.posts).create({"title": f"{tag} one"})
+        writer.collection(blog.posts).update(post["id"], {"views": 2})
+        first, second = events.get(timeout=15), events.get(timeout=15)
+        assert [first["action"], second["action"]] == ["create", "update"]
+        assert first["record"]["id"] == post["id"] and second["id"] != first["id"]
+        assert first["topic"].startswith(f"{blog.posts}/*?filter=")
+        assert set(threads) == {"cms-client-realtime"}
+        unsubscribe()
+        writer.collection(blog.posts).create({"title": f"{tag} after"})
+        with pytest.raises(queue.Empty):
+            events.get(timeout=1.0)
+    assert not any(thread.name == "cms-client-realtime" for thread in threading.enumerate())
