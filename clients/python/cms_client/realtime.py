@@ -393,6 +393,7 @@ class SyncRealtime:
         realtime._stop_listening()
         asyncio.run_coroutine_threadsafe(realtime.close(), loop).result()
         asyncio.run_coroutine_threadsafe(http.aclose(), loop).result()
+        asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop).result()  # to_thread's workers
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
