@@ -44,13 +44,14 @@ def files_path(file_id: str) -> str:
     return f"/api/v1/files/{segment(file_id)}"
 
 
-def files_url(base_url: str, record: Record | None, file_id: str, *, thumb: str | None = None,
+def files_url(base_url: str, record: Record | None, file_id: str | None, *, thumb: str | None = None,
               format: str | None = None, token: str | None = None) -> str:
-    """The absolute URL of a file of `record` (files are addressed by id; `record` only names whose file it is,
-    as the JS client's `getURL(record, fileId)`): `thumb` (`100x100` or a size of the field's `thumbs`), `format`
-    (`webp`, `avif`, `png`, `jpeg`), `token` (a file token: a protected field's file without headers). Makes no
-    request."""
-    del record  # the URL does not depend on it
+    """The absolute URL of file `file_id` of `record` (an id its file field holds): `thumb` (`100x100` or a size
+    of the field's `thumbs`), `format` (`webp`, `avif`, `png`, `jpeg`), `token` (a file token: a protected field's
+    file without headers). `""` when `record` or `file_id` is missing (a field without a file), as the JS
+    client's `getURL`. Makes no request."""
+    if not record or not file_id:
+        return ""
     query = {key: value for key, value in (("thumb", thumb), ("format", format), ("token", token)) if value}
     return base_url + files_path(file_id) + ("?" + urlencode(query) if query else "")
 

@@ -443,10 +443,11 @@ class SyncFiles:
         """The absolute URL of a file's bytes (send credentials with it when its record is not public)."""
         return self._t.base_url + _resources.files_path(file_id)
 
-    def get_url(self, record: Record | None, file_id: str, *, thumb: str | None = None, format: str | None = None,
-                token: str | None = None) -> str:
+    def get_url(self, record: Record | None, file_id: str | None, *, thumb: str | None = None,
+                format: str | None = None, token: str | None = None) -> str:
         """The absolute URL of a file of `record`, a thumbnail of it (`thumb`, `format`), with a file token
-        (`token`) for a protected field's file; makes no request (see `_resources.files_url`)."""
+        (`token`) for a protected field's file; `""` for a missing record or file; makes no request (see
+        `_resources.files_url`)."""
         return _resources.files_url(self._t.base_url, record, file_id, thumb=thumb, format=format, token=token)
 
     def download(self, file_id: str, *, timeout: float | None = None) -> bytes:

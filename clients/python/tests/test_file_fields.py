@@ -67,4 +67,5 @@ async def test_get_url_thumbnail_and_protected_file_token(service: Service) -> N
     with CmsClient(service.url) as sync_client:
         sync_client.auth.auth_with_password(service.admin_email, service.admin_password)
         sync_token = sync_client.files.get_token()
-        assert httpx.get(sync_client.files.get_url(None, record["contract"], token=sync_token)).content == b"signed"
+        assert httpx.get(sync_client.files.get_url(record, record["contract"], token=sync_token)).content == b"signed"
+        assert sync_client.files.get_url(record, None) == "" == sync_client.files.get_url(None, record["contract"])
