@@ -58,7 +58,7 @@ async def test_files_upload_url_download_delete(service: Service, blog: Blog) ->
         assert (uploaded["size"], uploaded["filename"], uploaded["record_id"]) == (11, "hello.txt", post["id"])
         assert await client.files.download(uploaded["id"]) == b"hello bytes"
         url = client.files.url(uploaded["id"])
-        assert httpx.get(url).content == b"hello bytes"  # the posts collection is public to read
+        assert httpx.get(url, timeout=30).content == b"hello bytes"  # the posts collection is public to read
         await client.files.delete(uploaded["id"])
         with pytest.raises(CmsError) as caught:
             await client.files.download(uploaded["id"])
@@ -112,9 +112,10 @@ async def test_records_are_written_with_their_files_and_a_protected_one_needs_a_
         loose = await client.files.upload(name, album["id"], b"four", "4.txt", "text/plain", field="pages")
         assert loose["field"] == "pages"
         url = client.files.url(second)
-        assert httpx.get(url).status_code == 404  # protected: a file token is needed
+        assert httpx.get(url, timeout=30).status_code == 404  # protected: a file token is needed
         token = await client.files.token()
         assert set(token) == {"token", "expires"}
-        assert httpx.get(url, params={"token": token["token"]}).content == b"two"
-        thumb = httpx.get(client.files.url(album["cover"]), params={"thumb": "100x100", "format": "webp"})
+        assert httpx.get(url, params={"token": token["token"]}, timeout=30).content == b"two"
+        thumb = httpx.get(client.files.url(album["cover"]), params={"thumb": "100x100", "format": "webp"},
+                          timeout=30)
         assert thumb.status_code == 200 and thumb.headers["content-type"] == "image/webp"
