@@ -37,6 +37,8 @@ from cms_client.shapes import (
     RecordVersionPage,
     RecoveryCodes,
     Release,
+    ReleaseItemInput,
+    ReleasePage,
     SchemaDiff,
     SchemaSnapshot,
     Session,
@@ -484,15 +486,15 @@ class AsyncReleases:
     def __init__(self, transport: AsyncTransport) -> None:
         self._t = transport
 
-    async def list(self, *, timeout: float | None = None) -> list[Release]:
-        """Every release."""
-        return await self._t.run(_drafts.releases_list(), timeout)
+    async def list(self, page: int = 1, per_page: int = 30, *, timeout: float | None = None) -> ReleasePage:
+        """One page of releases, newest first: `{items, total, page, per_page}`."""
+        return await self._t.run(_drafts.releases_list(page, per_page), timeout)
 
     async def get_one(self, release_id: str, *, timeout: float | None = None) -> Release:
         """One release."""
         return await self._t.run(_drafts.releases_get_one(release_id), timeout)
 
-    async def create(self, name: str, items: Sequence[Mapping[str, str]], *,
+    async def create(self, name: str, items: Sequence[ReleaseItemInput], *,
                      timeout: float | None = None) -> Release:
         """Create a release of `items` (`{collection, record_id}`)."""
         return await self._t.run(_drafts.releases_create(name, items), timeout)

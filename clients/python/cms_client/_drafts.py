@@ -9,7 +9,7 @@ from typing import Any
 
 from cms_client._core import Call, Flow, Params, ask, segment
 from cms_client._records import records_path
-from cms_client.shapes import Record, RecordVersion, RecordVersionPage, Release
+from cms_client.shapes import Record, RecordVersion, RecordVersionPage, Release, ReleaseItemInput, ReleasePage
 
 RELEASES_PATH = "/api/v1/releases"
 """The releases resource (admins)."""
@@ -79,9 +79,10 @@ def release_path(release_id: str | None = None) -> str:
     return RELEASES_PATH if release_id is None else f"{RELEASES_PATH}/{segment(release_id)}"
 
 
-def releases_list() -> Flow[list[Release]]:
-    """Every release (admins)."""
-    return (yield from ask(Call[list[Release]]("GET", release_path())))
+def releases_list(page: int = 1, per_page: int = 30) -> Flow[ReleasePage]:
+    """One page of releases, newest first (admins): `{items, total, page, per_page}`."""
+    params: Params = {"page": page, "per_page": per_page}
+    return (yield from ask(Call[ReleasePage]("GET", release_path(), params=params)))
 
 
 def releases_get_one(release_id: str) -> Flow[Release]:
@@ -89,14 +90,15 @@ def releases_get_one(release_id: str) -> Flow[Release]:
     return (yield from ask(Call[Release]("GET", release_path(release_id))))
 
 
-def releases_create(name: str, items: Sequence[Mapping[str, str]]) -> Flow[Release]:
-    """Create a release of `items` (`{collection, record_id}`, at most 1,000, collections with drafts)."""
+def releases_create(name: str, items: Sequence[ReleaseItemInput]) -> Flow[Release]:
+    """Create a release (`pending`) of `items` (`{collection, record_id}`, at most 1,000, collections with drafts):
+    201 and the release. CmsError 422 naming `items.<index>`."""
     body = {"name": name, "items": [dict(item) for item in items]}
     return (yield from ask(Call[Release]("POST", release_path(), json_body=body)))
 
 
 def releases_update(release_id: str, changes: Mapping[str, Any]) -> Flow[Release]:
-    """Change a release (`name`, `items`); the release after."""
+    """Rename a release or replace its items (`{name?, items?}`); the release after. CmsError 409 once published."""
     return (yield from ask(Call[Release]("PATCH", release_path(release_id), json_body=dict(changes))))
 
 
@@ -106,12 +108,12 @@ def releases_delete(release_id: str) -> Flow[None]:
 
 
 def releases_publish(release_id: str, at: When | None = None) -> Flow[Release]:
-    """Publish every item's working copy at once, all or nothing (CmsError 422 naming `items.<index>`), or
-    schedule that for `at`; the release after."""
+    """Publish every item's working copy at once, all or nothing (CmsError 422 naming `items.<index>`; 409 once
+    published), or schedule that for `at` (`scheduled`); the release after."""
     return (yield from ask(Call[Release]("POST", release_path(release_id) + "/publish",
                                          json_body=_at_body(at) or {})))
 
 
 def releases_cancel_schedule(release_id: str) -> Flow[None]:
-    """Cancel the release's scheduled publish (204)."""
+    """Cancel the release's scheduled publish (204). CmsError 404 when none is pending."""
     return (yield from ask(Call[None]("DELETE", release_path(release_id) + "/schedule", expect="none")))

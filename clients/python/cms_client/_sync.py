@@ -38,6 +38,8 @@ from cms_client.shapes import (
     RecordVersionPage,
     RecoveryCodes,
     Release,
+    ReleaseItemInput,
+    ReleasePage,
     SchemaDiff,
     SchemaSnapshot,
     Session,
@@ -485,15 +487,15 @@ class SyncReleases:
     def __init__(self, transport: SyncTransport) -> None:
         self._t = transport
 
-    def list(self, *, timeout: float | None = None) -> list[Release]:
-        """Every release."""
-        return self._t.run(_drafts.releases_list(), timeout)
+    def list(self, page: int = 1, per_page: int = 30, *, timeout: float | None = None) -> ReleasePage:
+        """One page of releases, newest first: `{items, total, page, per_page}`."""
+        return self._t.run(_drafts.releases_list(page, per_page), timeout)
 
     def get_one(self, release_id: str, *, timeout: float | None = None) -> Release:
         """One release."""
         return self._t.run(_drafts.releases_get_one(release_id), timeout)
 
-    def create(self, name: str, items: Sequence[Mapping[str, str]], *,
+    def create(self, name: str, items: Sequence[ReleaseItemInput], *,
                timeout: float | None = None) -> Release:
         """Create a release of `items` (`{collection, record_id}`)."""
         return self._t.run(_drafts.releases_create(name, items), timeout)

@@ -28,6 +28,9 @@ from cms_client._generated.models import (
     RecordVersion,
     RecordVersionPage,
     RecoveryCodes,
+    Release,
+    ReleaseItemInput,
+    ReleasePage,
     SchemaDiff,
     SchemaSnapshot,
     Session,
@@ -40,11 +43,6 @@ Record: TypeAlias = dict[str, Any]
 
 AuthAnswer: TypeAlias = LoginResponse | CollectionLoginResponse
 """A login's answer (`{user, token, message, requires_2fa, mfa_token?}`), of either user system."""
-
-
-Release: TypeAlias = dict[str, Any]
-"""A release (decisions.md, Drafts, versions and scheduled publishing): `{id, name, items: [{collection, record_id}],
-...}` as the service answers it."""
 
 
 class RecordPage(TypedDict):
@@ -61,6 +59,7 @@ __all__ = [
     "BulkUpdated", "Collection",
     "CollectionLoginResponse", "CsvImportResult", "File", "FileToken",
     "LoginResponse", "Message", "OAuthProvider", "Record",
-    "RecordPage", "RecordVersion", "RecordVersionPage", "RecoveryCodes", "Release", "SchemaDiff", "SchemaSnapshot",
+    "RecordPage", "RecordVersion", "RecordVersionPage", "RecoveryCodes", "Release", "ReleaseItemInput",
+    "ReleasePage", "SchemaDiff", "SchemaSnapshot",
     "Session", "Token", "TwoFactorSetup",
 ]

@@ -168,36 +168,43 @@ async def test_schema_export_diff_and_apply(service: Service) -> None:
         assert [f["name"] for f in fields] == ["title"]
 
 
-async def _releases_exist(client: AsyncCmsClient) -> bool:
-    try:
-        await client.releases.list()
-    except CmsError as exc:
-        if exc.status in (404, 405):
-            return False
-        raise
-    return True
-
-
 async def test_releases_publish_several_records_at_once(service: Service) -> None:
     name = unique("launch")
     async with await admin(service) as client:
-        if not await _releases_exist(client):
-            pytest.skip("this service has no /api/v1/releases yet (branch wt-releases builds it)")
-        await client.collections.create({"name": name, "drafts": True, "schema": [{"name": "title", "type": "text"}]})
+        await client.collections.create({"name": name, "drafts": True, "schema": [
+            {"name": "title", "type": "text", "validation": {"required": True}}]})
         pages = client.collection(name)
         one, two = await pages.create({"title": "one"}), await pages.create({"title": "two"})
         release = await client.releases.create(unique("release"), [{"collection": name, "record_id": one["id"]},
                                                                    {"collection": name, "record_id": two["id"]}])
-        assert (await client.releases.get_one(release["id"]))["id"] == release["id"]
-        assert release["id"] in {r["id"] for r in await client.releases.list()}
-        renamed = await client.releases.update(release["id"], {"name": "renamed"})
-        assert renamed["name"] == "renamed"
+        assert release["status"] == "pending" and [i["record_id"] for i in release["items"]] == [one["id"], two["id"]]
+        assert (await client.releases.get_one(release["id"]))["name"] == release["name"]
+        listed = await client.releases.list(per_page=100)
+        assert release["id"] in {r["id"] for r in listed["items"]} and listed["total"] >= 1
+        assert (await client.releases.update(release["id"], {"name": "renamed"}))["name"] == "renamed"
         scheduled = await client.releases.publish(release["id"], at=datetime.now(UTC) + timedelta(days=1))
-        assert scheduled["id"] == release["id"]
+        assert scheduled["status"] == "scheduled" and scheduled["scheduled_at"]
         await client.releases.cancel_schedule(release["id"])
-        await client.releases.publish(release["id"])
+        assert (await client.releases.get_one(release["id"]))["scheduled_at"] is None
+        with pytest.raises(CmsError) as no_schedule:
+            await client.releases.cancel_schedule(release["id"])
+        assert no_schedule.value.status == 404
+
+        await pages.update(two["id"], {"title": ""})  # invalid at publish: nothing is published
+        with pytest.raises(CmsError) as invalid:
+            await client.releases.publish(release["id"])
+        assert invalid.value.status == 422 and "items.1" in invalid.value.errors
+        assert {r["status"] for r in await pages.get_full_list(draft=True)} == {"draft"}
+        await pages.update(two["id"], {"title": "two, fixed"})
+        assert (await client.releases.publish(release["id"]))["status"] == "published"
         assert {r["status"] for r in await pages.get_full_list(draft=True)} == {"published"}
+        with pytest.raises(CmsError) as done:
+            await client.releases.update(release["id"], {"name": "too late"})
+        assert done.value.status == 409
         await client.releases.delete(release["id"])
         with pytest.raises(CmsError) as gone:
             await client.releases.get_one(release["id"])
         assert gone.value.status == 404
+    with CmsClient(service.url) as sync_client:
+        sync_client.auth.auth_with_password(service.admin_email, service.admin_password)
+        assert release["id"] not in {r["id"] for r in sync_client.releases.list(per_page=100)["items"]}
