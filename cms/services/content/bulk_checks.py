@@ -7,6 +7,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from cms.errors import Forbidden, ValidationFailed
+from cms.models import Record
+from cms.services.access import Access, record_document
 
 MAX_BULK_IDS = 1_000
 
@@ -45,3 +47,22 @@ def bulk_refused(action: str, failures: dict[str, list[str]], total: int) -> Val
     return ValidationFailed(
         f"{len(failures)} of {total} records cannot be {action}; nothing was changed", errors=failures
     )
+
+
+def permit_all(view: Access, change: Access, record_ids: Sequence[str], found: dict[str, Record],
+               verb: str) -> dict[str, Record]:
+    """`found` (the records of `record_ids` that exist, by id: stored or working copies), once the view
+    rule `view` shows and the rule `change` permits every one of them, its field write rules included.
+    When either rule depends on the record, a missing id counts as refused like a hidden one, so the
+    answer never tells them apart. Raises Forbidden naming every refused id (`refused_ids`) or
+    `change.field_refusal` of a ruled field."""
+    if view.everything and change.everything and not change.writes_ruled_fields:
+        return found
+    refused = [i for i in record_ids if i not in found or not view.allows(found[i]) or not change.allows(found[i])]
+    if refused:
+        raise refused_ids(refused, verb)
+    for record in found.values():
+        name = change.refused_field(record_document(record))
+        if name is not None:
+            raise change.field_refusal(name)
+    return found

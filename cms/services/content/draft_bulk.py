@@ -19,8 +19,8 @@ from typing import Any
 
 from cms.models import CHANGED, DRAFT, PUBLISHED, Collection, DraftState, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, record_document
-from cms.services.content.bulk_checks import bulk_refused, refused_ids
+from cms.services.access import Access, check
+from cms.services.content.bulk_checks import bulk_refused, permit_all
 from cms.services.content.drafts import MAX_EDIT_ATTEMPTS, DroppedCopy, WorkingCopies, kept_changing
 from cms.services.content.relations import RelationRelease
 from cms.store.transactions import current_session
@@ -115,16 +115,7 @@ class DraftBulk:
             await copies.working.insert_missing(collection.id, [
                 replace(r, state=r.state or DraftState(PUBLISHED, r.updated)) for r in published])
             found.update((r.id, r) for r in await copies.working.find_by_ids(collection.id, lacking))
-        if view.everything and change.everything and not change.writes_ruled_fields:
-            return found
-        refused = [i for i in record_ids if i not in found or not view.allows(found[i]) or not change.allows(found[i])]
-        if refused:
-            raise refused_ids(refused, verb)
-        for record in found.values():
-            name = change.refused_field(record_document(record))
-            if name is not None:
-                raise change.field_refusal(name)
-        return found
+        return permit_all(view, change, record_ids, found, verb)
 
 
 def _state(working: Record) -> DraftState:

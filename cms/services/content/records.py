@@ -18,7 +18,7 @@ from typing import Any
 from cms.errors import BadRequest, NotFound
 from cms.models import Collection, Principal, Record
 from cms.services import access as actions
-from cms.services.access import Access, check, reads_request_data, record_document, require_writable
+from cms.services.access import Access, check, reads_request_data, require_writable
 from cms.services.caching.catalog import Catalog
 from cms.services.caching.read_cache import ReadCache
 from cms.services.caching.result_sets import ResultSetCache
@@ -26,7 +26,7 @@ from cms.services.content.bulk_checks import (
     MAX_BULK_IDS,
     bulk_refused,
     check_record_ids,
-    refused_ids,
+    permit_all,
 )
 from cms.services.content.csv_io import MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, ImportResult
 from cms.services.content.draft_bulk import DraftBulk
@@ -238,17 +238,7 @@ class RecordService(RecordReads):
         view.require()
         change.require()
         found = {r.id: r for r in await self._records.find_by_ids(view.collection.id, record_ids)}
-        if view.everything and change.everything and not change.writes_ruled_fields:
-            return found
-        refused = [i for i in record_ids
-                   if i not in found or not view.allows(found[i]) or not change.allows(found[i])]
-        if refused:
-            raise refused_ids(refused, verb)
-        for record in found.values():
-            name = change.refused_field(record_document(record))
-            if name is not None:
-                raise change.field_refusal(name)
-        return found
+        return permit_all(view, change, record_ids, found, verb)
 
     async def _unique_conflicts(
         self, collection: Collection, set_values: dict[str, Any], record_ids: Sequence[str]

@@ -38,10 +38,10 @@ from cms.services.content.drafts import MAX_PUBLISH_ATTEMPTS, WorkingCopies, bac
 from cms.services.content.publishing import LostRace, Publisher, PublishFailed, actor
 from cms.services.content.scheduling import (
     MAX_RETRY_DELAY_S,
-    MAX_SCHEDULE_AHEAD,
     RETRY_DELAY_S,
     Scheduler,
     schedule_error,
+    schedule_time,
 )
 from cms.services.delivery.events import AuditEvent, EventBus
 from cms.services.origin import RequestOrigin, current_origin
@@ -169,13 +169,7 @@ class ReleaseService:
         if release.status == RELEASE_PUBLISHED:
             raise Conflict("This release is published already")
         now = self._copies.writer.clock()
-        if at <= now:
-            raise ValidationFailed("A scheduled publish must be in the future",
-                                   errors={"at": ["Must be in the future."]})
-        if at > now + MAX_SCHEDULE_AHEAD:
-            raise ValidationFailed("A publish can be scheduled at most ten years ahead",
-                                   errors={"at": ["At most ten years ahead."]})
-        at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # what BSON keeps
+        at = schedule_time(at, now)
         changed = await self._releases.update(release_id, {"status": RELEASE_SCHEDULED, "scheduled_at": at,
                                                            "error": None, "errors": {}, "updated": now})
         await self._copies.schedules.put(RELEASE_SCHEDULES, release_id, at, principal.user_id,

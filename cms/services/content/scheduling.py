@@ -57,6 +57,18 @@ MAX_SCHEDULE_AHEAD = timedelta(days=3660)
 """How far ahead a publish may be scheduled (about ten years)."""
 
 
+def schedule_time(at: datetime, now: datetime) -> datetime:
+    """The time a record or a release is scheduled to publish at: `at` (aware), cut to whole
+    milliseconds (what BSON keeps), once it is after `now` and at most MAX_SCHEDULE_AHEAD away.
+    Raises ValidationFailed (422 naming `at`) otherwise (decisions.md, Drafts: scheduled publishing)."""
+    if at <= now:
+        raise ValidationFailed("A scheduled publish must be in the future", errors={"at": ["Must be in the future."]})
+    if at > now + MAX_SCHEDULE_AHEAD:
+        raise ValidationFailed("A publish can be scheduled at most ten years ahead",
+                               errors={"at": ["At most ten years ahead."]})
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
 def schedule_error(error: CmsError) -> str:
     """The `schedule_error` text of a failed scheduled publish: the error's detail, then each field's
     messages (`title: Missing data for required field.`)."""
@@ -101,14 +113,7 @@ class Scheduler:
         code = None if locale in (None, ALL) else localization(collection, locale).write_locale
         view, update = check(principal, collection, actions.VIEW), check(principal, collection, actions.UPDATE)
         await copies.editable(view, update, record_id)
-        now = copies.writer.clock()
-        if at <= now:
-            raise ValidationFailed("A scheduled publish must be in the future",
-                                   errors={"at": ["Must be in the future."]})
-        if at > now + MAX_SCHEDULE_AHEAD:
-            raise ValidationFailed("A publish can be scheduled at most ten years ahead",
-                                   errors={"at": ["At most ten years ahead."]})
-        at = at.replace(microsecond=at.microsecond // 1000 * 1000)  # what BSON keeps
+        at = schedule_time(at, copies.writer.clock())
         await copies.schedules.put(collection.id, record_id, at, actor(principal), current_origin().to_json(),
                                    locale=code)
         record = await copies.working.set_schedule(collection.id, record_id, at, None)
