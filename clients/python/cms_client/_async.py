@@ -42,6 +42,7 @@ from cms_client.shapes import (
     SchemaDiff,
     SchemaSnapshot,
     Session,
+    Setting,
     Token,
     TwoFactorSetup,
 )
@@ -480,6 +481,21 @@ class AsyncApiKeys:
         await self._t.run(_resources.api_keys_delete(key_id), timeout)
 
 
+class AsyncSettings:
+    """`client.settings`: the service's runtime settings (admin), as the JS client's `settings`."""
+
+    def __init__(self, transport: AsyncTransport) -> None:
+        self._t = transport
+
+    async def list(self, *, timeout: float | None = None) -> list[Setting]:
+        """Every setting `{key, value, category}`."""
+        return await self._t.run(_resources.settings_list(), timeout)
+
+    async def set(self, key: str, value: bool | int | str, *, timeout: float | None = None) -> Setting:
+        """Set one (`value` a boolean, an integer or its string form); CmsError 422 for an unknown key or value."""
+        return await self._t.run(_resources.settings_set(key, value), timeout)
+
+
 class AsyncReleases:
     """`client.releases`: several records' working copies published at once (admins)."""
 
@@ -563,6 +579,7 @@ class AsyncCmsClient:
         self.collections = AsyncCollections(self._t)
         self.files = AsyncFiles(self._t)
         self.api_keys = AsyncApiKeys(self._t)
+        self.settings = AsyncSettings(self._t)
         self.releases = AsyncReleases(self._t)
         self.schema = AsyncSchema(self._t)
         self.realtime = AsyncRealtime(self._t)

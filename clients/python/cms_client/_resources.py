@@ -7,7 +7,17 @@ from typing import Any
 from urllib.parse import urlencode
 
 from cms_client._core import Call, Flow, ask, segment
-from cms_client.shapes import ApiKey, ApiKeyCreated, Collection, File, FileToken, Record, SchemaDiff, SchemaSnapshot
+from cms_client.shapes import (
+    ApiKey,
+    ApiKeyCreated,
+    Collection,
+    File,
+    FileToken,
+    Record,
+    SchemaDiff,
+    SchemaSnapshot,
+    Setting,
+)
 
 
 def collections_list() -> Flow[list[Collection]]:
@@ -82,6 +92,17 @@ def api_keys_list() -> Flow[list[ApiKey]]:
 def api_keys_delete(key_id: str) -> Flow[None]:
     """Revoke an API key: it stops working at once."""
     return (yield from ask(Call[None]("DELETE", f"/api/v1/api-keys/{segment(key_id)}", expect="none")))
+
+
+def settings_list() -> Flow[list[Setting]]:
+    """Every setting `{key, value, category}` (admin; values as strings: `true`, `8`)."""
+    return (yield from ask(Call[list[Setting]]("GET", "/api/v1/settings")))
+
+
+def settings_set(key: str, value: bool | int | str) -> Flow[Setting]:
+    """Set one setting (admin; `value` a boolean, an integer or its string form); 422 for an unknown key
+    or a bad value, applied on every replica at once."""
+    return (yield from ask(Call[Setting]("POST", "/api/v1/settings", json_body={"key": key, "value": value})))
 
 
 def realtime_subscribe(client_id: str, topics: Sequence[str]) -> Flow[None]:

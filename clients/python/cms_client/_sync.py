@@ -43,6 +43,7 @@ from cms_client.shapes import (
     SchemaDiff,
     SchemaSnapshot,
     Session,
+    Setting,
     Token,
     TwoFactorSetup,
 )
@@ -481,6 +482,21 @@ class SyncApiKeys:
         self._t.run(_resources.api_keys_delete(key_id), timeout)
 
 
+class SyncSettings:
+    """`client.settings`: the service's runtime settings (admin), as the JS client's `settings`."""
+
+    def __init__(self, transport: SyncTransport) -> None:
+        self._t = transport
+
+    def list(self, *, timeout: float | None = None) -> list[Setting]:
+        """Every setting `{key, value, category}`."""
+        return self._t.run(_resources.settings_list(), timeout)
+
+    def set(self, key: str, value: bool | int | str, *, timeout: float | None = None) -> Setting:
+        """Set one (`value` a boolean, an integer or its string form); CmsError 422 for an unknown key or value."""
+        return self._t.run(_resources.settings_set(key, value), timeout)
+
+
 class SyncReleases:
     """`client.releases`: several records' working copies published at once (admins)."""
 
@@ -564,6 +580,7 @@ class CmsClient:
         self.collections = SyncCollections(self._t)
         self.files = SyncFiles(self._t)
         self.api_keys = SyncApiKeys(self._t)
+        self.settings = SyncSettings(self._t)
         self.releases = SyncReleases(self._t)
         self.schema = SyncSchema(self._t)
         self.realtime = SyncRealtime(self._t)

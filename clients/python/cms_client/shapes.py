@@ -34,6 +34,7 @@ from cms_client._generated.models import (
     SchemaDiff,
     SchemaSnapshot,
     Session,
+    Setting,
     Token,
     TwoFactorSetup,
 )
@@ -61,5 +62,5 @@ __all__ = [
     "LoginResponse", "Message", "OAuthProvider", "Record",
     "RecordPage", "RecordVersion", "RecordVersionPage", "RecoveryCodes", "Release", "ReleaseItemInput",
     "ReleasePage", "SchemaDiff", "SchemaSnapshot",
-    "Session", "Token", "TwoFactorSetup",
+    "Session", "Setting", "Token", "TwoFactorSetup",
 ]

@@ -151,3 +151,22 @@ async def test_a_per_request_timeout_bounds_one_call(service: Service, blog: Blo
                 sync_client.collection(blog.posts).get_list(timeout=0.3)
     async with AsyncCmsClient(service.url) as live:
         assert (await live.health(timeout=10))["status"] == "ok"
+
+
+async def test_settings_are_listed_and_set_as_the_js_client_does(service: Service) -> None:
+    async with AsyncCmsClient(service.url) as client:
+        await client.auth.auth_with_password(service.admin_email, service.admin_password)
+        before = {s["key"]: s["value"] for s in await client.settings.list()}
+        changed = str(int(before["request_log_size"]) + 1)
+        try:
+            answer = await client.settings.set("request_log_size", int(changed))
+            assert answer["key"] == "request_log_size" and answer["value"] == changed
+            assert {s["key"]: s["value"] for s in await client.settings.list()}["request_log_size"] == changed
+            with pytest.raises(CmsError) as refused:
+                await client.settings.set("no_such_setting", 1)
+            assert refused.value.status == 422
+        finally:
+            await client.settings.set("request_log_size", before["request_log_size"])
+    with CmsClient(service.url) as sync:
+        sync.auth.auth_with_password(service.admin_email, service.admin_password)
+        assert {s["key"]: s["value"] for s in sync.settings.list()}["request_log_size"] == before["request_log_size"]
