@@ -120,10 +120,13 @@ class WorkingCopyRepository(RecordRepository):
                                   scheduled_at=scheduled_at)
 
     async def set_states(self, collection_id: str, claims: Sequence[tuple[str, int, datetime | None]],
-                         state: DraftState, *, updated: datetime) -> int:
-        """`set_state` for many working copies in one bulk write (a batch of scheduled publishes, in the
-        caller's transaction): `claims` holds (record id, revision, scheduled_at or None) of each.
-        Returns how many still matched (fewer than `claims`: the caller's transaction must abort)."""
+                         state: DraftState, *, updated: datetime, end_schedules: bool = False) -> int:
+        """`set_state` for many working copies in one bulk write (a batch of scheduled publishes, a
+        release, in the caller's transaction): `claims` holds (record id, revision, scheduled_at or None)
+        of each; `end_schedules`: a claim without scheduled_at clears whatever scheduled time its working
+        copy shows (a release published now ends its records' own schedules, as `set_state`'s
+        `end_schedule`). Returns how many still matched (fewer than `claims`: the caller's transaction
+        must abort)."""
         if not claims:
             return 0
         values: dict[str, Any] = {STATUS: state.status, PUBLISHED_AT: state.published_at, "updated": updated}
@@ -134,6 +137,8 @@ class WorkingCopyRepository(RecordRepository):
             if scheduled_at is not None:
                 query[SCHEDULED_AT] = scheduled_at
                 change.update({SCHEDULED_AT: None, SCHEDULE_ERROR: None})
+            elif end_schedules:
+                change[SCHEDULED_AT] = None
             requests.append(UpdateOne(query, {"$set": change, "$inc": {REVISION: 1}}))
         result = await self._mongo_coll(collection_id).bulk_write(requests, ordered=True, session=current_session())
         return result.matched_count

@@ -184,6 +184,30 @@ async def test_publishing_a_scheduled_release_now_clears_its_schedule(client, ad
     assert await services.drafts.scheduler.run_due() == 0
 
 
+async def test_a_release_published_now_ends_its_records_own_schedules(client, admin_token, services, clock):
+    """Releases: a release published now ends the pending schedules of its records, as a publish now of
+    one record does (`scheduled_at` null), so an edit made after the release is not published later by
+    the old schedule."""
+    await create_collection(client, admin_token, "pages", [{"name": "title", "type": "text"}], drafts=True)
+    auth = bearer(admin_token)
+    record_id = (await create_record(client, admin_token, "pages", {"title": "one"}))["id"]
+    at = (clock() + timedelta(minutes=5)).isoformat()
+    publish = records_path("pages", record_id) + "/publish"
+    assert (await (await client.post(publish, headers=auth, json={"at": at})).json())["scheduled_at"] is not None
+    release = await (await client.post("/api/v1/releases", headers=auth, json={
+        "name": "r", "items": [{"collection": "pages", "record_id": record_id}]})).json()
+    published = await client.post(f"/api/v1/releases/{release['id']}/publish", headers=auth)
+    assert published.status == 200, await published.text()
+    working = await (await client.get(records_path("pages", record_id), headers=auth, params={"draft": "true"})).json()
+    assert working["status"] == "published" and working["scheduled_at"] is None, working
+    edited = await client.patch(records_path("pages", record_id), headers=auth, json={"data": {"title": "two"}})
+    assert edited.status == 200
+    clock.advance(minutes=6)
+    await services.drafts.scheduler.run_due()  # the old schedule comes due: no longer shown, dropped unrun
+    shown = await (await client.get(records_path("pages", record_id))).json()
+    assert shown["title"] == "one", shown  # the edit waits for its own publish
+
+
 async def test_an_unknown_or_over_long_locale_is_400_on_reads_and_aggregates(client, admin_token):
     """Localized fields: an unknown locale is 400 `bad_request`, however long, on record reads and on
     `.../aggregate` too (one locale parser); a configured one is taken."""

@@ -243,12 +243,14 @@ class Publisher:
                                        revision=revision, updated=working.updated)
 
     async def publish_all_in(self, collection: Collection, workings: Sequence[Record], *, by: str | None,
-                             scheduled_at: Sequence[datetime | None]) -> list[Record]:
+                             scheduled_at: Sequence[datetime | None], ends_schedules: bool = False) -> list[Record]:
         """`publish_in` for many working copies of `collection` (checked by `check`) with a few bulk
         writes, inside the caller's transaction (raises RuntimeError outside one, as a partial batch
         could not be undone): the published copies they replace read at once, every working state
         claimed in one bulk write, every published copy stored in another, one emit for the lot.
-        `scheduled_at[i]`: as `publish_in`'s, for `workings[i]`. Returns the published copies. Raises
+        `scheduled_at[i]`: as `publish_in`'s, for `workings[i]`; `ends_schedules`: every working copy's
+        pending schedule ends (`scheduled_at` null: a release published now; the schedule, no longer shown,
+        is dropped unrun when it comes due). Returns the published copies. Raises
         LostRace (any working state, or its schedule, changed since it was read: the caller's
         transaction aborts) or AlreadyExists (a unique field)."""
         if current_session() is None:
@@ -257,7 +259,8 @@ class Publisher:
         before = await copies.records.find_by_ids(collection.id, [w.id for w in workings])
         claims = [(w.id, (w.state or DraftState(DRAFT)).revision, at)
                   for w, at in zip(workings, scheduled_at, strict=True)]
-        claimed = await copies.working.set_states(collection.id, claims, DraftState(PUBLISHED, now), updated=now)
+        claimed = await copies.working.set_states(collection.id, claims, DraftState(PUBLISHED, now), updated=now,
+                                                  end_schedules=ends_schedules)
         if claimed < len(claims):
             raise LostRace
         published = [Record(id=w.id, created=w.created, updated=now, data=w.data, state=DraftState(PUBLISHED, now))
@@ -283,7 +286,7 @@ class Publisher:
         async with self._copies.atomic():
             for collection, indexes in pending.values():
                 published = await self.publish_all_in(collection, [workings[i] for i in indexes], by=by,
-                                                      scheduled_at=[None] * len(indexes))
+                                                      scheduled_at=[None] * len(indexes), ends_schedules=True)
                 for index, record in zip(indexes, published, strict=True):
                     results[index] = record
             if inside is not None:
@@ -300,8 +303,8 @@ class Publisher:
             async with self._copies.atomic():
                 for (collection, _), working in zip(items, workings, strict=True):
                     pending = working.state is None or working.state.status != PUBLISHED
-                    results.append(await self.publish_in(collection, working, by=by, undo=undo) if pending
-                                   else working)
+                    results.append(await self.publish_in(collection, working, by=by, undo=undo, ends_schedule=True)
+                                   if pending else working)
                 if inside is not None:
                     await inside()
         except BaseException:
