@@ -5,12 +5,14 @@ Schedule and Cancel schedule do what their REST endpoints do, checked through th
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
 from playwright.sync_api import expect
 
 from tests.ui.conftest import Api, BrowserPage
+from tests.ui.test_audit_ui import README_SHOTS, README_VIEWPORT
 from tests.ui.test_drafts_ui import drafted_collection, reader_view
 
 
@@ -51,6 +53,9 @@ def test_a_release_of_two_records_is_built_and_published(admin_page: BrowserPage
     expect(ui.locator(".flash")).to_contain_text("nothing was published")
     expect(ui.locator("#release-status")).to_have_text("failed")
     expect(ui.locator(f"#release-items tr[data-record='{broken}'] .item-error")).to_contain_text("title")
+    if os.environ.get("CMS_UI_README_SHOTS") == "1":  # docs/concepts/releases.md's picture
+        ui.set_viewport_size(README_VIEWPORT)
+        ui.screenshot(path=str(README_SHOTS / "release-failed.png"), animations="disabled")
     assert reader_view(api, name, first)[0] == 404 and reader_view(api, name, second)[0] == 404
 
     ui.locator(f"#release-items tr[data-record='{broken}'] .remove-item").click()
