@@ -61,6 +61,14 @@ TEST_PASSWORD_PARAMETERS = Parameters(type=Type.ID, version=19, salt_len=16, has
                                       time_cost=1, memory_cost=1024, parallelism=1)
 passwords.use_parameters(TEST_PASSWORD_PARAMETERS)
 
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashing() -> None:
+    """Every test starts with the suite's cheap argon2id parameters: a worker started inside the test
+    process sets the configured (default) ones at its start-up (`workers/settings.py`), which would
+    otherwise reach whichever tests run after it in that process (under pytest-xdist, any of them)."""
+    passwords.use_parameters(TEST_PASSWORD_PARAMETERS)
+
 #: The type of the `client` fixture.
 Client: TypeAlias = TestClient[web.Request, web.Application]
 
