@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager, nullcontext
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -335,22 +335,10 @@ class RecordQueries:
         `batch_size` (record id, {name: value} of the fields present); one cursor, so memory stays
         flat. Updating these fields between batches is safe: the cursor walks the `created_id`
         index, whose keys do not change."""
-        query = {"$or": [{name: {"$exists": True}} for name in names]}
-        cursor = self._mongo_coll(collection_id).find(
-            query, projection={name: 1 for name in names}, sort=[("created", 1), ("_id", 1)]
-        ).batch_size(batch_size)
-        batch: list[tuple[str, dict[str, Any]]] = []
-        try:
-            async for doc in cursor:
-                record_id = doc.pop("_id")
-                batch.append((record_id, doc))
-                if len(batch) >= batch_size:
-                    yield batch
-                    batch = []
-            if batch:
-                yield batch
-        finally:
-            await cursor.close()
+        batches = self._field_batches(collection_id, names, sort=[("created", 1), ("_id", 1)], batch_size=batch_size)
+        async with aclosing(batches):
+            async for docs in batches:
+                yield [(doc.pop("_id"), doc) for doc in docs]
 
     async def stream_values_after(
         self, collection_id: str, names: Sequence[str], *, after_id: str, batch_size: int
@@ -358,17 +346,28 @@ class RecordQueries:
         """The records holding any of the fields `names` whose id sorts after `after_id` ("" for all), in
         id order, as lists of at most `batch_size` (record id, updated, {name: value} of the fields present):
         a rewrite that records the last id it finished resumes from there (a schema apply)."""
+        batches = self._field_batches(collection_id, names, sort=[("_id", 1)], batch_size=batch_size,
+                                      after_id=after_id, also=("updated",))
+        async with aclosing(batches):
+            async for docs in batches:
+                yield [(doc.pop("_id"), doc.pop("updated", None), doc) for doc in docs]
+
+    async def _field_batches(
+        self, collection_id: str, names: Sequence[str], *, sort: list[tuple[str, int]], batch_size: int,
+        after_id: str = "", also: Sequence[str] = (),
+    ) -> AsyncGenerator[list[dict[str, Any]], None]:
+        """The documents holding any of the fields `names` (projected to `_id`, those fields and `also`),
+        ids after `after_id` ("" for all), in `sort` order, as lists of at most `batch_size`, read through
+        one cursor (closed however the caller stops) so that memory stays flat."""
         query: dict[str, Any] = {"$or": [{name: {"$exists": True}} for name in names]}
         if after_id:
             query["_id"] = {"$gt": after_id}
-        cursor = self._mongo_coll(collection_id).find(
-            query, projection={"updated": 1, **{name: 1 for name in names}}, sort=[("_id", 1)]
-        ).batch_size(batch_size)
-        batch: list[tuple[str, datetime, dict[str, Any]]] = []
+        projection = {name: 1 for name in (*also, *names)}
+        cursor = self._mongo_coll(collection_id).find(query, projection=projection, sort=sort).batch_size(batch_size)
+        batch: list[dict[str, Any]] = []
         try:
             async for doc in cursor:
-                record_id, updated = doc.pop("_id"), doc.pop("updated", None)
-                batch.append((record_id, updated, doc))
+                batch.append(doc)
                 if len(batch) >= batch_size:
                     yield batch
                     batch = []
