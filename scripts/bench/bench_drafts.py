@@ -48,6 +48,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from bench_rules import (  # sibling scripts
     HTTP_TIMEOUT_S,
     PER_PAGE,
@@ -60,7 +61,8 @@ from bench_rules import (  # sibling scripts
     machine_line,
     settle,
 )
-from bench_vs_pocketbase import ADMIN_EMAIL, ADMIN_PASSWORD, free_port, rows_to_csv, start_cms, take_rows, wait_healthy
+from bench_vs_pocketbase import ADMIN_EMAIL, ADMIN_PASSWORD, rows_to_csv, start_cms, take_rows, wait_healthy
+from common import free_port  # noqa: E402 - a sibling script, not a package
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from load_packages import DEFAULT_CSV, SCHEMA, Api, Fatal, run_cli  # a sibling script
@@ -321,10 +323,7 @@ async def main_async(args: argparse.Namespace) -> int:
         server.stop()
         await hook_runner.cleanup()
         anomalies = log_anomalies(server.log_path)
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     status = report(args, version, len(rows), reads, scheduled)
     print(f"- server log: {len(anomalies)} error line(s), first: {anomalies[0]}" if anomalies
           else "- server log: no ERROR / Traceback / 5xx lines")

@@ -39,7 +39,6 @@ import asyncio
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
 import tempfile
@@ -53,6 +52,7 @@ from pymongo import MongoClient
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from bench_vs_pocketbase import (
     COLLECTION,
     rows_to_csv,
@@ -204,10 +204,7 @@ async def main_async(args: argparse.Namespace) -> int:
                           f"{count_ms[size][-1]:,.1f} ms", file=sys.stderr)
     finally:
         cms.stop()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     medians = [statistics.median(page_ms[size]) for size in sizes]
     threshold, how = interpolate(sizes, medians, args.budget_ms)
     print(f"# The embedded server's envelope, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")

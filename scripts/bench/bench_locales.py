@@ -55,6 +55,7 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from bench_rules import (  # sibling scripts
     HTTP_TIMEOUT_S,
     PER_PAGE,
@@ -252,10 +253,7 @@ async def main_async(args: argparse.Namespace) -> int:
         server.stop()
         print(f"server stopped (exit {server.proc.returncode})", file=sys.stderr)
         anomalies = log_anomalies(server.log_path)
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     print(f"# Localized fields, {time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
     print(f"- cms {version} embedded (SecantusDB + redis-server children), `cms serve --workers {args.workers}`; "
           f"rate limiting off; locales en, de -> en")

@@ -33,7 +33,6 @@ import io
 import os
 import platform
 import random
-import shutil
 import statistics
 import sys
 import tempfile
@@ -48,6 +47,7 @@ from PIL import Image, ImageDraw, ImageFilter, ImageOps
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling common.py
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # load_packages
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
@@ -355,10 +355,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         pb_server.stop()
         cms_server.stop()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     return 0
 
 

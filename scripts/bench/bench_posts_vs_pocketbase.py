@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from bench_relations import (  # sibling scripts, not a package
     COMMENTS,
     LOAD_CONCURRENCY,
@@ -512,10 +513,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         pb.stop()
         cms.stop()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     return 0
 
 

@@ -62,6 +62,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling bench_vs_pocketbase
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # load_packages
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from common import (  # sibling scripts, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
@@ -582,10 +583,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         pb.stop()
         cms.stop()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     return 0
 
 

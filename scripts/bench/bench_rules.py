@@ -81,6 +81,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from bench_records import percentile  # sibling scripts
 from bench_vs_pocketbase import (
     take_rows,
@@ -608,10 +609,7 @@ async def main_async(args: argparse.Namespace) -> int:
         server.stop()
         print(f"server stopped (exit {server.proc.returncode})", file=sys.stderr)
         anomalies = log_anomalies(server.log_path)
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     print_report(header, table)
     status = 0
     print("\nNotes:")

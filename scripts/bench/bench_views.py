@@ -51,6 +51,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 import bench_vs_pocketbase as side  # noqa: E402 - a sibling script, not a package
 from load_packages import DEFAULT_CSV, Api, Fatal, describe, run_cli  # noqa: E402
 
@@ -264,10 +265,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         pb.stop()
         cms.stop()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     return 0
 
 

@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from common import remove_work  # noqa: E402 - a sibling script, not a package
 from common import (  # a sibling script, not a package
     ADMIN_EMAIL,
     ADMIN_PASSWORD,
@@ -468,10 +469,7 @@ async def main_async(args: argparse.Namespace) -> int:
     finally:
         pb.stop()
         cms.stop()
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_work(work, args.keep)
     return 0
 
 

@@ -416,6 +416,15 @@ def failed(*results: WrkResult | None) -> str:
     return " / ".join(f"{r.failed:,}" if r is not None else "–" for r in results)
 
 
+def remove_work(work: Path, keep: bool) -> None:
+    """Delete a run's work folder (data directories, logs, wrk scripts), or with `--keep` (`keep`) leave
+    it and say where it is, on stderr."""
+    if keep:
+        print(f"kept {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def print_warnings(log_path: Path, most: int = 10) -> None:
     """The WARNING and ERROR lines cms logged during the run (at most `most`, and how many), so a
     run whose figures look wrong says what the server saw (e.g. the database driver losing its
